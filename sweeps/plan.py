@@ -1,0 +1,101 @@
+"""Expansion of a sweep into packs: the unit of work of one Tune trial.
+
+A pack is one (task, settings, optimizer), several grid configurations and a set of
+seeds, run as one batched program of R = configs x seeds runs. Pack size adapts to the
+sweep and the cluster; results never depend on it (pack invariance), so packing is
+free to change between a run and its resume.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Iterable
+
+from sweeps.sweepfile import Experiment, Sweep
+
+MIN_PACK_RUNS = 100  # below this the batched kernel no longer hides per-chunk overhead
+MAX_PACK_RUNS = 2000  # above this a pack's stream and loss buffers outgrow the caches
+PACKS_PER_CPU = 3  # enough packs to keep every CPU busy while the longest finish
+
+
+def _digest(payload: object) -> str:
+    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Config:
+    """One grid cell of one experiment, identified by a hash of its canonical form."""
+
+    config_id: str
+    hyperparameters: tuple[tuple[str, float], ...]
+
+
+def make_config(experiment: Experiment, hyperparameters: dict[str, float]) -> Config:
+    canonical = {
+        "task": experiment.task,
+        "settings": dataclasses.asdict(experiment.settings),
+        "optimizer": experiment.optimizer,
+        "hyperparameters": hyperparameters,
+    }
+    return Config(_digest(canonical), tuple(hyperparameters.items()))
+
+
+@dataclass(frozen=True)
+class Pack:
+    """Configs x seeds of one experiment, run together in one trial."""
+
+    experiment: Experiment
+    configs: tuple[Config, ...]
+    seeds: tuple[int, ...]
+
+    @property
+    def pack_id(self) -> str:
+        return _digest([[c.config_id for c in self.configs], list(self.seeds)])
+
+    @property
+    def runs(self) -> int:
+        return len(self.configs) * len(self.seeds)
+
+    @property
+    def run_steps(self) -> int:
+        return self.runs * self.experiment.settings.steps
+
+
+def pack_runs_target(total_runs: int, cpus: int) -> int:
+    """Runs per pack: about PACKS_PER_CPU packs per CPU, within [MIN, MAX]_PACK_RUNS."""
+    return max(MIN_PACK_RUNS, min(MAX_PACK_RUNS, math.ceil(total_runs / (PACKS_PER_CPU * max(cpus, 1)))))
+
+
+def plan_packs(
+    sweep: Sweep, cpus: int, done: Iterable[tuple[str, int]] = (), runs_per_pack: int | None = None
+) -> list[Pack]:
+    """Packs covering every (config, seed) of the sweep not in `done`, largest first.
+
+    Configs are grouped by the seeds they still miss, so a resumed sweep never writes a
+    second row for a finished (config, seed).
+    """
+    finished = set(done)
+    pending: list[tuple[Experiment, tuple[int, ...], list[Config]]] = []
+    total = 0
+    for experiment in sweep.experiments:
+        by_seeds: dict[tuple[int, ...], list[Config]] = defaultdict(list)
+        for values in experiment.configs():
+            config = make_config(experiment, values)
+            missing = tuple(s for s in sweep.seeds if (config.config_id, s) not in finished)
+            if missing:
+                by_seeds[missing].append(config)
+                total += len(missing)
+        pending.extend((experiment, seeds, configs) for seeds, configs in by_seeds.items())
+    target = runs_per_pack or pack_runs_target(total, cpus)
+    packs = []
+    for experiment, seeds, configs in pending:
+        n_packs = math.ceil(len(configs) * len(seeds) / target)
+        size = math.ceil(len(configs) / n_packs)
+        packs.extend(Pack(experiment, tuple(configs[i : i + size]), seeds) for i in range(0, len(configs), size))
+    # Longest first: Tune starts trials in order, so the tail is made of short packs.
+    return sorted(packs, key=lambda p: -p.run_steps)

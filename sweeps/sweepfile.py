@@ -1,0 +1,181 @@
+"""The sweep file of interface.md: load, validate, expand into experiments.
+
+Everything is checked before anything runs; each problem is one line naming the file,
+the key and what is allowed (`SweepError`). A loaded `Sweep` is immutable and typed:
+the rest of the service never reads the YAML again.
+
+Beyond interface.md, a sweep may hold `variants`: a list of blocks that each override
+`task`, `task_settings` and/or `optimizers` (e.g. both noise levels of a preset, each
+with its own selected configurations).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterator
+
+import yaml
+
+from fade_core.hyperparameters import HYPERPARAMETERS
+from sweeps.learners import optimizer_hyperparameters, optimizers_for
+from tasks import TASKS
+
+
+class SweepError(ValueError):
+    """A sweep file (or preset) is malformed; the message is one line with the fix."""
+
+
+TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants")
+VARIANT_KEYS = ("task", "task_settings", "optimizers")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One (task, task settings, optimizer) with its hyperparameter grid."""
+
+    task: str
+    settings: Any  # the task's settings dataclass
+    optimizer: str
+    grid: tuple[tuple[str, tuple[float, ...]], ...]  # (hyperparameter, values), in the learner's order
+
+    def configs(self) -> list[dict[str, float]]:
+        """The grid's cells, in a stable order (Cartesian product of the axes)."""
+        names = [n for n, _ in self.grid]
+        return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in self.grid))]
+
+
+@dataclass(frozen=True)
+class Sweep:
+    """A validated sweep: what to run, nothing about where or how fast."""
+
+    name: str
+    seeds: tuple[int, ...]
+    experiments: tuple[Experiment, ...]
+    source: str  # the file or preset it came from, for messages
+
+    @property
+    def runs(self) -> int:
+        return sum(len(e.configs()) for e in self.experiments) * len(self.seeds)
+
+    @property
+    def run_steps(self) -> int:
+        return sum(len(e.configs()) * e.settings.steps for e in self.experiments) * len(self.seeds)
+
+
+def load_sweep(path: str | Path) -> Sweep:
+    """Read and validate a sweep file; raises `SweepError` with a one-line message."""
+    path = Path(path)
+    if not path.is_file():
+        raise SweepError(f"{path}: no such sweep file (give a YAML file or a preset name: `fade-sweep presets`)")
+    try:
+        document = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise SweepError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
+    return parse_sweep(document, str(path))
+
+
+def parse_sweep(document: Any, source: str) -> Sweep:
+    """Validate an already-parsed sweep document (a mapping)."""
+
+    def fail(key: str, problem: str) -> SweepError:
+        return SweepError(f"{source}: {key}: {problem}")
+
+    if not isinstance(document, dict):
+        raise SweepError(f"{source}: a sweep file must be a YAML mapping with keys {', '.join(TOP_LEVEL_KEYS)}")
+    unknown = [k for k in document if k not in TOP_LEVEL_KEYS]
+    if unknown:
+        raise fail(unknown[0], f"unknown key; allowed keys are {', '.join(TOP_LEVEL_KEYS)}")
+    name = document.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise fail("name", f"must be a directory-safe name (letters, digits, . _ -), got {name!r}")
+    seeds = _parse_seeds(document.get("seeds", 1), fail)
+
+    blocks = document.get("variants")
+    if blocks is None:
+        blocks = [{}]
+    elif not isinstance(blocks, list) or not blocks or not all(isinstance(b, dict) for b in blocks):
+        raise fail("variants", "must be a non-empty list of mappings with keys " + ", ".join(VARIANT_KEYS))
+    experiments: list[Experiment] = []
+    for i, block in enumerate(blocks):
+        prefix = f"variants[{i}]." if "variants" in document else ""
+        extra = [k for k in block if k not in VARIANT_KEYS]
+        if extra:
+            raise fail(f"{prefix}{extra[0]}", f"unknown key; a variant may set {', '.join(VARIANT_KEYS)}")
+        experiments.extend(_parse_block(document, block, prefix, fail))
+    keys = [(e.task, e.settings, e.optimizer) for e in experiments]
+    if len(set(keys)) != len(keys):
+        raise fail("variants", "two variants run the same (task, task_settings, optimizer); merge their grids")
+    return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source)
+
+
+def _parse_seeds(value: Any, fail) -> tuple[int, ...]:
+    if isinstance(value, bool):
+        raise fail("seeds", f"must be a positive int n (seeds 0..n-1) or a list of distinct ints >= 0, got {value!r}")
+    if isinstance(value, int) and value > 0:
+        return tuple(range(value))
+    if (
+        isinstance(value, list)
+        and value
+        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
+        and len(set(value)) == len(value)
+    ):
+        return tuple(value)
+    raise fail("seeds", f"must be a positive int n (seeds 0..n-1) or a list of distinct ints >= 0, got {value!r}")
+
+
+def _parse_block(document: dict, block: dict, prefix: str, fail) -> Iterator[Experiment]:
+    task_name = block.get("task", document.get("task"))
+    if task_name not in TASKS:
+        raise fail(f"{prefix}task" if "task" in block else "task", f"unknown task {task_name!r}; choose one of {', '.join(TASKS)}")
+    task = TASKS[task_name]
+    settings_values = dict(document.get("task_settings") or {})
+    if not isinstance(document.get("task_settings") or {}, dict) or not isinstance(block.get("task_settings") or {}, dict):
+        raise fail(f"{prefix}task_settings", "must be a mapping of setting -> value")
+    settings_values.update(block.get("task_settings") or {})
+    try:
+        settings = task.settings(settings_values)
+    except ValueError as err:
+        raise fail(f"{prefix}task_settings", str(err)) from None
+
+    optimizers = block.get("optimizers", document.get("optimizers"))
+    opt_key = f"{prefix}optimizers" if "optimizers" in block else "optimizers"
+    if not isinstance(optimizers, dict) or not optimizers:
+        raise fail(opt_key, "must be a non-empty mapping of optimizer name -> {hyperparameter: value or list}")
+    allowed = optimizers_for(task)
+    for optimizer, grid in optimizers.items():
+        key = f"{opt_key}.{optimizer}"
+        if optimizer not in allowed:
+            raise fail(key, f"unknown optimizer for task {task.name}; choose one of {', '.join(allowed)}")
+        yield Experiment(task.name, settings, optimizer, _parse_grid(task, optimizer, grid, key, fail))
+
+
+def _parse_grid(task, optimizer: str, grid: Any, key: str, fail) -> tuple[tuple[str, tuple[float, ...]], ...]:
+    takes = optimizer_hyperparameters(task, optimizer)
+    if not isinstance(grid, dict):
+        raise fail(key, f"must be a mapping of hyperparameter -> value or list; {optimizer} takes {', '.join(takes)}")
+    for name in grid:
+        if name not in takes:
+            raise fail(f"{key}.{name}", f"{optimizer} does not take {name}; it takes {', '.join(takes)}")
+    missing = [n for n in takes if n not in grid]
+    if missing:
+        raise fail(key, f"missing hyperparameter(s) {', '.join(missing)}; {optimizer} takes {', '.join(takes)}")
+    axes = []
+    for name in takes:
+        values = grid[name] if isinstance(grid[name], list) else [grid[name]]
+        spec = HYPERPARAMETERS[name]
+        if not values:
+            raise fail(f"{key}.{name}", "empty list; give at least one value")
+        for value in values:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not spec.accepts(float(value)):
+                raise fail(f"{key}.{name}", f"{value!r} is out of range; {name} ({spec.meaning}) must be {spec.allowed()}")
+        if len(set(values)) != len(values):
+            raise fail(f"{key}.{name}", "repeated value in the list")
+        axes.append((name, tuple(float(v) for v in values)))
+    return tuple(axes)
+

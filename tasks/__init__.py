@@ -1,0 +1,68 @@
+"""The online non-stationary streams of tasks.md, usable without Ray.
+
+`TASKS` is the one registry that sweep validation, presets and the engine read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from tasks.linear_tracking import LinearTrackingSettings, LinearTrackingStream
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A registered task: its settings type, which learner family runs on it, its score."""
+
+    name: str
+    settings_type: type  # a frozen dataclass; its fields are the task settings
+    family: str  # "linear": the learners of fade_core.linear
+    make_stream: Callable[[Any, int], Any]  # (settings, seed) -> stream
+    score: str  # what the score column holds
+    higher_is_better: bool
+
+    def settings(self, values: dict[str, Any]) -> Any:
+        """Build the settings dataclass from a mapping, coercing to each field's type."""
+        fields = {f.name: f for f in dataclasses.fields(self.settings_type)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise ValueError(
+                f"unknown setting(s) {', '.join(unknown)} for task {self.name}; allowed: {', '.join(fields)}"
+            )
+        coerced = {}
+        for key, value in values.items():
+            kind = type(getattr(self.settings_type(), key))
+            if isinstance(value, bool) and kind is not bool or isinstance(value, (list, dict)):
+                raise ValueError(f"setting {key} of task {self.name} must be a single {kind.__name__}, got {value!r}")
+            try:
+                coerced[key] = kind(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"setting {key} of task {self.name} must be a {kind.__name__}, got {value!r}") from None
+            if kind is int and coerced[key] != value:
+                raise ValueError(f"setting {key} of task {self.name} must be a whole number, got {value!r}")
+        settings = self.settings_type(**coerced)
+        check = getattr(settings, "check", None)
+        if check:
+            check()
+        return settings
+
+
+TASKS: dict[str, TaskSpec] = {
+    "linear_tracking": TaskSpec(
+        name="linear_tracking",
+        settings_type=LinearTrackingSettings,
+        family="linear",
+        make_stream=LinearTrackingStream,
+        score="lifetime MSE (mean squared error over all steps)",
+        higher_is_better=False,
+    ),
+}
+
+
+def get_task(name: str) -> TaskSpec:
+    try:
+        return TASKS[name]
+    except KeyError:
+        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}") from None

@@ -1,0 +1,159 @@
+"""Every linear learner against a plain per-run float64 loop written here from algorithms.md §1."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fade_core.linear import LINEAR_LEARNERS, initial_weights, run_linear
+
+
+def reference(name: str, hp: dict[str, float], x: np.ndarray, y: np.ndarray, w0: np.ndarray, clamp=(-math.inf, math.inf)):
+    """One run, one step at a time, float64, the rows of algorithms.md §1 verbatim."""
+    d = x.shape[1]
+    w = w0.astype(np.float64).copy()
+    h = np.zeros(d)
+    g = np.zeros(d)
+    beta = np.full(d, hp.get("beta0", 0.0))
+    gamma = np.full(d, hp.get("gamma0", 0.0))
+    pos = lambda z: np.maximum(z, 0.0)  # noqa: E731  [z]+
+    losses = []
+    for xt, yt in zip(x, y):
+        delta = yt - w @ xt
+        losses.append(delta**2)
+        w_old = w
+        if name == "sgd":
+            w = w + hp["alpha"] * delta * xt
+        elif name == "sgd_wd":
+            w = (1 - hp["lambda"]) * w + hp["alpha"] * delta * xt
+        elif name == "idbd":
+            beta = beta + hp["theta_alpha"] * delta * xt * h
+            a = np.exp(beta)
+            w = w + a * delta * xt
+            h = h * pos(1 - a * xt**2) + a * delta * xt
+        elif name == "idbd_wd":
+            lam = hp["lambda"]
+            beta = beta + hp["theta_alpha"] * delta * xt * h
+            a = np.exp(beta)
+            w = (1 - lam) * w + a * delta * xt
+            h = h * pos(1 - lam - a * xt**2) + a * delta * xt
+        elif name == "fade":
+            alpha = hp["alpha"]
+            gamma = np.clip(gamma + hp["theta_lambda"] * delta * xt * g, *clamp)
+            l = np.exp(gamma)
+            g = g * pos(1 - l - alpha * xt**2) - l * w_old
+            w = (1 - l) * w_old + alpha * delta * xt
+        elif name == "fade_idbd":
+            th = hp["theta"]
+            beta = beta + th * delta * xt * h
+            a = np.exp(beta)
+            gamma = np.clip(gamma + th * delta * xt * g, *clamp)
+            l = np.exp(gamma)
+            c = pos(1 - l - a * xt**2)
+            h = h * c + a * delta * xt
+            g = g * c - l * w_old
+            w = (1 - l) * w_old + a * delta * xt
+        elif name == "coupled":
+            th = hp["theta"]
+            beta = beta + th * delta * xt * h
+            a = np.exp(beta)
+            gamma = np.clip(gamma + th * delta * xt * g, *clamp)
+            l = np.exp(gamma)
+            c = pos(1 - a * l - a * xt**2)
+            h = h * c + a * delta * xt - a * l * w_old
+            g = g * c - a * l * w_old
+            w = (1 - a * l) * w_old + a * delta * xt
+        else:
+            raise AssertionError(name)
+    return np.array(losses), w
+
+
+# Per-run hyperparameters: each learner gets three runs with different values.
+VARIED = {
+    "alpha": [0.05, 0.01, 0.003],
+    "lambda": [0.01, 0.001, 0.05],
+    "theta_alpha": [0.01, 0.005, 0.02],
+    "beta0": [-3.0, -4.6, -2.3],
+    "theta_lambda": [0.01, 0.05, 0.002],
+    "gamma0": [-2.3, -4.6, -1.2],
+    "theta": [0.01, 0.005, 0.02],
+}
+
+
+def _problem(steps: int = 3000, runs: int = 3, d: int = 20, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((steps, runs, d))
+    w_star = rng.choice([-1.0, 1.0], size=(runs, d)) * (np.arange(d) < 5)
+    y = np.einsum("trd,rd->tr", x, w_star) + 0.5 * rng.standard_normal((steps, runs))
+    w0 = initial_weights(range(runs), d, torch.float64).numpy()
+    return x, y, w0
+
+
+@pytest.mark.parametrize("name", list(LINEAR_LEARNERS))
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-9), (torch.float32, 2e-3)])
+def test_learner_matches_per_run_reference(name, dtype, rtol):
+    spec = LINEAR_LEARNERS[name]
+    x, y, w0 = _problem()
+    hp = {n: VARIED[n] for n in spec.hyperparameters}
+    out = run_linear(name, hp, torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(w0), dtype=dtype)
+    assert out.losses.dtype == dtype and out.losses.shape == (x.shape[0], 3)
+    for r in range(3):
+        run_hp = {n: VARIED[n][r] for n in spec.hyperparameters}
+        losses, w = reference(name, run_hp, x[:, r], y[:, r], w0[r])
+        assert np.isfinite(losses).all()
+        got = out.losses[:, r].double().numpy()
+        if dtype == torch.float64:
+            np.testing.assert_allclose(got, losses, rtol=rtol, atol=1e-12)
+            np.testing.assert_allclose(out.state.w[r].numpy(), w, rtol=rtol, atol=1e-12)
+        else:  # float32: compare the trajectory's windowed mean loss and the final weights
+            np.testing.assert_allclose(got.reshape(30, -1).mean(1), losses.reshape(30, -1).mean(1), rtol=rtol, atol=1e-5)
+            np.testing.assert_allclose(out.state.w[r].double().numpy(), w, rtol=rtol, atol=1e-4)
+
+
+def test_learners_really_differ():
+    """Guards the reference test against a learner silently running another's rule."""
+    x, y, w0 = _problem(steps=500)
+    finals = {}
+    for name, spec in LINEAR_LEARNERS.items():
+        hp = {n: VARIED[n][0] for n in spec.hyperparameters}
+        finals[name] = run_linear(name, hp, torch.from_numpy(x), torch.from_numpy(y), dtype=torch.float64).losses.sum().item()
+    assert len({round(v, 6) for v in finals.values()}) == len(finals)
+
+
+def test_gamma_clamp_applied_after_update():
+    x, y, w0 = _problem(steps=1000, runs=1)
+    hp = {"alpha": 0.05, "theta_lambda": 0.5, "gamma0": -2.3}
+    clamp = (-3.0, -2.0)
+    out = run_linear("fade", hp, torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(w0), dtype=torch.float64, gamma_bounds=clamp)
+    losses, _ = reference("fade", hp, x[:, 0], y[:, 0], w0[0], clamp)
+    np.testing.assert_allclose(out.losses[:, 0].numpy(), losses, rtol=1e-9)
+    assert out.state.gamma.min() >= -3.0 and out.state.gamma.max() <= -2.0
+    assert (out.state.gamma == -2.0).any() or (out.state.gamma == -3.0).any()
+
+
+def test_hand_computed_fade_step():
+    """One FADE step worked out by hand: d = 1, x = 2, y* = 1, w0 = 0.5."""
+    hp = {"alpha": 0.1, "theta_lambda": 0.2, "gamma0": math.log(0.1)}
+    x = torch.tensor([[[2.0]], [[1.0]]], dtype=torch.float64)
+    y = torch.tensor([[1.0], [0.0]], dtype=torch.float64)
+    out = run_linear("fade", hp, x, y, torch.tensor([[0.5]], dtype=torch.float64), dtype=torch.float64)
+    # step 1: delta = 1 - 1 = 0; g0 = 0 so gamma stays; l = 0.1
+    #   g1 = 0 * [...]+ - 0.1 * 0.5 = -0.05 ; w1 = 0.9 * 0.5 + 0 = 0.45
+    # step 2: delta = 0 - 0.45 = -0.45; gamma2 = log 0.1 + 0.2 * (-0.45) * 1 * (-0.05) = log 0.1 + 0.0045
+    #   w2 = (1 - l2) * 0.45 + 0.1 * (-0.45)
+    l2 = 0.1 * math.exp(0.0045)
+    assert out.losses[:, 0].tolist() == pytest.approx([0.0, 0.45**2], abs=1e-15)
+    assert out.state.w.item() == pytest.approx((1 - l2) * 0.45 - 0.045, rel=1e-12)
+    assert out.state.g.item() == pytest.approx(-0.05 * max(1 - l2 - 0.1, 0) - l2 * 0.45, rel=1e-12)
+
+
+def test_bad_hyperparameters_rejected():
+    x = torch.zeros(2, 1, 3)
+    y = torch.zeros(2, 1)
+    with pytest.raises(ValueError, match="does not take theta"):
+        run_linear("fade", {"alpha": 0.1, "theta_lambda": 0.1, "gamma0": -1.0, "theta": 1.0}, x, y)
+    with pytest.raises(ValueError, match="unknown linear learner 'adam'"):
+        run_linear("adam", {"alpha": 0.1}, x, y)
