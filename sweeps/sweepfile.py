@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -56,6 +56,7 @@ class Sweep:
     seeds: tuple[int, ...]
     experiments: tuple[Experiment, ...]
     source: str  # the file or preset it came from, for messages
+    document: dict = field(compare=False, repr=False, default_factory=dict)  # the YAML as read, for the store
 
     @property
     def runs(self) -> int:
@@ -111,7 +112,7 @@ def parse_sweep(document: Any, source: str) -> Sweep:
     keys = [(e.task, e.settings, e.optimizer) for e in experiments]
     if len(set(keys)) != len(keys):
         raise fail("variants", "two variants run the same (task, task_settings, optimizer); merge their grids")
-    return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source)
+    return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source, document=document)
 
 
 def _parse_seeds(value: Any, fail) -> tuple[int, ...]:

@@ -1,0 +1,1 @@
+"""Where sweeps run: the embedded local Ray or a running cluster."""

@@ -1,0 +1,74 @@
+"""Start an embedded local Ray, or attach to a running cluster, with a clear error if unreachable."""
+
+from __future__ import annotations
+
+import logging
+import socket
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+import ray
+
+
+class ClusterError(RuntimeError):
+    """The cluster cannot be reached or used; the message says what to do."""
+
+
+@dataclass(frozen=True)
+class ClusterInfo:
+    cpus: int
+    gpus: int
+    dashboard_url: str | None
+    embedded: bool
+
+
+def _check_reachable(address: str, timeout: float = 5.0) -> None:
+    """Fail fast (seconds, not minutes of retries) when a host:port address does not answer."""
+    if address == "auto" or address.startswith("ray://"):
+        target = urlparse(address).netloc if address.startswith("ray://") else None
+    else:
+        target = address
+    if not target:
+        return
+    host, _, port = target.rpartition(":")
+    if not host or not port.isdigit():
+        raise ClusterError(f"bad Ray address {address!r}: expected HOST:PORT (e.g. 127.0.0.1:6379) or ray://HOST:10001")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            pass
+    except OSError as err:
+        raise ClusterError(
+            f"cannot reach a Ray cluster at {address} ({err.strerror or err}); start one with `ray start --head` "
+            "or omit --address to run on an embedded local Ray"
+        ) from None
+
+
+def connect(address: str | None = None, num_cpus: int | None = None) -> ClusterInfo:
+    """Attach to the cluster at `address`, or start an embedded local Ray when it is None.
+
+    The embedded Ray keeps Ray's defaults for security: token authentication on, and
+    the dashboard listening on loopback only.
+    """
+    if ray.is_initialized():
+        return _info(None, embedded=address is None)
+    if address is not None:
+        _check_reachable(address)
+        try:
+            context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        except (ConnectionError, RuntimeError) as err:
+            raise ClusterError(f"cannot attach to the Ray cluster at {address}: {err}") from None
+        return _info(context, embedded=False)
+    context = ray.init(
+        num_cpus=num_cpus,
+        include_dashboard=True,
+        dashboard_host="127.0.0.1",
+        logging_level=logging.WARNING,
+        log_to_driver=False,
+    )
+    return _info(context, embedded=True)
+
+
+def _info(context, embedded: bool) -> ClusterInfo:
+    resources = ray.cluster_resources()
+    url = getattr(context, "dashboard_url", None)
+    return ClusterInfo(int(resources.get("CPU", 0)), int(resources.get("GPU", 0)), f"http://{url}" if url else None, embedded)

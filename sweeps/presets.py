@@ -1,0 +1,26 @@
+"""Shipped sweep files (grids.md) and resolution of a SWEEP argument to a `Sweep`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sweeps.sweepfile import Sweep, SweepError, load_sweep
+
+PRESETS_DIR = Path(__file__).with_name("presets")
+
+
+def preset_names() -> list[str]:
+    return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
+
+
+def resolve_sweep(name_or_path: str) -> Sweep:
+    """A preset name (`fade-sweep presets`) or the path of a sweep file."""
+    path = Path(name_or_path)
+    if path.suffix in (".yaml", ".yml") or path.exists():
+        return load_sweep(path)
+    preset = PRESETS_DIR / f"{name_or_path}.yaml"
+    if preset.is_file():
+        return load_sweep(preset)
+    raise SweepError(
+        f"{name_or_path}: neither a sweep file nor a preset; presets are {', '.join(preset_names())}"
+    )

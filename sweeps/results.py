@@ -1,0 +1,110 @@
+"""Query a results directory with polars: LazyFrames over scores and curves, and the
+aggregations every table needs (per-cell mean, std with ddof=1, standard error, seed
+count, diverged seeds; best configuration per method).
+
+    import polars as pl
+    from sweeps import results
+    cells = results.cells(results.scores("results/linear-noise0")).collect()
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+import yaml
+
+from fade_core.hyperparameters import HYPERPARAMETERS
+from sweeps.plan import make_config
+from sweeps.store import curves_glob, has_results, scores_glob
+from sweeps.sweepfile import Sweep, parse_sweep
+from tasks import get_task
+
+DDOF = 1  # sample standard deviation across seeds
+PER_RUN = ("seed", "score", "diverged", "wall_seconds")
+HYPERPARAMETER_COLUMNS = tuple(HYPERPARAMETERS)
+METHOD_KEYS = ("task", "optimizer")
+
+
+def scores(results_dir: str | Path) -> pl.LazyFrame:
+    """One row per (config, seed); hive partitions task/optimizer included."""
+    if not has_results(results_dir):
+        raise FileNotFoundError(f"no scores under {results_dir}/scores: run a sweep first (`fade-sweep run ...`)")
+    return pl.scan_parquet(scores_glob(results_dir))
+
+
+def curves(results_dir: str | Path) -> pl.LazyFrame:
+    """One row per (config, seed, bin)."""
+    return pl.scan_parquet(curves_glob(results_dir))
+
+
+def variant_columns(frame: pl.LazyFrame) -> list[str]:
+    """The task and its settings: what separates one table from another (e.g. noise level)."""
+    known = {"optimizer", "config_id", *HYPERPARAMETER_COLUMNS, *PER_RUN}
+    return [c for c in frame.collect_schema().names() if c not in known and c != "step"]
+
+
+def cells(frame: pl.LazyFrame) -> pl.LazyFrame:
+    """Aggregate per-seed scores into one row per configuration (grid cell)."""
+    keys = [c for c in frame.collect_schema().names() if c not in PER_RUN]
+    return frame.group_by(keys).agg(
+        mean=pl.col("score").mean(),
+        std=pl.col("score").std(ddof=DDOF),
+        sem=pl.col("score").std(ddof=DDOF) / pl.len().sqrt(),
+        seeds=pl.len(),
+        diverged_seeds=pl.col("diverged").sum(),
+    )
+
+
+def best_configs(cell_frame: pl.LazyFrame) -> pl.LazyFrame:
+    """The best configuration per (task, settings, optimizer) by the task's score.
+
+    Cells with any diverged seed are never selected; a method whose every cell diverged
+    keeps one row with null mean and `all_diverged` true.
+    """
+    group = [c for c in variant_columns(cell_frame) if c not in ("mean", "std", "sem", "seeds", "diverged_seeds")]
+    group = [*group, "optimizer"]
+    higher = pl.col("task").map_elements(lambda t: get_task(t).higher_is_better, return_dtype=pl.Boolean)
+    ranked = cell_frame.with_columns(
+        usable=(pl.col("diverged_seeds") == 0) & pl.col("mean").is_finite(),
+        # sort key: smaller is better for every task
+        key=pl.when(higher).then(-pl.col("mean")).otherwise(pl.col("mean")),
+    )
+    return (
+        ranked.sort(["usable", "key"], descending=[True, False], nulls_last=True)
+        .group_by(group, maintain_order=True)
+        .agg(pl.all().first(), configs=pl.len(), diverged_configs=(~pl.col("usable")).sum())
+        .with_columns(all_diverged=~pl.col("usable"))
+        .with_columns(
+            pl.when(pl.col("all_diverged")).then(None).otherwise(pl.col(c)).alias(c) for c in ("mean", "std", "sem")
+        )
+        .drop("usable", "key")
+    )
+
+
+def recorded_sweep(results_dir: str | Path) -> Sweep | None:
+    """The sweep as run (sweep.yaml beside the results), if present."""
+    path = Path(results_dir) / "sweep.yaml"
+    if not path.is_file():
+        return None
+    return parse_sweep(yaml.safe_load(path.read_text()), str(path))
+
+
+def expected_runs(sweep: Sweep) -> pl.DataFrame:
+    """(task, optimizer, config_id, seed) of every run the sweep asks for."""
+    rows = [
+        (e.task, e.optimizer, make_config(e, values).config_id, seed)
+        for e in sweep.experiments
+        for values in e.configs()
+        for seed in sweep.seeds
+    ]
+    return pl.DataFrame(rows, schema=["task", "optimizer", "config_id", "seed"], orient="row")
+
+
+def missing_runs(results_dir: str | Path) -> pl.DataFrame:
+    """Runs the recorded sweep asks for that have no score yet (empty if none or no record)."""
+    sweep = recorded_sweep(results_dir)
+    if sweep is None:
+        return pl.DataFrame(schema={"task": pl.String, "optimizer": pl.String, "config_id": pl.String, "seed": pl.Int64})
+    present = scores(results_dir).select("config_id", "seed").collect()
+    return expected_runs(sweep).join(present, on=["config_id", "seed"], how="anti")
