@@ -65,7 +65,7 @@ def _cmd_table(args) -> None:
 
     if not (Path(args.results_dir) / "scores").is_dir():
         raise UserError(f"{args.results_dir}: no results there (expected {args.results_dir}/scores/); give STORAGE/<sweep name>")
-    print(best_table_text(args.results_dir, args.format))
+    print(best_table_text(args.results_dir, args.format).rstrip("\n"))
 
 
 def _cmd_run(args) -> None:
@@ -99,7 +99,7 @@ def _cmd_run(args) -> None:
     else:
         print("Nothing to run: every (config, seed) already has a score.")
     print(f"Results: {outcome.results_dir}\n")
-    print(best_table_text(outcome.results_dir, args.table_format))
+    print(best_table_text(outcome.results_dir, args.table_format).rstrip("\n"))
 
 
 COMMANDS = {"run": _cmd_run, "presets": _cmd_presets, "table": _cmd_table}

@@ -1,0 +1,118 @@
+"""End to end through Ray Tune on a tiny sweep, sharing one local Ray for the module."""
+
+import math
+
+import polars as pl
+import pytest
+import ray
+import yaml
+
+from sweeps import results
+from sweeps.cli import main
+
+CONFIGS = {"sgd": 3, "fade": 4}  # grid sizes below
+SEEDS = 3
+STEPS, BIN = 3000, 500
+
+SWEEP = {
+    "name": "tiny",
+    "task": "linear_tracking",
+    "task_settings": {"steps": STEPS, "bin": BIN, "noise": 1.0},
+    "seeds": SEEDS,
+    "optimizers": {
+        "sgd": {"alpha": [0.5, 0.05, 0.01]},  # 0.5 diverges on 20 unit-variance inputs
+        "fade": {"alpha": [0.05, 0.01], "theta_lambda": [0.01], "gamma0": [-2.3, -4.6]},
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def finished(local_ray, tmp_path_factory):
+    root = tmp_path_factory.mktemp("e2e")
+    sweep = root / "tiny.yaml"
+    sweep.write_text(yaml.safe_dump(SWEEP))
+    # --runs-per-pack 6 forces several packs per optimizer
+    assert main(["run", str(sweep), "--storage", str(root / "store"), "--runs-per-pack", "6", "--chunk-steps", "700"]) == 0
+    return sweep, root / "store" / "tiny"
+
+
+def test_store_has_exact_rows(finished):
+    _, results_dir = finished
+    scores = results.scores(results_dir).collect()
+    curves = results.curves(results_dir).collect()
+    runs = sum(CONFIGS.values()) * SEEDS
+    assert scores.height == runs
+    assert scores.select("config_id", "seed").unique().height == runs
+    assert curves.height == runs * STEPS // BIN
+    assert curves.select("config_id", "seed", "step").unique().height == curves.height
+    assert sorted(curves["step"].unique()) == list(range(BIN, STEPS + 1, BIN))
+    # typed hyperparameter columns, null where the optimizer does not take them
+    sgd = scores.filter(pl.col("optimizer") == "sgd")
+    assert sgd["gamma0"].is_null().all() and sgd["alpha"].dtype == pl.Float64
+    fade = scores.filter(pl.col("optimizer") == "fade")
+    assert fade["gamma0"].is_not_null().all()
+    # curves: FADE has decay rates, SGD does not; the score is the mean of the bins' MSE
+    assert curves.filter(pl.col("optimizer") == "fade")["decay_relevant"].is_not_null().all()
+    assert curves.filter(pl.col("optimizer") == "sgd")["decay_relevant"].is_null().all()
+    one = fade.row(0, named=True)
+    bins = curves.filter((pl.col("config_id") == one["config_id"]) & (pl.col("seed") == one["seed"]))
+    assert math.isclose(bins["mse"].mean(), one["score"], rel_tol=1e-9)
+
+
+def test_diverged_runs_recorded_and_never_selected(finished, capsys):
+    _, results_dir = finished
+    scores = results.scores(results_dir).collect()
+    diverged = scores.filter(pl.col("diverged"))
+    assert set(diverged["alpha"]) == {0.5} and set(diverged["optimizer"]) == {"sgd"}
+    assert scores.filter(~pl.col("diverged"))["score"].is_finite().all()
+    assert main(["table", str(results_dir), "--format", "csv"]) == 0
+    out = capsys.readouterr().out
+    table = pl.read_csv(out.encode())
+    assert table.height == 2, out
+    sgd = table.filter(pl.col("optimizer") == "sgd").row(0, named=True)
+    assert sgd["alpha"] != 0.5 and sgd["diverged_configs"] == 1 and sgd["seeds"] == SEEDS
+    expected = scores.filter(pl.col("config_id") == sgd["config_id"])["score"]
+    assert math.isclose(sgd["mean"], expected.mean(), rel_tol=1e-12)
+    assert math.isclose(sgd["std"], expected.std(ddof=1), rel_tol=1e-12)
+
+
+def test_markdown_and_latex_tables(finished, capsys):
+    _, results_dir = finished
+    assert main(["table", str(results_dir)]) == 0
+    md = capsys.readouterr().out
+    assert "| method | score | seeds |" in md and "ddof=1" in md and md.count("**") == 4
+    assert main(["table", str(results_dir), "--format", "latex"]) == 0
+    assert r"\toprule" in capsys.readouterr().out
+
+
+def test_rerun_without_resume_is_refused(finished, capsys):
+    sweep, results_dir = finished
+    assert main(["run", str(sweep), "--storage", str(results_dir.parent)]) == 2
+    assert "already holds results of sweep tiny; pass --resume" in capsys.readouterr().err
+
+
+def test_resume_runs_only_missing_and_reproduces_them(finished, tmp_path):
+    sweep, results_dir = finished
+    before = results.scores(results_dir).collect().sort("config_id", "seed")
+    # Simulate an interrupted sweep: one pack's results never landed.
+    victim = sorted((results_dir / "scores").glob("**/*.parquet"))[0]
+    lost = pl.read_parquet(victim).height
+    victim.unlink()
+    (results_dir / "curves" / victim.relative_to(results_dir / "scores")).unlink()
+    untouched = {p: p.stat().st_mtime_ns for p in (results_dir / "scores").glob("**/*.parquet")}
+    assert main(["run", str(sweep), "--storage", str(results_dir.parent), "--resume"]) == 0
+    after = results.scores(results_dir).collect().sort("config_id", "seed")
+    assert after.height == before.height
+    assert after.select("config_id", "seed", "score", "diverged").equals(before.select("config_id", "seed", "score", "diverged"))
+    assert all(p.stat().st_mtime_ns == t for p, t in untouched.items())  # finished packs not re-run
+    # the lost runs (one optimizer, all seeds) come back as one new pack at the automatic size
+    assert 0 < lost < 100
+    assert len(list((results_dir / "scores").glob("**/*.parquet"))) == len(untouched) + 1
+    assert results.missing_runs(results_dir).height == 0

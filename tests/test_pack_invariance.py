@@ -1,0 +1,53 @@
+"""A run's numbers do not depend on its pack, the pack size or the chunk length."""
+
+import numpy as np
+import pytest
+import torch
+
+from sweeps.engine import make_runner
+from sweeps.plan import Pack, make_config
+from sweeps.sweepfile import parse_sweep
+
+
+def _experiment(optimizer, grid):
+    sweep = parse_sweep(
+        {"name": "t", "task": "linear_tracking", "task_settings": {"steps": 700, "bin": 1, "noise": 1.0},
+         "seeds": [0, 1, 2], "optimizers": {optimizer: grid}},
+        "test",
+    )
+    return sweep.experiments[0]
+
+
+def _per_step_losses(experiment, configs, seeds, chunk_steps, dtype=torch.float32):
+    pack = Pack(experiment, tuple(make_config(experiment, c) for c in configs), tuple(seeds))
+    runner = make_runner(pack, chunk_steps, dtype)
+    for _ in runner.run():
+        pass
+    mse = runner.outcome().curves["mse"]  # bin = 1 step: the per-step losses
+    return {(c_id.config_id, s): mse[i * len(seeds) + j] for i, c_id in enumerate(pack.configs) for j, s in enumerate(seeds)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_run_alone_equals_run_in_mixed_pack_and_other_chunks(dtype):
+    grid = {"alpha": [0.05, 0.01], "theta_lambda": [0.01, 0.05], "gamma0": [-2.3, -4.6]}
+    experiment = _experiment("fade", grid)
+    configs = experiment.configs()
+    packed = _per_step_losses(experiment, configs, [0, 1, 2], chunk_steps=256, dtype=dtype)
+    target = configs[5]
+    alone = _per_step_losses(experiment, [target], [1], chunk_steps=700, dtype=dtype)
+    odd_chunks = _per_step_losses(experiment, [configs[0], target], [2, 1], chunk_steps=33, dtype=dtype)
+    key = (make_config(experiment, target).config_id, 1)
+    assert np.isfinite(alone[key]).all() and alone[key].shape == (700,)
+    np.testing.assert_array_equal(packed[key], alone[key])
+    np.testing.assert_array_equal(odd_chunks[key], alone[key])
+    # and the runs of one pack really differ from each other
+    assert not np.array_equal(packed[key], packed[(make_config(experiment, configs[0]).config_id, 1)])
+
+
+def test_same_seed_same_stream_and_initial_weights_across_configs():
+    experiment = _experiment("sgd", {"alpha": [0.01, 0.02]})
+    losses = _per_step_losses(experiment, experiment.configs(), [0, 1], chunk_steps=700)
+    ids = [make_config(experiment, c).config_id for c in experiment.configs()]
+    # first step: prediction of w0 on x_0 before any update depends on the seed only
+    assert losses[(ids[0], 0)][0] == losses[(ids[1], 0)][0]
+    assert losses[(ids[0], 0)][0] != losses[(ids[0], 1)][0]
