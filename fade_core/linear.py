@@ -142,43 +142,47 @@ LINEAR_LEARNERS: dict[str, LinearLearner] = {
 }
 
 
+@numba.njit(inline="always", fastmath=_FASTMATH)
+def _advance_run(rule, pr, lo, hi, s, x, y, W, B, H, G, GT, losses_r):
+    """T steps of one run (state in W, B, H, G, GT) with one learner's rule."""
+    d = W.shape[0]
+    for t in range(x.shape[0]):
+        xt = x[t, s]
+        pred = 0.0  # accumulate the prediction in float64
+        for i in range(d):
+            pred += W[i] * xt[i]
+        delta = y[t, s] - pred
+        losses_r[t] = delta * delta
+        for i in range(d):
+            W[i], B[i], H[i], G[i], GT[i] = rule(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], lo, hi)
+
+
 @numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)
-def _run_chunk(kind, p, gamma_lo, gamma_hi, run_slot, x, y, w, beta, h, gamma, g, losses):
+def _run_chunk(kind, p, lo, hi, run_slot, x, y, w, beta, h, gamma, g, losses):
     """Advance R runs by T steps in place; write each step's pre-update loss delta^2.
 
     x: (T, S, d) and y: (T, S) hold one stream per slot s; run r reads slot run_slot[r],
     so all configurations of a seed share one copy of its stream.
     """
-    R, d = w.shape
-    T = x.shape[0]
-    for r in numba.prange(R):
-        s = run_slot[r]
-        pr = p[r]
+    for r in numba.prange(w.shape[0]):
         # The run's state lives in small local arrays for the whole chunk.
         W, B, H, G, GT = w[r].copy(), beta[r].copy(), h[r].copy(), gamma[r].copy(), g[r].copy()
-        for t in range(T):
-            xt = x[t, s]
-            pred = 0.0  # accumulate the prediction in float64
-            for i in range(d):
-                pred += W[i] * xt[i]
-            delta = y[t, s] - pred
-            losses[r, t] = delta * delta
-            # The rule is fixed for the whole call; LLVM unswitches this branch out of the loop.
-            for i in range(d):
-                if kind == 0:
-                    W[i], B[i], H[i], G[i], GT[i] = _sgd(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], gamma_lo, gamma_hi)
-                elif kind == 1:
-                    W[i], B[i], H[i], G[i], GT[i] = _sgd_wd(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], gamma_lo, gamma_hi)
-                elif kind == 2:
-                    W[i], B[i], H[i], G[i], GT[i] = _idbd(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], gamma_lo, gamma_hi)
-                elif kind == 3:
-                    W[i], B[i], H[i], G[i], GT[i] = _idbd_wd(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], gamma_lo, gamma_hi)
-                elif kind == 4:
-                    W[i], B[i], H[i], G[i], GT[i] = _fade(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], gamma_lo, gamma_hi)
-                elif kind == 5:
-                    W[i], B[i], H[i], G[i], GT[i] = _fade_idbd(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], gamma_lo, gamma_hi)
-                else:
-                    W[i], B[i], H[i], G[i], GT[i] = _coupled(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], gamma_lo, gamma_hi)
+        pr, s, out = p[r], run_slot[r], losses[r]
+        # One branch per run, outside the step loop: each learner gets its own inlined loop.
+        if kind == 0:
+            _advance_run(_sgd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+        elif kind == 1:
+            _advance_run(_sgd_wd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+        elif kind == 2:
+            _advance_run(_idbd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+        elif kind == 3:
+            _advance_run(_idbd_wd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+        elif kind == 4:
+            _advance_run(_fade, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+        elif kind == 5:
+            _advance_run(_fade_idbd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+        else:
+            _advance_run(_coupled, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
         w[r], beta[r], h[r], gamma[r], g[r] = W, B, H, G, GT
 
 
