@@ -94,7 +94,7 @@ def _cmd_run(args) -> None:
         print(
             f"Done: {outcome.packs} packs, {outcome.run_steps:.3e} run-steps in {outcome.wall_seconds:.1f} s wall "
             f"({outcome.run_steps / outcome.wall_seconds / 1e6:.1f}M run-steps/s on {outcome.cpus} CPUs; "
-            f"{100 * outcome.overhead_fraction:.1f}% of CPU time outside the engine)"
+            f"Ray start {outcome.ray_start_seconds:.1f} s; Tune overhead {100 * outcome.tune_overhead_fraction:.1f}%)"
         )
     else:
         print("Nothing to run: every (config, seed) already has a score.")

@@ -34,16 +34,22 @@ class SweepRun:
     run_steps: int
     skipped_runs: int  # (config, seed) pairs already in the store (resume)
     wall_seconds: float  # from connecting to Ray to the last write
+    ray_start_seconds: float  # of which: starting (or attaching to) Ray
     compute_seconds: float  # summed over packs: time inside the engine
     cpus: int
     dashboard_url: str | None
 
     @property
-    def overhead_fraction(self) -> float:
-        """Share of the CPUs' wall time not spent in the engine (Ray start, scheduling, idle tail)."""
-        if self.wall_seconds <= 0 or self.cpus <= 0:
+    def tune_overhead_fraction(self) -> float:
+        """Share of the CPUs' time, from Ray up to the last write, not spent in the engine.
+
+        It counts Tune's scheduling, trial start-up, result reporting and the idle tail
+        while the last packs finish; starting Ray itself is reported apart.
+        """
+        tune_seconds = self.wall_seconds - self.ray_start_seconds
+        if tune_seconds <= 0 or self.cpus <= 0:
             return 0.0
-        return max(0.0, 1.0 - self.compute_seconds / (self.wall_seconds * min(self.cpus, max(self.packs, 1))))
+        return max(0.0, 1.0 - self.compute_seconds / (tune_seconds * min(self.cpus, max(self.packs, 1))))
 
 
 def results_dir_for(sweep: Sweep, storage: str | Path) -> Path:
@@ -71,13 +77,14 @@ def run_sweep(
         )
     started = time.perf_counter()
     cluster = connect(address, num_cpus)
+    ray_start = time.perf_counter() - started
     if show_progress and cluster.dashboard_url:
         print(f"Ray dashboard: {cluster.dashboard_url}")
     done = finished_runs(results_dir) if resume else set()
     packs = plan_packs(sweep, cluster.cpus, done, runs_per_pack)
     skipped = sweep.runs - sum(p.runs for p in packs)
     if not packs:
-        return SweepRun(results_dir, 0, 0, skipped, time.perf_counter() - started, 0.0, cluster.cpus, cluster.dashboard_url)
+        return SweepRun(results_dir, 0, 0, skipped, time.perf_counter() - started, ray_start, 0.0, cluster.cpus, cluster.dashboard_url)
 
     results_dir.mkdir(parents=True, exist_ok=True)
     record = results_dir / SWEEP_RECORD
@@ -118,5 +125,13 @@ def run_sweep(
             f"fix the cause and rerun with --resume. First error: {grid.errors[0]}"
         )
     return SweepRun(
-        results_dir, len(packs), run_steps, skipped, time.perf_counter() - started, compute, cluster.cpus, cluster.dashboard_url
+        results_dir,
+        len(packs),
+        run_steps,
+        skipped,
+        time.perf_counter() - started,
+        ray_start,
+        compute,
+        cluster.cpus,
+        cluster.dashboard_url,
     )
