@@ -42,13 +42,19 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--runs-per-pack", type=_positive_int, help="override the automatic pack size")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--table-format", choices=("md", "latex", "csv"), default="md", help="format of the closing table")
+    run.add_argument("--no-report", action="store_true", help="skip writing RESULTS_DIR/report.html at the end")
 
     commands.add_parser("presets", help="list the shipped sweeps with their size")
 
     table = commands.add_parser("table", help="print a table from a results directory")
     table.add_argument("results_dir", help="STORAGE/<sweep name>")
-    table.add_argument("--kind", choices=("best",), default="best")
+    table.add_argument("--kind", choices=("best", "sensitivity"), default="best")
     table.add_argument("--format", choices=("md", "latex", "csv"), default="md")
+
+    report = commands.add_parser("report", help="write the figures and tables as one offline HTML file")
+    report.add_argument("results_dir", help="STORAGE/<sweep name>")
+    report.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
+    report.add_argument("--images", help="also write a PNG per figure into this folder (needs kaleido)")
     return parser
 
 
@@ -60,18 +66,30 @@ def _cmd_presets(args) -> None:
         print(f"{name:<16} {sweep.runs:>7,} {sweep.run_steps:>12.3e}  {description}")
 
 
-def _cmd_table(args) -> None:
-    from sweeps.tables import best_table_text
+def _require_results(results_dir: str) -> None:
+    if not (Path(results_dir) / "scores").is_dir():
+        raise UserError(f"{results_dir}: no results there (expected {results_dir}/scores/); give STORAGE/<sweep name>")
 
-    if not (Path(args.results_dir) / "scores").is_dir():
-        raise UserError(f"{args.results_dir}: no results there (expected {args.results_dir}/scores/); give STORAGE/<sweep name>")
-    print(best_table_text(args.results_dir, args.format).rstrip("\n"))
+
+def _cmd_report(args) -> None:
+    from sweeps.report import write_report
+
+    _require_results(args.results_dir)
+    figures = write_report(args.results_dir, args.out, args.images)
+    print(f"Report: {Path(args.out).resolve()} ({len(figures)} figures; opens offline in any browser)")
+
+
+def _cmd_table(args) -> None:
+    from sweeps.tables import table_text
+
+    _require_results(args.results_dir)
+    print(table_text(args.results_dir, args.kind, args.format).rstrip("\n"))
 
 
 def _cmd_run(args) -> None:
     from cluster.connect import ClusterError
     from sweeps.runner import run_sweep
-    from sweeps.tables import best_table_text
+    from sweeps.tables import table_text
 
     sweep = resolve_sweep(args.sweep)
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
@@ -99,10 +117,16 @@ def _cmd_run(args) -> None:
     else:
         print("Nothing to run: every (config, seed) already has a score.")
     print(f"Results: {outcome.results_dir}\n")
-    print(best_table_text(outcome.results_dir, args.table_format).rstrip("\n"))
+    print(table_text(outcome.results_dir, "best", args.table_format).rstrip("\n"))
+    if not args.no_report:
+        from sweeps.report import write_report
+
+        report = outcome.results_dir / "report.html"
+        figures = write_report(outcome.results_dir, report)
+        print(f"\nReport: {report} ({len(figures)} figures, opens offline in any browser)")
 
 
-COMMANDS = {"run": _cmd_run, "presets": _cmd_presets, "table": _cmd_table}
+COMMANDS = {"run": _cmd_run, "presets": _cmd_presets, "table": _cmd_table, "report": _cmd_report}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,11 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import polars as pl
+import pyarrow as pa
 import yaml
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.plan import make_config
-from sweeps.store import curves_glob, has_results, scores_glob
+from sweeps.plan import Pack, make_config
+from sweeps.store import curves_glob, has_results, run_keys, scores_glob
 from sweeps.sweepfile import Sweep, parse_sweep
 from tasks import get_task
 
@@ -91,20 +92,20 @@ def recorded_sweep(results_dir: str | Path) -> Sweep | None:
 
 
 def expected_runs(sweep: Sweep) -> pl.DataFrame:
-    """(task, optimizer, config_id, seed) of every run the sweep asks for."""
-    rows = [
-        (e.task, e.optimizer, make_config(e, values).config_id, seed)
-        for e in sweep.experiments
-        for values in e.configs()
-        for seed in sweep.seeds
-    ]
-    return pl.DataFrame(rows, schema=["task", "optimizer", "config_id", "seed"], orient="row")
+    """The key columns (as in scores/) of every (config, seed) the sweep asks for."""
+    frames = []
+    for experiment in sweep.experiments:
+        configs = tuple(make_config(experiment, values) for values in experiment.configs())
+        pack = Pack(experiment, configs, sweep.seeds)
+        keys = pl.from_arrow(pa.table(run_keys(pack)))
+        frames.append(keys.with_columns(steps=pl.lit(experiment.settings.steps, pl.Int64)))
+    return pl.concat(frames, how="diagonal_relaxed")
 
 
 def missing_runs(results_dir: str | Path) -> pl.DataFrame:
-    """Runs the recorded sweep asks for that have no score yet (empty if none or no record)."""
+    """Runs the recorded sweep asks for that have no score yet (empty without a record)."""
     sweep = recorded_sweep(results_dir)
-    if sweep is None:
-        return pl.DataFrame(schema={"task": pl.String, "optimizer": pl.String, "config_id": pl.String, "seed": pl.Int64})
     present = scores(results_dir).select("config_id", "seed").collect()
+    if sweep is None:
+        return present.clear()
     return expected_runs(sweep).join(present, on=["config_id", "seed"], how="anti")

@@ -34,8 +34,8 @@ def _settings_columns(pack: Pack) -> dict[str, object]:
     return {k: v for k, v in dataclasses.asdict(pack.experiment.settings).items() if k != "steps"}
 
 
-def _key_columns(pack: Pack, repeat: int) -> dict[str, pa.Array]:
-    """task, optimizer, config_id, settings, hyperparameters and seed for every run, each row repeated."""
+def run_keys(pack: Pack, repeat: int = 1) -> dict[str, pa.Array]:
+    """task, optimizer, config_id, settings, hyperparameters and seed of every run, each row repeated."""
     n_seeds = len(pack.seeds)
     runs = pack.runs
     experiment = pack.experiment
@@ -54,7 +54,7 @@ def _key_columns(pack: Pack, repeat: int) -> dict[str, pa.Array]:
 
 
 def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
-    columns = _key_columns(pack, 1)
+    columns = run_keys(pack)
     columns["score"] = pa.array(outcome.score, pa.float64())
     columns["diverged"] = pa.array(outcome.diverged, pa.bool_())
     columns["steps"] = pa.array(np.full(pack.runs, pack.experiment.settings.steps), pa.int64())
@@ -64,7 +64,7 @@ def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
 
 def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     bins = len(outcome.bin_end)
-    columns = _key_columns(pack, bins)
+    columns = run_keys(pack, bins)
     columns["step"] = pa.array(np.tile(outcome.bin_end, pack.runs), pa.int64())
     for name, values in outcome.curves.items():
         if values is None:

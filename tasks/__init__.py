@@ -22,6 +22,7 @@ class TaskSpec:
     make_stream: Callable[[Any, int], Any]  # (settings, seed) -> stream
     score: str  # what the score column holds
     higher_is_better: bool
+    curve_metric: str  # the online metric column of curves/ (learning curves plot it)
 
     def settings(self, values: dict[str, Any]) -> Any:
         """Build the settings dataclass from a mapping, coercing to each field's type."""
@@ -57,6 +58,7 @@ TASKS: dict[str, TaskSpec] = {
         make_stream=LinearTrackingStream,
         score="lifetime MSE (mean squared error over all steps)",
         higher_is_better=False,
+        curve_metric="mse",
     ),
 }
 
