@@ -5,6 +5,8 @@ count, diverged seeds; best configuration per method).
     import polars as pl
     from sweeps import results
     cells = results.cells(results.scores("results/linear-noise0")).collect()
+    best = results.best_configs(results.cells(results.scores("results/linear-noise0"))).collect()
+    results.config_curves("results/linear-noise0", best["config_id"][0]).collect()
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from tasks import get_task
 
 DDOF = 1  # sample standard deviation across seeds
 PER_RUN = ("seed", "score", "diverged", "wall_seconds")
+CELL_STATS = ("mean", "std", "sem", "seeds", "diverged_seeds", "any_diverged")  # what `cells` adds
 HYPERPARAMETER_COLUMNS = tuple(HYPERPARAMETERS)
 METHOD_KEYS = ("task", "optimizer")
 
@@ -37,6 +40,11 @@ def scores(results_dir: str | Path) -> pl.LazyFrame:
 def curves(results_dir: str | Path) -> pl.LazyFrame:
     """One row per (config, seed, bin)."""
     return pl.scan_parquet(curves_glob(results_dir))
+
+
+def config_curves(results_dir: str | Path, config_id: str) -> pl.LazyFrame:
+    """The per-seed curves of one configuration, ordered by seed and step."""
+    return curves(results_dir).filter(pl.col("config_id") == config_id).sort("seed", "step")
 
 
 def variant_columns(frame: pl.LazyFrame) -> list[str]:
@@ -54,6 +62,7 @@ def cells(frame: pl.LazyFrame) -> pl.LazyFrame:
         sem=pl.col("score").std(ddof=DDOF) / pl.len().sqrt(),
         seeds=pl.len(),
         diverged_seeds=pl.col("diverged").sum(),
+        any_diverged=pl.col("diverged").any(),
     )
 
 
@@ -63,7 +72,7 @@ def best_configs(cell_frame: pl.LazyFrame) -> pl.LazyFrame:
     Cells with any diverged seed are never selected; a method whose every cell diverged
     keeps one row with null mean and `all_diverged` true.
     """
-    group = [c for c in variant_columns(cell_frame) if c not in ("mean", "std", "sem", "seeds", "diverged_seeds")]
+    group = [c for c in variant_columns(cell_frame) if c not in CELL_STATS]
     group = [*group, "optimizer"]
     higher = pl.col("task").map_elements(lambda t: get_task(t).higher_is_better, return_dtype=pl.Boolean)
     ranked = cell_frame.with_columns(

@@ -62,7 +62,14 @@ def test_cells_hand_computed(store):
     assert sgd["mean"] == 4.0 and sgd["std"] == pytest.approx(2.0) and sgd["seeds"] == 3
     assert sgd["sem"] == pytest.approx(2.0 / math.sqrt(3)) and sgd["diverged_seeds"] == 0
     bad = cells.filter(pl.col("gamma0") == -2.0).row(0, named=True)
-    assert bad["diverged_seeds"] == 1
+    assert bad["diverged_seeds"] == 1 and bad["any_diverged"] and not sgd["any_diverged"]
+
+
+def test_config_curves(store):
+    config_id = results.scores(store).filter(pl.col("optimizer") == "sgd", pl.col("alpha") == 0.1).collect()["config_id"][0]
+    curve = results.config_curves(store, config_id).collect()
+    assert curve.select("seed", "step").rows() == [(0, 2), (0, 4), (1, 2), (1, 4), (2, 2), (2, 4)]
+    assert curve["mse"].to_list() == [2.0, 2.0, 4.0, 4.0, 6.0, 6.0]
 
 
 def test_best_table_hand_computed(store):
