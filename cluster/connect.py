@@ -22,7 +22,7 @@ class ClusterInfo:
     embedded: bool
 
 
-def _check_reachable(address: str, timeout: float = 5.0) -> None:
+def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster") -> None:
     """Fail fast (seconds, not minutes of retries) when a host:port address does not answer."""
     if address == "auto" or address.startswith("ray://"):
         target = urlparse(address).netloc if address.startswith("ray://") else None
@@ -38,8 +38,8 @@ def _check_reachable(address: str, timeout: float = 5.0) -> None:
             pass
     except OSError as err:
         raise ClusterError(
-            f"cannot reach a Ray cluster at {address} ({err.strerror or err}); start one with `ray start --head` "
-            "or omit --address to run on an embedded local Ray"
+            f"cannot reach a {what} at {address} ({err.strerror or err}); check the address, start one with "
+            "`ray start --head`, or omit --address to run on an embedded local Ray"
         ) from None
 
 
@@ -52,7 +52,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> ClusterI
     if ray.is_initialized():
         return _info(None, embedded=address is None)
     if address is not None:
-        _check_reachable(address)
+        check_reachable(address)
         try:
             context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError) as err:

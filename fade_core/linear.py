@@ -143,8 +143,12 @@ LINEAR_LEARNERS: dict[str, LinearLearner] = {
 
 
 @numba.njit(inline="always", fastmath=_FASTMATH)
-def _advance_run(rule, pr, lo, hi, s, x, y, W, B, H, G, GT, losses_r):
-    """T steps of one run (state in W, B, H, G, GT) with one learner's rule."""
+def _advance_run(rule, pr, lo, hi, s, x, y, W, B, H, G, GT, losses_r, total):
+    """T steps of one run (state in W, B, H, G, GT) with one learner's rule.
+
+    Returns `total` plus this chunk's squared errors, added one step at a time in float64:
+    the same order whatever the chunking, so binned sums are chunk-invariant to the bit.
+    """
     d = W.shape[0]
     for t in range(x.shape[0]):
         xt = x[t, s]
@@ -153,13 +157,16 @@ def _advance_run(rule, pr, lo, hi, s, x, y, W, B, H, G, GT, losses_r):
             pred += W[i] * xt[i]
         delta = y[t, s] - pred
         losses_r[t] = delta * delta
+        total += delta * delta
         for i in range(d):
             W[i], B[i], H[i], G[i], GT[i] = rule(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], lo, hi)
+    return total
 
 
 @numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)
-def _run_chunk(kind, p, lo, hi, run_slot, x, y, w, beta, h, gamma, g, losses):
-    """Advance R runs by T steps in place; write each step's pre-update loss delta^2.
+def _run_chunk(kind, p, lo, hi, run_slot, x, y, w, beta, h, gamma, g, losses, loss_sums):
+    """Advance R runs by T steps in place; write each step's pre-update loss delta^2
+    and add them to loss_sums (R,) float64.
 
     x: (T, S, d) and y: (T, S) hold one stream per slot s; run r reads slot run_slot[r],
     so all configurations of a seed share one copy of its stream.
@@ -167,23 +174,24 @@ def _run_chunk(kind, p, lo, hi, run_slot, x, y, w, beta, h, gamma, g, losses):
     for r in numba.prange(w.shape[0]):
         # The run's state lives in small local arrays for the whole chunk.
         W, B, H, G, GT = w[r].copy(), beta[r].copy(), h[r].copy(), gamma[r].copy(), g[r].copy()
-        pr, s, out = p[r], run_slot[r], losses[r]
+        pr, s, out, acc = p[r], run_slot[r], losses[r], loss_sums[r]
         # One branch per run, outside the step loop: each learner gets its own inlined loop.
         if kind == 0:
-            _advance_run(_sgd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+            acc = _advance_run(_sgd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
         elif kind == 1:
-            _advance_run(_sgd_wd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+            acc = _advance_run(_sgd_wd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
         elif kind == 2:
-            _advance_run(_idbd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+            acc = _advance_run(_idbd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
         elif kind == 3:
-            _advance_run(_idbd_wd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+            acc = _advance_run(_idbd_wd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
         elif kind == 4:
-            _advance_run(_fade, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+            acc = _advance_run(_fade, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
         elif kind == 5:
-            _advance_run(_fade_idbd, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+            acc = _advance_run(_fade_idbd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
         else:
-            _advance_run(_coupled, pr, lo, hi, s, x, y, W, B, H, G, GT, out)
+            acc = _advance_run(_coupled, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
         w[r], beta[r], h[r], gamma[r], g[r] = W, B, H, G, GT
+        loss_sums[r] = acc
 
 
 class LinearState(NamedTuple):
@@ -262,13 +270,17 @@ def advance(
     y: torch.Tensor,
     run_slot: torch.Tensor,
     losses: torch.Tensor,
+    loss_sums: np.ndarray | None = None,
     gamma_bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> None:
     """Advance the state in place by x.shape[0] steps (the engine's entry point).
 
     x: (T, S, d), y: (T, S) streams by slot; run_slot: (R,) int64 slot of each run;
-    losses: (R, T) output buffer. All CPU tensors of the state's dtype.
+    losses: (R, T) output buffer. All CPU tensors of the state's dtype. loss_sums, if
+    given: (R,) float64 running sums the steps' losses are added to, in step order.
     """
+    if loss_sums is None:
+        loss_sums = np.zeros(state.w.shape[0])
     lo, hi = (np.dtype(state.w.numpy().dtype).type(b) for b in gamma_bounds)
     _run_chunk(
         learner.kind,
@@ -280,6 +292,7 @@ def advance(
         y.numpy(),
         *(t.numpy() for t in state),
         losses.numpy(),
+        loss_sums,
     )
 
 
@@ -328,6 +341,6 @@ def run_linear(
         y.detach().to("cpu", dtype).contiguous(),
         torch.arange(runs),
         losses,
-        gamma_bounds,
+        gamma_bounds=gamma_bounds,
     )
     return LinearRun(losses.T, state)

@@ -1,4 +1,4 @@
-"""`fade-sweep`: run sweeps on Ray Tune, list presets, print tables.
+"""`fade-sweep`: run sweeps on Ray Tune (locally or on a cluster), follow them, print tables and reports.
 
 Exit codes (interface.md): 0 ok, 2 bad input (one line on stderr, nothing written),
 1 failure.
@@ -7,12 +7,16 @@ Exit codes (interface.md): 0 ok, 2 bad input (one line on stderr, nothing writte
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
+from cluster.connect import ClusterError
+from cluster.placement import PackResources
 from sweeps.engine import DEFAULT_CHUNK_STEPS
 from sweeps.presets import preset_names, resolve_sweep
-from sweeps.sweepfile import SweepError
+from sweeps.runner import DEFAULT_CHECKPOINT_EVERY
+from sweeps.sweepfile import SweepError, cpu_only_tasks
 
 BAD_INPUT, FAILURE = 2, 1
 
@@ -28,6 +32,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fade-sweep", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
@@ -35,14 +46,35 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a sweep file or preset to completion on Ray Tune")
     run.add_argument("sweep", help="a sweep YAML file or a preset name (see `fade-sweep presets`)")
     run.add_argument("--storage", default="results", help="results go under STORAGE/<sweep name> (default: ./results)")
-    run.add_argument("--address", help="Ray cluster address (HOST:PORT or ray://...); default: an embedded local Ray")
+    run.add_argument("--address", help="attach to a running Ray cluster (HOST:PORT, ray://..., auto); default: embedded local Ray")
     run.add_argument("--resume", action="store_true", help="finish an interrupted sweep; finished runs are kept")
+    run.add_argument("--dry-run", action="store_true", help="print the plan and an estimated wall time, run nothing")
     run.add_argument("--num-cpus", type=_positive_int, help="CPUs of the embedded local Ray (default: all)")
+    run.add_argument("--cpus-per-pack", type=_positive_float, help="CPUs per trial (default: the sweep file's, else 1)")
+    run.add_argument("--gpus-per-pack", type=float, help="GPUs per trial; a fraction packs several trials per GPU")
     run.add_argument("--chunk-steps", type=_positive_int, default=DEFAULT_CHUNK_STEPS, help="steps per compiled chunk")
+    run.add_argument("--checkpoint-every", type=int, default=DEFAULT_CHECKPOINT_EVERY, help="chunks between checkpoints (0: never)")
+    run.add_argument("--max-failures", type=int, default=3, help="retries of a failed pack, each from its last checkpoint")
     run.add_argument("--runs-per-pack", type=_positive_int, help="override the automatic pack size")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--table-format", choices=("md", "latex", "csv"), default="md", help="format of the closing table")
     run.add_argument("--no-report", action="store_true", help="skip writing RESULTS_DIR/report.html at the end")
+
+    submit = commands.add_parser("submit", help="submit a sweep to a running Ray cluster as a Ray Job")
+    submit.add_argument("sweep", help="a sweep YAML file or a preset name")
+    submit.add_argument("--address", required=True, help="the cluster's dashboard / job server, http://HEAD:8265")
+    submit.add_argument("--storage", required=True, help="results directory on a filesystem every node shares")
+    submit.add_argument("--pip", action="append", help="a pip requirement the cluster's image lacks (repeatable)")
+    submit.epilog = "More `fade-sweep run` options for the job go after --, e.g. -- --resume --runs-per-pack 200"
+
+    status = commands.add_parser("status", help="status of a results directory, or of a submitted job")
+    status.add_argument("target", nargs="?", help="RESULTS_DIR, or a job id (with --address); none: list jobs")
+    status.add_argument("--address", help="the cluster's job server, http://HEAD:8265 (default: $RAY_ADDRESS)")
+
+    logs = commands.add_parser("logs", help="print a submitted job's logs")
+    logs.add_argument("job_id")
+    logs.add_argument("--address", help="the cluster's job server, http://HEAD:8265 (default: $RAY_ADDRESS)")
+    logs.add_argument("--follow", action="store_true", help="keep printing until the job ends")
 
     commands.add_parser("presets", help="list the shipped sweeps with their size")
 
@@ -86,33 +118,46 @@ def _cmd_table(args) -> None:
     print(table_text(args.results_dir, args.kind, args.format).rstrip("\n"))
 
 
+def _resources(args, sweep) -> PackResources:
+    return PackResources(
+        args.cpus_per_pack if args.cpus_per_pack is not None else sweep.resources.cpus,
+        args.gpus_per_pack if args.gpus_per_pack is not None else sweep.resources.gpus,
+    )
+
+
 def _cmd_run(args) -> None:
-    from cluster.connect import ClusterError
-    from sweeps.runner import run_sweep
+    from sweeps.runner import ExecutionOptions, run_sweep
     from sweeps.tables import table_text
 
     sweep = resolve_sweep(args.sweep)
+    resources = _resources(args, sweep)
+    if resources.gpus < 0:
+        raise UserError(f"--gpus-per-pack must be >= 0, got {resources.gpus:g}")
+    if resources.gpus > 0 and cpu_only_tasks(sweep.experiments):
+        raise UserError(f"--gpus-per-pack: {', '.join(cpu_only_tasks(sweep.experiments))} runs on CPUs only; drop it")
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
-    try:
-        outcome = run_sweep(
-            sweep,
-            args.storage,
-            address=args.address,
-            resume=args.resume,
-            chunk_steps=args.chunk_steps,
-            dtype=args.dtype,
-            num_cpus=args.num_cpus,
-            runs_per_pack=args.runs_per_pack,
-        )
-    except ClusterError as err:
-        raise UserError(str(err)) from None
+    if args.dry_run:
+        _dry_run(args, sweep, resources)
+        return
+    options = ExecutionOptions(
+        address=args.address,
+        num_cpus=args.num_cpus,
+        chunk_steps=args.chunk_steps,
+        dtype=args.dtype,
+        runs_per_pack=args.runs_per_pack,
+        resources=resources,
+        checkpoint_every=args.checkpoint_every,
+        max_failures=args.max_failures,
+    )
+    outcome = run_sweep(sweep, args.storage, resume=args.resume, options=options)
     if outcome.skipped_runs:
         print(f"Resumed: {outcome.skipped_runs:,} runs were already in the store and were not re-run.")
     if outcome.packs:
         print(
             f"Done: {outcome.packs} packs, {outcome.run_steps:.3e} run-steps in {outcome.wall_seconds:.1f} s wall "
-            f"({outcome.run_steps / outcome.wall_seconds / 1e6:.1f}M run-steps/s on {outcome.cpus} CPUs; "
-            f"Ray start {outcome.ray_start_seconds:.1f} s; Tune overhead {100 * outcome.tune_overhead_fraction:.1f}%)"
+            f"({outcome.run_steps / outcome.wall_seconds / 1e6:.1f}M run-steps/s, {outcome.slots} packs at once on "
+            f"{len(outcome.nodes)} node(s); Ray start {outcome.ray_start_seconds:.1f} s; "
+            f"Tune overhead {100 * outcome.tune_overhead_fraction:.1f}%)"
         )
     else:
         print("Nothing to run: every (config, seed) already has a score.")
@@ -126,21 +171,94 @@ def _cmd_run(args) -> None:
         print(f"\nReport: {report} ({len(figures)} figures, opens offline in any browser)")
 
 
-COMMANDS = {"run": _cmd_run, "presets": _cmd_presets, "table": _cmd_table, "report": _cmd_report}
+def _dry_run(args, sweep, resources: PackResources) -> None:
+    from cluster.connect import connect
+    from cluster.placement import parallel_slots
+    from sweeps.dryrun import describe_plan
+
+    if args.address:
+        connect(args.address)
+        slots = parallel_slots(resources)
+    else:
+        cpus = args.num_cpus or os.cpu_count() or 1
+        slots = int(cpus // resources.cpus)
+        if slots == 0:
+            raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
+    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype))
+
+
+def _cmd_submit(args) -> None:
+    from cluster import jobs
+
+    sweep = resolve_sweep(args.sweep)
+    job_id = jobs.submit(sweep, args.address, args.storage, args.run_args, args.pip)
+    print(job_id)
+    print(f"Follow it: fade-sweep status {job_id} --address {args.address}; fade-sweep logs {job_id} --address {args.address} --follow",
+          file=sys.stderr)
+
+
+def _cmd_status(args) -> None:
+    if args.target and Path(args.target).is_dir():
+        from sweeps.status import format_status, read_status
+        from sweeps.store import SCORES
+
+        status = read_status(args.target)
+        if status is None:
+            raise UserError(f"{args.target}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
+        finished = len(list((Path(args.target) / SCORES).glob("**/*.parquet")))
+        print(format_status(status, finished))
+        return
+    from cluster import jobs
+
+    try:
+        rows = jobs.status(args.address, args.target)
+    except RuntimeError as err:  # the job server's 404 and friends
+        raise UserError(f"{args.target}: neither a results directory nor a job of this cluster ({err})") from None
+    for job_id, state, sweep in rows:
+        print(f"{job_id}  {state:<10} {sweep}")
+    if not rows:
+        print("no fade-sweep jobs on this cluster")
+
+
+def _cmd_logs(args) -> None:
+    from cluster import jobs
+
+    try:
+        jobs.logs(args.address, args.job_id, args.follow, write=print)
+    except RuntimeError as err:
+        raise UserError(f"{args.job_id}: no such job on this cluster ({err})") from None
+
+
+COMMANDS = {
+    "run": _cmd_run,
+    "submit": _cmd_submit,
+    "status": _cmd_status,
+    "logs": _cmd_logs,
+    "presets": _cmd_presets,
+    "table": _cmd_table,
+    "report": _cmd_report,
+}
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `submit ... -- RUN OPTIONS`: what follows -- is passed to `fade-sweep run` on the cluster.
+    passthrough = argv[argv.index("--") + 1 :] if "--" in argv else []
+    argv = argv[: argv.index("--")] if "--" in argv else argv
     args = _parser().parse_args(argv)
+    args.run_args = passthrough
     try:
         COMMANDS[args.command](args)
-    except (SweepError, UserError) as err:
+    except (SweepError, UserError, ClusterError) as err:
         print(f"fade-sweep: error: {err}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt:
         print("fade-sweep: interrupted; finished packs are saved, continue with --resume", file=sys.stderr)
         return FAILURE
-    except Exception as err:  # noqa: BLE001 - one line for the user, the traceback is not theirs
-        print(f"fade-sweep: failed: {type(err).__name__}: {err}", file=sys.stderr)
+    except Exception as err:  # noqa: BLE001 - one line for the user; FADE_SWEEP_DEBUG=1 shows the traceback
+        if os.environ.get("FADE_SWEEP_DEBUG"):
+            raise
+        print(f"fade-sweep: failed: {type(err).__name__}: {err} (FADE_SWEEP_DEBUG=1 shows the traceback)", file=sys.stderr)
         return FAILURE
     return 0
 

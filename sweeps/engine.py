@@ -74,13 +74,37 @@ class LinearPackRunner:
         self.state = init_state(self.learner, self.hp, w0)
         steps, bin_ = self.settings.steps, self.settings.bin
         self.bin_end = np.minimum(np.arange(1, math.ceil(steps / bin_) + 1) * bin_, steps)
-        self.loss_sum = np.zeros((pack.runs, len(self.bin_end)))
+        self.loss_sum = np.zeros((len(self.bin_end), pack.runs))  # (B, R): bin b's row is a contiguous running sum
         self.group_means = {m: np.full((pack.runs, len(self.bin_end)), np.nan) for m in LINEAR_CURVES[1:]}
         self.steps_done = 0
+        self.wall_seconds = 0.0
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue this pack exactly where it stands (streams are
+        random-access, so their position is `steps_done`)."""
+        return {
+            "pack_id": self.pack.pack_id,
+            "steps_done": self.steps_done,
+            "wall_seconds": self.wall_seconds,
+            "state": self.state._asdict(),
+            "loss_sum": self.loss_sum,
+            "group_means": self.group_means,
+        }
+
+    def load_state_dict(self, saved: dict) -> None:
+        if saved["pack_id"] != self.pack.pack_id:
+            raise ValueError(f"checkpoint of pack {saved['pack_id']} cannot resume pack {self.pack.pack_id}")
+        for name, tensor in saved["state"].items():
+            getattr(self.state, name).copy_(tensor)
+        self.loss_sum[...] = saved["loss_sum"]
+        for name, values in saved["group_means"].items():
+            self.group_means[name][...] = values
+        self.steps_done = saved["steps_done"]
+        self.wall_seconds = saved["wall_seconds"]
 
     def run(self) -> Iterator[ChunkProgress]:
         """Advance to the end of the stream, yielding a summary after each chunk."""
-        start_time = time.perf_counter()
+        start_time = time.perf_counter() - self.wall_seconds
         total = self.settings.steps
         while self.steps_done < total:
             start = self.steps_done
@@ -95,10 +119,11 @@ class LinearPackRunner:
                 b = t // self.settings.bin
                 end = min(start + n, int(self.bin_end[b]))
                 losses = torch.empty(self.pack.runs, end - t, dtype=self.dtype)
-                advance(self.learner, self.hp, self.state, x[t - start : end - start], y[t - start : end - start], self.run_slot, losses)
-                segment = losses.numpy().sum(axis=1, dtype=np.float64)
-                self.loss_sum[:, b] += segment
-                chunk_loss += segment
+                advance(
+                    self.learner, self.hp, self.state, x[t - start : end - start], y[t - start : end - start],
+                    self.run_slot, losses, self.loss_sum[b],
+                )
+                chunk_loss += losses.numpy().sum(axis=1, dtype=np.float64)
                 if end == self.bin_end[b]:
                     self._record_bin_end(b)
                 t = end
@@ -110,7 +135,7 @@ class LinearPackRunner:
                 total_steps=total,
                 runs=self.pack.runs,
                 mean_loss=float(chunk_loss[finite].mean() / n) if finite.any() else math.nan,
-                diverged=int((~np.isfinite(self.loss_sum.sum(axis=1))).sum()),
+                diverged=int((~np.isfinite(self.loss_sum.sum(axis=0))).sum()),
             )
 
     def _record_bin_end(self, b: int) -> None:
@@ -120,15 +145,16 @@ class LinearPackRunner:
             (self.state.beta, self.learner.adapts_step_size, "step_size"),
         ):
             if adapts:
-                rate = np.exp(slot.numpy().astype(np.float64))
+                with np.errstate(over="ignore"):  # a diverged run's gamma may overflow: inf, recorded as such
+                    rate = np.exp(slot.numpy().astype(np.float64))
                 for group, cols in groups.items():
                     self.group_means[f"{prefix}_{group}"][:, b] = rate[:, cols].mean(axis=1)
 
     def outcome(self) -> PackOutcome:
         """Scores and curves; call after `run` is exhausted."""
         bin_len = np.diff(np.concatenate([[0], self.bin_end]))
-        total = self.loss_sum.sum(axis=1)
-        curves: dict[str, np.ndarray | None] = {"mse": self.loss_sum / bin_len}
+        total = self.loss_sum.sum(axis=0)
+        curves: dict[str, np.ndarray | None] = {"mse": self.loss_sum.T / bin_len}
         for name, values in self.group_means.items():
             adapts = self.learner.adapts_decay if name.startswith("decay") else self.learner.adapts_step_size
             curves[name] = values if adapts else None

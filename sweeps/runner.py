@@ -1,12 +1,15 @@
 """Run a sweep to completion on Ray Tune: plan packs, launch one trial per pack, report.
 
-Driver side only. The store is the source of truth for what is finished, so `resume`
-plans only the (config, seed) pairs without a score, whatever packing ran before.
+Driver side only. What is finished lives in the store: a fresh run plans every
+(config, seed) without a score. `resume` first restores the last interrupted Tune
+experiment (Tuner.restore: finished trials stay finished, unfinished ones continue from
+their last checkpoint), then plans whatever the store still misses.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,14 +18,35 @@ import yaml
 from ray import tune
 
 from cluster.connect import connect
+from cluster.placement import PackResources, parallel_slots
+from cluster.storage import check_storage
 from sweeps.engine import DEFAULT_CHUNK_STEPS
-from sweeps.plan import plan_packs
+from sweeps.plan import Pack, plan_packs
 from sweeps.progress import SweepProgress
+from sweeps.status import read_status
 from sweeps.store import finished_runs, has_results
 from sweeps.sweepfile import Sweep, SweepError
 from sweeps.trainable import pack_trainable
 
 SWEEP_RECORD = "sweep.yaml"  # the sweep as run, beside its results
+PACKS_RECORD = "packs.pkl"  # inside a Tune experiment: what its pack ids mean, for Tuner.restore
+TUNE_PREFIX = "tune-"
+DEFAULT_CHECKPOINT_EVERY = 10  # chunks
+
+
+@dataclass(frozen=True)
+class ExecutionOptions:
+    """How to run a sweep (not what): where, how big the chunks, how often to checkpoint."""
+
+    address: str | None = None  # None: embedded local Ray
+    num_cpus: int | None = None  # of the embedded Ray
+    chunk_steps: int = DEFAULT_CHUNK_STEPS
+    dtype: str = "float32"
+    runs_per_pack: int | None = None  # None: from the sweep's size and the cluster
+    resources: PackResources | None = None  # None: the sweep file's
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
+    max_failures: int = 3  # retries of a failed trial, each from its last checkpoint
+    show_progress: bool = True
 
 
 @dataclass(frozen=True)
@@ -32,42 +56,86 @@ class SweepRun:
     results_dir: Path
     packs: int
     run_steps: int
-    skipped_runs: int  # (config, seed) pairs already in the store (resume)
+    skipped_runs: int  # (config, seed) pairs already in the store before this run
     wall_seconds: float  # from connecting to Ray to the last write
     ray_start_seconds: float  # of which: starting (or attaching to) Ray
     compute_seconds: float  # summed over packs: time inside the engine
-    cpus: int
+    slots: int  # packs the cluster runs at once
+    nodes: frozenset[str]  # Ray node ids that ran packs
     dashboard_url: str | None
 
     @property
     def tune_overhead_fraction(self) -> float:
-        """Share of the CPUs' time, from Ray up to the last write, not spent in the engine.
+        """Share of the slots' time, from Ray up to the last write, not spent in the engine.
 
         It counts Tune's scheduling, trial start-up, result reporting and the idle tail
         while the last packs finish; starting Ray itself is reported apart.
         """
         tune_seconds = self.wall_seconds - self.ray_start_seconds
-        if tune_seconds <= 0 or self.cpus <= 0:
+        if tune_seconds <= 0 or self.slots <= 0:
             return 0.0
-        return max(0.0, 1.0 - self.compute_seconds / (tune_seconds * min(self.cpus, max(self.packs, 1))))
+        return max(0.0, 1.0 - self.compute_seconds / (tune_seconds * min(self.slots, max(self.packs, 1))))
 
 
 def results_dir_for(sweep: Sweep, storage: str | Path) -> Path:
     return Path(storage).expanduser().absolute() / sweep.name
 
 
-def run_sweep(
-    sweep: Sweep,
-    storage: str | Path = "results",
-    *,
-    address: str | None = None,
-    resume: bool = False,
-    chunk_steps: int = DEFAULT_CHUNK_STEPS,
-    dtype: str = "float32",
-    num_cpus: int | None = None,
-    runs_per_pack: int | None = None,
-    show_progress: bool = True,
-) -> SweepRun:
+def _write_atomic(path: Path, data: bytes) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def _trainable(packs: dict[str, Pack], results_dir: Path, options: ExecutionOptions, resources: PackResources):
+    return tune.with_resources(
+        tune.with_parameters(
+            pack_trainable,
+            packs=packs,
+            results_dir=str(results_dir),
+            chunk_steps=options.chunk_steps,
+            dtype=options.dtype,
+            checkpoint_every=options.checkpoint_every,
+        ),
+        resources.as_tune(),
+    )
+
+
+def _run_config(name: str, results_dir: Path, options: ExecutionOptions, progress: SweepProgress) -> tune.RunConfig:
+    return tune.RunConfig(
+        name=name,
+        storage_path=str(results_dir),
+        verbose=0,
+        callbacks=[progress],
+        failure_config=tune.FailureConfig(max_failures=options.max_failures),
+        # Keep only the newest checkpoint; Tune then also snapshots the experiment state at each
+        # one, so a killed driver resumes from the latest checkpoints (hence checkpoints every
+        # few chunks, not every chunk).
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+    )
+
+
+def _restorable_experiment(results_dir: Path) -> Path | None:
+    """The newest Tune experiment of this sweep that Tune can restore, if any."""
+    for path in sorted(results_dir.glob(f"{TUNE_PREFIX}*"), reverse=True):
+        if (path / PACKS_RECORD).is_file() and tune.Tuner.can_restore(str(path)):
+            return path
+    return None
+
+
+def _fit(tuner: tune.Tuner, packs: dict[str, Pack]) -> float:
+    """Run the trials; returns the engine seconds summed over them. Raises if any pack failed."""
+    grid = tuner.fit()
+    failed = [r.config.get("pack_id") for r in grid if r.error]
+    if failed:
+        raise RuntimeError(
+            f"{len(failed)} of {len(packs)} packs failed ({', '.join(failed)}) after retries; the others are saved: "
+            f"fix the cause and rerun with --resume. First error: {grid.errors[0]}"
+        )
+    return sum(r.metrics.get("compute_seconds", 0.0) for r in grid if r.metrics)
+
+
+def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = False, options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
     """Run every pending (config, seed) of `sweep`; results land under <storage>/<name>."""
     results_dir = results_dir_for(sweep, storage)
     if has_results(results_dir) and not resume:
@@ -75,63 +143,58 @@ def run_sweep(
             f"{results_dir} already holds results of sweep {sweep.name}; pass --resume to finish it, "
             "or choose another --storage or sweep name"
         )
+    resources = options.resources or sweep.resources
     started = time.perf_counter()
-    cluster = connect(address, num_cpus)
+    cluster = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started
-    if show_progress and cluster.dashboard_url:
+    if options.show_progress and cluster.dashboard_url:
         print(f"Ray dashboard: {cluster.dashboard_url}")
-    done = finished_runs(results_dir) if resume else set()
-    packs = plan_packs(sweep, cluster.cpus, done, runs_per_pack)
-    skipped = sweep.runs - sum(p.runs for p in packs)
-    if not packs:
-        return SweepRun(results_dir, 0, 0, skipped, time.perf_counter() - started, ray_start, 0.0, cluster.cpus, cluster.dashboard_url)
+    slots = parallel_slots(resources)
+    check_storage(results_dir)
+    finished_before = finished_runs(results_dir) if resume else set()
+    compute, run_steps, packs_run, nodes = 0.0, 0, 0, set()
 
-    results_dir.mkdir(parents=True, exist_ok=True)
-    record = results_dir / SWEEP_RECORD
-    tmp = record.with_name(f".{record.name}.tmp")
-    tmp.write_text(yaml.safe_dump(sweep.document, sort_keys=False))
-    os.replace(tmp, record)
-
-    run_steps = sum(p.run_steps for p in packs)
-    progress = SweepProgress(len(packs), run_steps) if show_progress else None
-    trainable = tune.with_resources(
-        tune.with_parameters(
-            pack_trainable,
-            packs={p.pack_id: p for p in packs},
-            results_dir=str(results_dir),
-            chunk_steps=chunk_steps,
-            dtype=dtype,
-        ),
-        {"cpu": 1},
-    )
-    tuner = tune.Tuner(
-        trainable,
-        param_space={"pack_id": tune.grid_search([p.pack_id for p in packs])},
-        tune_config=tune.TuneConfig(reuse_actors=True),
-        run_config=tune.RunConfig(
-            name=f"tune-{time.strftime('%Y%m%d-%H%M%S')}",
-            storage_path=str(results_dir),
-            verbose=0,
-            callbacks=[progress] if progress else None,
-            failure_config=tune.FailureConfig(max_failures=1),
-        ),
-    )
-    grid = tuner.fit()
-    compute = sum(r.metrics.get("compute_seconds", 0.0) for r in grid if r.metrics)
-    if grid.errors:
-        failed = [r.config.get("pack_id") for r in grid if r.error]
-        raise RuntimeError(
-            f"{len(failed)} of {len(packs)} packs failed ({', '.join(failed)}); the others are saved: "
-            f"fix the cause and rerun with --resume. First error: {grid.errors[0]}"
+    restorable = _restorable_experiment(results_dir) if resume else None
+    if restorable is not None:
+        packs = pickle.loads((restorable / PACKS_RECORD).read_bytes())
+        # The restored RunConfig brings back its SweepProgress callback, which rewrites status.json.
+        tuner = tune.Tuner.restore(
+            str(restorable), trainable=_trainable(packs, results_dir, options, resources), resume_errored=True
         )
+        compute += _fit(tuner, packs)
+        nodes |= read_status(results_dir).nodes
+        unfinished = [p for p in packs.values() if any((c.config_id, s) not in finished_before for c in p.configs for s in p.seeds)]
+        run_steps += sum(p.run_steps for p in unfinished)
+        packs_run += len(unfinished)
+
+    plan = plan_packs(sweep, slots, finished_runs(results_dir) if resume else (), options.runs_per_pack)
+    if plan:
+        results_dir.mkdir(parents=True, exist_ok=True)
+        _write_atomic(results_dir / SWEEP_RECORD, yaml.safe_dump(sweep.document, sort_keys=False).encode())
+        name = f"{TUNE_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
+        packs = {p.pack_id: p for p in plan}
+        (results_dir / name).mkdir()
+        _write_atomic(results_dir / name / PACKS_RECORD, pickle.dumps(packs))
+        progress = SweepProgress(sweep.name, plan, results_dir, options.show_progress)
+        tuner = tune.Tuner(
+            _trainable(packs, results_dir, options, resources),
+            param_space={"pack_id": tune.grid_search(list(packs))},
+            tune_config=tune.TuneConfig(reuse_actors=True),
+            run_config=_run_config(name, results_dir, options, progress),
+        )
+        compute += _fit(tuner, packs)
+        nodes |= read_status(results_dir).nodes
+        run_steps += sum(p.run_steps for p in plan)
+        packs_run += len(plan)
     return SweepRun(
         results_dir,
-        len(packs),
+        packs_run,
         run_steps,
-        skipped,
+        len(finished_before),
         time.perf_counter() - started,
         ray_start,
         compute,
-        cluster.cpus,
+        slots,
+        frozenset(nodes),
         cluster.dashboard_url,
     )

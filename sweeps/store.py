@@ -93,6 +93,11 @@ def write_pack(results_dir: str | Path, pack: Pack, outcome: PackOutcome) -> Non
     _write_atomic(scores_table(pack, outcome), _pack_path(results_dir, SCORES, pack))
 
 
+def pack_written(results_dir: str | Path, pack: Pack) -> bool:
+    """Whether a pack's results are already in the store (its scores file marks completion)."""
+    return _pack_path(Path(results_dir), SCORES, pack).is_file()
+
+
 def scores_glob(results_dir: str | Path) -> str:
     return str(Path(results_dir) / SCORES / "**" / "*.parquet")
 

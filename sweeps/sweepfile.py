@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import yaml
 
+from cluster.placement import PackResources
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.learners import optimizer_hyperparameters, optimizers_for
 from tasks import TASKS
@@ -28,7 +29,8 @@ class SweepError(ValueError):
     """A sweep file (or preset) is malformed; the message is one line with the fix."""
 
 
-TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants")
+TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants", "resources")
+RESOURCE_KEYS = ("cpus_per_pack", "gpus_per_pack")
 VARIANT_KEYS = ("task", "task_settings", "optimizers")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -56,6 +58,7 @@ class Sweep:
     seeds: tuple[int, ...]
     experiments: tuple[Experiment, ...]
     source: str  # the file or preset it came from, for messages
+    resources: PackResources = PackResources()  # what each trial asks Ray for
     document: dict = field(compare=False, repr=False, default_factory=dict)  # the YAML as read, for the store
 
     @property
@@ -109,10 +112,29 @@ def parse_sweep(document: Any, source: str) -> Sweep:
         if extra:
             raise fail(f"{prefix}{extra[0]}", f"unknown key; a variant may set {', '.join(VARIANT_KEYS)}")
         experiments.extend(_parse_block(document, block, prefix, fail))
+    resources = _parse_resources(document.get("resources") or {}, fail)
+    cpu_only = cpu_only_tasks(experiments)
+    if resources.gpus > 0 and cpu_only:
+        raise fail("resources.gpus_per_pack", f"{', '.join(cpu_only)} runs on CPUs only; remove gpus_per_pack")
     keys = [(e.task, e.settings, e.optimizer) for e in experiments]
     if len(set(keys)) != len(keys):
         raise fail("variants", "two variants run the same (task, task_settings, optimizer); merge their grids")
-    return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source, document=document)
+    return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source, resources=resources, document=document)
+
+
+def cpu_only_tasks(experiments) -> list[str]:
+    """Tasks of these experiments whose engine cannot use a GPU."""
+    return sorted({e.task for e in experiments if not TASKS[e.task].runs_on_gpu})
+
+
+def _parse_resources(value: Any, fail) -> PackResources:
+    if not isinstance(value, dict) or any(k not in RESOURCE_KEYS for k in value):
+        raise fail("resources", f"must be a mapping with keys {', '.join(RESOURCE_KEYS)}")
+    cpus, gpus = value.get("cpus_per_pack", 1), value.get("gpus_per_pack", 0)
+    for key, number, low in (("cpus_per_pack", cpus, 0.0), ("gpus_per_pack", gpus, -1e-12)):
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > low:
+            raise fail(f"resources.{key}", f"must be a number {'> 0' if key == 'cpus_per_pack' else '>= 0'}, got {number!r}")
+    return PackResources(float(cpus), float(gpus))
 
 
 def _parse_seeds(value: Any, fail) -> tuple[int, ...]:

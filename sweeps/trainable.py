@@ -1,10 +1,15 @@
-"""The Ray Tune trainable: one trial runs one pack. The only Tune call made on workers.
+"""The Ray Tune trainable: one trial runs one pack. The only Tune calls made on workers.
 
-Tune sees a short summary per chunk (for its dashboard and our progress display);
-the full per-seed curves and scores go to the Parquet store, not through Tune.
+Tune sees a short summary per chunk (for its dashboard and our progress display); the
+full per-seed curves and scores go to the Parquet store, not through Tune. Every
+`checkpoint_every` chunks the pack's whole state (weights, traces, metrics so far,
+stream position) goes into a Tune checkpoint, so a retried trial continues from there.
 """
 
 from __future__ import annotations
+
+import tempfile
+from pathlib import Path
 
 import numba
 import ray
@@ -13,7 +18,9 @@ from ray import tune
 
 from sweeps.engine import ChunkProgress, make_runner
 from sweeps.plan import Pack
-from sweeps.store import write_pack
+from sweeps.store import pack_written, write_pack
+
+CHECKPOINT_FILE = "pack_state.pt"
 
 
 def _summary(progress: ChunkProgress) -> dict:
@@ -23,21 +30,47 @@ def _summary(progress: ChunkProgress) -> dict:
         "run_steps_done": progress.steps_done * progress.runs,
         "mean_loss": progress.mean_loss,
         "diverged_runs": progress.diverged,
+        "node_id": ray.get_runtime_context().get_node_id(),
     }
 
 
-def pack_trainable(config: dict, *, packs: dict[str, Pack], results_dir: str, chunk_steps: int, dtype: str) -> None:
-    """Run the pack named by config["pack_id"] and write its results."""
+def pack_trainable(
+    config: dict,
+    *,
+    packs: dict[str, Pack],
+    results_dir: str,
+    chunk_steps: int,
+    dtype: str,
+    checkpoint_every: int,
+) -> None:
+    """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results."""
     pack = packs[config["pack_id"]]
+    if pack_written(results_dir, pack):
+        # Finished before an interruption that Tune's experiment state did not record yet.
+        tune.report({"written": True, "already_in_store": True, "compute_seconds": 0.0})
+        return
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
     # One compiled thread per CPU Tune gave this trial: packs in parallel, never oversubscribed.
     numba.set_num_threads(max(1, min(numba.config.NUMBA_NUM_THREADS, int(cpus))))
     runner = make_runner(pack, chunk_steps, getattr(torch, dtype))
+    checkpoint = tune.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as directory:
+            runner.load_state_dict(torch.load(Path(directory) / CHECKPOINT_FILE, weights_only=False))
+    restored_from = runner.steps_done
     last = None
-    for last in runner.run():
-        if last.steps_done < last.total_steps:
-            tune.report(_summary(last))
+    for chunk, last in enumerate(runner.run(), start=1):
+        if last.steps_done == last.total_steps:
+            break
+        metrics = {**_summary(last), "restored_from_step": restored_from}
+        if checkpoint_every and chunk % checkpoint_every == 0:
+            with tempfile.TemporaryDirectory() as directory:
+                torch.save(runner.state_dict(), Path(directory) / CHECKPOINT_FILE)
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
+        else:
+            tune.report(metrics)
     outcome = runner.outcome()
     write_pack(results_dir, pack, outcome)
     # The final report comes after the write, so a finished trial means written results.
-    tune.report({**_summary(last), "compute_seconds": outcome.wall_seconds, "written": True})
+    final = _summary(last) if last is not None else {}
+    tune.report({**final, "restored_from_step": restored_from, "compute_seconds": outcome.wall_seconds, "written": True})

@@ -23,6 +23,7 @@ class TaskSpec:
     score: str  # what the score column holds
     higher_is_better: bool
     curve_metric: str  # the online metric column of curves/ (learning curves plot it)
+    runs_on_gpu: bool = False  # whether its engine can use a GPU
 
     def settings(self, values: dict[str, Any]) -> Any:
         """Build the settings dataclass from a mapping, coercing to each field's type."""

@@ -51,3 +51,51 @@ def test_same_seed_same_stream_and_initial_weights_across_configs():
     # first step: prediction of w0 on x_0 before any update depends on the seed only
     assert losses[(ids[0], 0)][0] == losses[(ids[1], 0)][0]
     assert losses[(ids[0], 0)][0] != losses[(ids[0], 1)][0]
+
+
+def test_resume_from_state_dict_is_exact(tmp_path):
+    """A pack stopped after some chunks and resumed from its saved state ends identical."""
+    experiment = _experiment("fade_idbd", {"theta": [0.01, 0.02], "beta0": [-4.6], "gamma0": [-2.3]})
+    configs = tuple(make_config(experiment, c) for c in experiment.configs())
+    pack = Pack(experiment, configs, (0, 1, 2))
+    straight = make_runner(pack, 100)
+    for _ in straight.run():
+        pass
+    first = make_runner(pack, 100)
+    progress = first.run()
+    next(progress), next(progress), next(progress)  # 300 of 700 steps
+    torch.save(first.state_dict(), tmp_path / "ckpt.pt")
+    resumed = make_runner(pack, 100)
+    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=False))
+    assert resumed.steps_done == 300
+    for _ in resumed.run():
+        pass
+    a, b = straight.outcome(), resumed.outcome()
+    np.testing.assert_array_equal(a.score, b.score)
+    for name, values in a.curves.items():
+        if values is not None:
+            np.testing.assert_array_equal(values, b.curves[name])
+    with pytest.raises(ValueError, match="cannot resume pack"):
+        make_runner(Pack(experiment, configs[:1], (0,)), 100).load_state_dict(first.state_dict())
+
+
+def test_binned_scores_and_curves_do_not_depend_on_chunk_length():
+    sweep = parse_sweep(
+        {"name": "t", "task": "linear_tracking", "task_settings": {"steps": 1000, "bin": 250, "noise": 1.0},
+         "seeds": [4, 5], "optimizers": {"idbd": {"theta_alpha": [0.01, 0.02], "beta0": [-3.0]}}},
+        "test",
+    )
+    (experiment,) = sweep.experiments
+    pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), sweep.seeds)
+    outcomes = []
+    for chunk in (1000, 333, 64):
+        runner = make_runner(pack, chunk, torch.float32)
+        for _ in runner.run():
+            pass
+        outcomes.append(runner.outcome())
+    for other in outcomes[1:]:
+        np.testing.assert_array_equal(other.score, outcomes[0].score)
+        for name, values in outcomes[0].curves.items():
+            if values is not None:
+                np.testing.assert_array_equal(other.curves[name], values)
+    assert outcomes[0].curves["mse"].shape == (4, 4) and np.isfinite(outcomes[0].score).all()

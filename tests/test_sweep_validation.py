@@ -44,6 +44,8 @@ CASES = [
     (_with(task_settings={"steps": 10.5}), "task_settings: setting steps of task linear_tracking must be a whole number"),
     (_with(name="../escape"), "name: must be a directory-safe name"),
     (_with(variants=[{"optimizers": {"sgd": {"alpha": 0.1}}, "learning": 1}]), "variants[0].learning: unknown key"),
+    (_with(resources={"gpus_per_pack": 0.5}), "resources.gpus_per_pack: linear_tracking runs on CPUs only"),
+    (_with(resources={"cpus_per_pack": 0}), "resources.cpus_per_pack: must be a number > 0"),
 ]
 
 

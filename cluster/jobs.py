@@ -1,0 +1,97 @@
+"""Submit a sweep to a running Ray cluster as a Ray Job, and follow it (status, logs).
+
+The job runs `python -m sweeps.cli run` on the cluster, attached to it (`--address auto`).
+The project's packages travel in the job's runtime environment (py_modules) with the
+sweep file (working_dir); the cluster's image must provide the dependencies (torch,
+numba, ray, pyarrow, polars), or name extra pip requirements with `pip`.
+Calls authenticate with the cluster's token: Ray's client reads RAY_AUTH_TOKEN,
+RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import shutil
+import tempfile
+from pathlib import Path
+from urllib.parse import urlparse
+
+import yaml
+from ray.job_submission import JobStatus, JobSubmissionClient
+
+import cluster
+import fade_core
+import sweeps
+import tasks
+from cluster.connect import ClusterError, check_reachable
+from sweeps.sweepfile import Sweep
+
+
+def client(address: str | None) -> JobSubmissionClient:
+    """A job client for the dashboard at `address` (http://HOST:8265), failing fast if unreachable."""
+    if address:
+        parsed = urlparse(address if "://" in address else f"http://{address}")
+        if parsed.scheme not in ("http", "https") or not parsed.port:
+            raise ClusterError(f"bad job address {address!r}: expected http://HOST:PORT (the dashboard, usually port 8265)")
+        check_reachable(f"{parsed.hostname}:{parsed.port}", what="Ray dashboard")
+        address = f"{parsed.scheme}://{parsed.hostname}:{parsed.port}"
+    try:
+        return JobSubmissionClient(address)
+    except (ConnectionError, RuntimeError, ValueError) as err:
+        raise ClusterError(f"cannot reach the Ray job server at {address or '$RAY_ADDRESS'}: {err}") from None
+
+
+def submit(sweep: Sweep, address: str, storage: str, run_args: list[str], pip: list[str] | None = None) -> str:
+    """Submit the sweep; returns the job id. `storage` must be an absolute path the cluster's nodes share."""
+    if not storage.startswith("/"):
+        raise ClusterError(f"--storage {storage}: give an absolute path on a filesystem that every node of the cluster mounts")
+    job_client = client(address)
+    staging = Path(tempfile.mkdtemp(prefix="fade-sweep-job-"))
+    try:
+        (staging / "sweep.yaml").write_text(yaml.safe_dump(sweep.document, sort_keys=False))
+        runtime_env = {
+            "working_dir": str(staging),
+            "py_modules": [str(Path(m.__file__).parent) for m in (fade_core, tasks, sweeps, cluster)],
+        }
+        if pip:
+            runtime_env["pip"] = pip
+        if os.environ.get("FADE_SWEEP_DEBUG"):
+            runtime_env["env_vars"] = {"FADE_SWEEP_DEBUG": os.environ["FADE_SWEEP_DEBUG"]}
+        command = ["python", "-m", "sweeps.cli", "run", "--storage", storage, "--address", "auto", *run_args]
+        # Run from the storage directory: Ray may clean up the job's working_dir before the
+        # driver ends, and Tune resolves paths against the current directory. The sweep file
+        # is read at start, from the working_dir left behind in $OLDPWD.
+        entrypoint = f'mkdir -p {shlex.quote(storage)} && cd {shlex.quote(storage)} && {shlex.join(command)} "$OLDPWD/sweep.yaml"'
+        return job_client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, metadata={"sweep": sweep.name})
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def status(address: str | None, job_id: str | None) -> list[tuple[str, str, str]]:
+    """(job id, status, sweep) of one job, or of every job of the cluster."""
+    job_client = client(address)
+    if job_id:
+        info = job_client.get_job_info(job_id)
+        return [(job_id, str(info.status), (info.metadata or {}).get("sweep", ""))]
+    return [
+        (j.submission_id or j.job_id or "", str(j.status), (j.metadata or {}).get("sweep", ""))
+        for j in job_client.list_jobs()
+        if (j.metadata or {}).get("sweep")
+    ]
+
+
+def logs(address: str | None, job_id: str, follow: bool, write=print) -> JobStatus:
+    """Print the job's logs (all of them, then new lines until it ends if `follow`); returns its status."""
+    job_client = client(address)
+    if not follow:
+        write(job_client.get_job_logs(job_id), end="")
+        return job_client.get_job_status(job_id)
+
+    async def tail() -> None:
+        async for lines in job_client.tail_job_logs(job_id):
+            write(lines, end="")
+
+    asyncio.run(tail())
+    return job_client.get_job_status(job_id)

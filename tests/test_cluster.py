@@ -1,0 +1,216 @@
+"""The cluster path: a two-node Ray cluster on loopback (head + one worker node, token
+auth on), job submission, fault tolerance (a worker killed, the driver killed), and the
+errors for bad addresses, impossible resources and unusable storage."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+import yaml
+
+from cluster.local import start_local_cluster, stop_local_cluster
+from sweeps import results
+from sweeps.engine import make_runner
+from sweeps.plan import Pack, make_config
+from sweeps.sweepfile import parse_sweep
+
+# Long enough packs (coupled learner, float64) to be interrupted mid-run; 4 packs of 3 runs.
+SWEEP = {
+    "name": "faults",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 2_000_000, "bin": 100_000, "noise": 1.0},
+    "seeds": 3,
+    "optimizers": {"coupled": {"theta": [0.01, 0.005], "beta0": [-4.6], "gamma0": [-2.3, -4.6]}},
+}
+RUN_OPTIONS = ["--runs-per-pack", "3", "--chunk-steps", "20000", "--checkpoint-every", "10", "--dtype", "float64", "--no-report"]
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cluster")
+    local = start_local_cluster(worker_nodes=1, cpus_per_node=1, port=6391, dashboard_port=8276, token_path=root / "auth_token")
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in local.env.items():
+            patch.setenv(key, value)
+        yield local, root
+    stop_local_cluster()
+
+
+@pytest.fixture(scope="module")
+def sweep_file(two_nodes):
+    _, root = two_nodes
+    path = root / "faults.yaml"
+    path.write_text(yaml.safe_dump(SWEEP))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference_scores():
+    """Every run of SWEEP computed in-process, one pack, no interruption."""
+    sweep = parse_sweep(SWEEP, "reference")
+    (experiment,) = sweep.experiments
+    pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), sweep.seeds)
+    runner = make_runner(pack, 100_000, torch.float64)
+    for _ in runner.run():
+        pass
+    outcome = runner.outcome()
+    keys = [(c.config_id, s) for c in pack.configs for s in pack.seeds]
+    return dict(zip(keys, outcome.score))
+
+
+def _cli(*args: str, **popen) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "sweeps.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, **popen)
+
+
+def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | None = None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if process is not None and process.poll() is not None:
+            raise AssertionError(f"the sweep ended before {what}:\n{process.communicate()[0][-3000:]}")
+        time.sleep(0.05)
+    if process is not None:
+        process.kill()
+        raise AssertionError(f"timed out waiting for {what}:\n{process.communicate()[0][-3000:]}")
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _status(results_dir: Path) -> dict:
+    try:
+        return json.loads((results_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {"trials": []}
+
+
+CHECKPOINTED = 11 * 20_000 * 3  # run-steps of a pack once the driver has seen its first checkpoint (chunk 10)
+
+
+def _checkpointed_running_trial(results_dir: Path):
+    """A running trial whose first checkpoint the driver has registered, most of its steps still ahead.
+
+    status.json is written by the driver as it processes results in order, so a reported
+    chunk past the checkpoint's means the checkpoint is known to Tune."""
+    for trial in _status(results_dir)["trials"]:
+        if trial["state"] == "running" and trial["pid"] and CHECKPOINTED <= trial["run_steps_done"] < trial["run_steps_total"] // 2:
+            return trial
+    return None
+
+
+def _assert_complete_and_exact(results_dir: Path, reference: dict) -> pl.DataFrame:
+    scores = results.scores(results_dir).collect()
+    curves = results.curves(results_dir).collect()
+    assert scores.height == len(reference)
+    assert scores.select("config_id", "seed").unique().height == len(reference)
+    assert curves.height == len(reference) * 20 and curves.select("config_id", "seed", "step").unique().height == curves.height
+    for row in scores.iter_rows(named=True):
+        assert row["score"] == reference[(row["config_id"], row["seed"])]  # bit for bit
+    return scores
+
+
+def test_two_node_cluster_runs_trials_on_both_nodes(two_nodes, tmp_path):
+    local, _ = two_nodes
+    sweep = tmp_path / "small.yaml"
+    sweep.write_text(yaml.safe_dump({**SWEEP, "name": "small", "task_settings": {"steps": 20_000, "bin": 1000}}))
+    done = _cli("run", str(sweep), "--storage", str(tmp_path), "--address", local.address, "--runs-per-pack", "3", "--no-report")
+    out, _ = done.communicate(timeout=300)
+    assert done.returncode == 0, out
+    status = _status(tmp_path / "small")
+    assert status["state"] == "finished"
+    assert len({t["node_id"] for t in status["trials"]}) == 2, status  # both nodes ran packs
+    assert results.scores(tmp_path / "small").collect().height == 12
+    assert "on 2 node(s)" in out
+
+
+def test_killed_worker_is_retried_from_its_checkpoint(two_nodes, sweep_file, reference_scores, tmp_path):
+    local, _ = two_nodes
+    results_dir = tmp_path / "faults"
+    run = _cli("run", str(sweep_file), "--storage", str(tmp_path), "--address", local.address, *RUN_OPTIONS)
+    victim = _wait_for(lambda: _checkpointed_running_trial(results_dir), 240, "a checkpointed running trial", run)
+    os.kill(victim["pid"], signal.SIGKILL)
+    out, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, out
+    restored = {t["pack_id"]: t["restored_from_step"] for t in _status(results_dir)["trials"]}
+    assert restored[victim["pack_id"]] > 0, restored  # continued from its checkpoint, not from step 0
+    _assert_complete_and_exact(results_dir, reference_scores)
+
+
+def test_killed_driver_then_resume(two_nodes, sweep_file, reference_scores, tmp_path):
+    local, _ = two_nodes
+    results_dir = tmp_path / "faults"
+    run = _cli("run", str(sweep_file), "--storage", str(tmp_path), "--address", local.address, *RUN_OPTIONS, start_new_session=True)
+    finished_file = _wait_for(lambda: next(iter((results_dir / "scores").glob("**/*.parquet")), None), 300, "a finished pack", run)
+    _wait_for(lambda: _checkpointed_running_trial(results_dir), 240, "a checkpointed running trial", run)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.communicate()
+    finished = {p: p.stat().st_mtime_ns for p in (results_dir / "scores").glob("**/*.parquet")}
+    assert finished_file in finished and len(finished) < 4
+    resume = _cli("run", str(sweep_file), "--storage", str(tmp_path), "--address", local.address, "--resume", *RUN_OPTIONS)
+    out, _ = resume.communicate(timeout=600)
+    assert resume.returncode == 0, out
+    assert all(p.stat().st_mtime_ns == t for p, t in finished.items())  # finished packs were not re-run
+    assert any(t["restored_from_step"] > 0 for t in _status(results_dir)["trials"]), out + json.dumps(_status(results_dir))  # interrupted ones continued
+    _assert_complete_and_exact(results_dir, reference_scores)
+    # and the status command reads it back
+    status = _cli("status", str(results_dir))
+    assert "packs: 4 done, 0 running, 0 failed" in status.communicate(timeout=60)[0]
+
+
+def test_job_submission_status_logs_and_results(two_nodes, tmp_path):
+    local, _ = two_nodes
+    sweep = tmp_path / "job.yaml"
+    sweep.write_text(yaml.safe_dump({**SWEEP, "name": "job", "task_settings": {"steps": 20_000, "bin": 1000}}))
+    submit = _cli("submit", str(sweep), "--address", local.dashboard_url, "--storage", str(tmp_path), "--", "--no-report")
+    out, _ = submit.communicate(timeout=120)
+    assert submit.returncode == 0, out
+    job_id = next(line for line in out.splitlines() if line.startswith("raysubmit_"))
+
+    def ended() -> str | None:
+        line = _cli("status", job_id, "--address", local.dashboard_url).communicate(timeout=60)[0]
+        return line if "SUCCEEDED" in line or "FAILED" in line else None
+
+    final = _wait_for(ended, 300, "the job to end")
+    logs = _cli("logs", job_id, "--address", local.dashboard_url).communicate(timeout=60)[0]
+    assert "SUCCEEDED" in final, logs
+    assert "Done: 1 packs" in logs and "| **coupled** |" in logs
+    assert results.scores(tmp_path / "job").collect().height == 12
+    assert job_id in _cli("status", "--address", local.dashboard_url).communicate(timeout=60)[0]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "{sweep}", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
+        (["submit", "{sweep}", "--address", "http://127.0.0.1:1", "--storage", "{tmp}"], "cannot reach a Ray dashboard at 127.0.0.1:1"),
+        (["run", "{sweep}", "--address", "{address}", "--cpus-per-pack", "4"], "no node can run a pack asking for 4 CPU and 0 GPU"),
+        (["run", "{sweep}", "--address", "{address}", "--gpus-per-pack", "1"], "linear_tracking runs on CPUs only"),
+        (["run", "{sweep}", "--address", "{address}", "--storage", "/proc/fade"], "storage /proc/fade/faults is not writable"),
+    ],
+    ids=["unreachable-cluster", "unreachable-dashboard", "too-many-cpus", "gpu-for-cpu-task", "unwritable-storage"],
+)
+def test_clear_errors(two_nodes, sweep_file, tmp_path, args, message):
+    local, _ = two_nodes
+    storage = tmp_path / "store"
+    args = [a.format(sweep=sweep_file, tmp=storage, address=local.address) for a in args]
+    if "--storage" not in args:
+        args += ["--storage", str(storage)]
+    started = time.monotonic()
+    done = _cli(*args)
+    out, _ = done.communicate(timeout=120)
+    assert done.returncode == 2, out
+    assert message in out, out
+    assert out.strip().splitlines()[-1].startswith("fade-sweep: error:")
+    assert not storage.exists()  # nothing half-written
+    assert time.monotonic() - started < 60
