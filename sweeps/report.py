@@ -24,6 +24,7 @@ import polars as pl
 from plotly.offline import get_plotlyjs
 
 from sweeps import results, tables
+from sweeps.store import write_bytes_atomic
 from tasks import get_task
 
 MAX_POINTS = 400
@@ -180,11 +181,7 @@ table.results td,table.results th{{border:1px solid #ccc;padding:4px 8px;text-al
 <h2>Best configurations</h2>{tables.table_text(results_dir, "best", "html")}
 <h2>Sensitivity</h2>{tables.table_text(results_dir, "sensitivity", "html")}
 </body></html>"""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(html, encoding="utf-8")
-    tmp.replace(out)
+    write_bytes_atomic(Path(out), html.encode("utf-8"))
     return figures
 
 

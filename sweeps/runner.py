@@ -8,7 +8,6 @@ their last checkpoint), then plans whatever the store still misses.
 
 from __future__ import annotations
 
-import os
 import pickle
 import time
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from sweeps.engine import DEFAULT_CHUNK_STEPS
 from sweeps.plan import Pack, plan_packs
 from sweeps.progress import SweepProgress
 from sweeps.status import read_status
-from sweeps.store import finished_runs, has_results
+from sweeps.store import finished_runs, has_results, write_bytes_atomic
 from sweeps.sweepfile import Sweep, SweepError
 from sweeps.trainable import pack_trainable
 
@@ -81,12 +80,6 @@ def results_dir_for(sweep: Sweep, storage: str | Path) -> Path:
     return Path(storage).expanduser().absolute() / sweep.name
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-
-
 def _trainable(packs: dict[str, Pack], results_dir: Path, options: ExecutionOptions, resources: PackResources):
     return tune.with_resources(
         tune.with_parameters(
@@ -135,6 +128,53 @@ def _fit(tuner: tune.Tuner, packs: dict[str, Pack]) -> float:
     return sum(r.metrics.get("compute_seconds", 0.0) for r in grid if r.metrics)
 
 
+@dataclass(frozen=True)
+class _Phase:
+    """What one Tune experiment of a sweep did."""
+
+    packs: int
+    run_steps: int
+    compute_seconds: float
+    nodes: frozenset[str]
+
+
+def _continue_interrupted(results_dir: Path, options: ExecutionOptions, resources: PackResources) -> _Phase | None:
+    """Restore the newest interrupted Tune experiment and finish it (None if there is none)."""
+    experiment = _restorable_experiment(results_dir)
+    if experiment is None:
+        return None
+    packs = pickle.loads((experiment / PACKS_RECORD).read_bytes())
+    finished_before = finished_runs(results_dir)
+    try:
+        # The restored RunConfig brings back its SweepProgress callback, which rewrites status.json.
+        tuner = tune.Tuner.restore(str(experiment), trainable=_trainable(packs, results_dir, options, resources), resume_errored=True)
+    except Exception as err:  # noqa: BLE001 - e.g. an experiment state cut short by the crash
+        print(f"Cannot restore {experiment.name} ({type(err).__name__}: {err}); unfinished packs restart from the store.")
+        return None
+    compute = _fit(tuner, packs)
+    unfinished = [p for p in packs.values() if any((c.config_id, s) not in finished_before for c in p.configs for s in p.seeds)]
+    return _Phase(len(unfinished), sum(p.run_steps for p in unfinished), compute, frozenset(read_status(results_dir).nodes))
+
+
+def _run_plan(sweep: Sweep, plan: list[Pack], results_dir: Path, options: ExecutionOptions, resources: PackResources) -> _Phase:
+    """Run the planned packs as a new Tune experiment."""
+    results_dir.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(results_dir / SWEEP_RECORD, yaml.safe_dump(sweep.document, sort_keys=False).encode())
+    name = f"{TUNE_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
+    packs = {p.pack_id: p for p in plan}
+    (results_dir / name).mkdir()
+    write_bytes_atomic(results_dir / name / PACKS_RECORD, pickle.dumps(packs))
+    progress = SweepProgress(sweep.name, plan, results_dir, options.show_progress)
+    tuner = tune.Tuner(
+        _trainable(packs, results_dir, options, resources),
+        param_space={"pack_id": tune.grid_search(list(packs))},
+        tune_config=tune.TuneConfig(reuse_actors=True),
+        run_config=_run_config(name, results_dir, options, progress),
+    )
+    compute = _fit(tuner, packs)
+    return _Phase(len(plan), sum(p.run_steps for p in plan), compute, frozenset(read_status(results_dir).nodes))
+
+
 def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = False, options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
     """Run every pending (config, seed) of `sweep`; results land under <storage>/<name>."""
     results_dir = results_dir_for(sweep, storage)
@@ -151,50 +191,24 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
         print(f"Ray dashboard: {cluster.dashboard_url}")
     slots = parallel_slots(resources)
     check_storage(results_dir)
-    finished_before = finished_runs(results_dir) if resume else set()
-    compute, run_steps, packs_run, nodes = 0.0, 0, 0, set()
+    skipped = len(finished_runs(results_dir)) if resume else 0
 
-    restorable = _restorable_experiment(results_dir) if resume else None
-    if restorable is not None:
-        packs = pickle.loads((restorable / PACKS_RECORD).read_bytes())
-        # The restored RunConfig brings back its SweepProgress callback, which rewrites status.json.
-        tuner = tune.Tuner.restore(
-            str(restorable), trainable=_trainable(packs, results_dir, options, resources), resume_errored=True
-        )
-        compute += _fit(tuner, packs)
-        nodes |= read_status(results_dir).nodes
-        unfinished = [p for p in packs.values() if any((c.config_id, s) not in finished_before for c in p.configs for s in p.seeds)]
-        run_steps += sum(p.run_steps for p in unfinished)
-        packs_run += len(unfinished)
-
+    phases = []
+    if resume:
+        phases.append(_continue_interrupted(results_dir, options, resources))
     plan = plan_packs(sweep, slots, finished_runs(results_dir) if resume else (), options.runs_per_pack)
     if plan:
-        results_dir.mkdir(parents=True, exist_ok=True)
-        _write_atomic(results_dir / SWEEP_RECORD, yaml.safe_dump(sweep.document, sort_keys=False).encode())
-        name = f"{TUNE_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
-        packs = {p.pack_id: p for p in plan}
-        (results_dir / name).mkdir()
-        _write_atomic(results_dir / name / PACKS_RECORD, pickle.dumps(packs))
-        progress = SweepProgress(sweep.name, plan, results_dir, options.show_progress)
-        tuner = tune.Tuner(
-            _trainable(packs, results_dir, options, resources),
-            param_space={"pack_id": tune.grid_search(list(packs))},
-            tune_config=tune.TuneConfig(reuse_actors=True),
-            run_config=_run_config(name, results_dir, options, progress),
-        )
-        compute += _fit(tuner, packs)
-        nodes |= read_status(results_dir).nodes
-        run_steps += sum(p.run_steps for p in plan)
-        packs_run += len(plan)
+        phases.append(_run_plan(sweep, plan, results_dir, options, resources))
+    phases = [p for p in phases if p is not None]
     return SweepRun(
-        results_dir,
-        packs_run,
-        run_steps,
-        len(finished_before),
-        time.perf_counter() - started,
-        ray_start,
-        compute,
-        slots,
-        frozenset(nodes),
-        cluster.dashboard_url,
+        results_dir=results_dir,
+        packs=sum(p.packs for p in phases),
+        run_steps=sum(p.run_steps for p in phases),
+        skipped_runs=skipped,
+        wall_seconds=time.perf_counter() - started,
+        ray_start_seconds=ray_start,
+        compute_seconds=sum(p.compute_seconds for p in phases),
+        slots=slots,
+        nodes=frozenset().union(*(p.nodes for p in phases)),
+        dashboard_url=cluster.dashboard_url,
     )

@@ -7,10 +7,11 @@ can be followed from another shell (or another machine sharing the storage).
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from sweeps.store import write_bytes_atomic
 
 STATUS_FILE = "status.json"
 
@@ -53,10 +54,8 @@ class SweepStatus:
         return {t.node_id for t in self.trials.values() if t.node_id}
 
     def write(self, results_dir: str | Path) -> None:
-        path = Path(results_dir) / STATUS_FILE
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({**asdict(self), "trials": [asdict(t) for t in self.trials.values()]}, indent=1))
-        os.replace(tmp, path)
+        document = {**asdict(self), "trials": [asdict(t) for t in self.trials.values()]}
+        write_bytes_atomic(Path(results_dir) / STATUS_FILE, json.dumps(document, indent=1).encode())
 
 
 def read_status(results_dir: str | Path) -> SweepStatus | None:

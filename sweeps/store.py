@@ -79,10 +79,22 @@ def _pack_path(results_dir: Path, kind: str, pack: Pack) -> Path:
     return results_dir / kind / f"task={e.task}" / f"optimizer={e.optimizer}" / f"pack-{pack.pack_id}.parquet"
 
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
+def _temporary_beside(path: Path) -> Path:
+    """A hidden name in the same directory: os.replace from it is atomic on POSIX."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+
+
+def _write_atomic(table: pa.Table, path: Path) -> None:
+    tmp = _temporary_beside(path)
     pq.write_table(table, tmp)
+    os.replace(tmp, path)
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Write a small file so that readers see the old or the new content, never a part."""
+    tmp = _temporary_beside(path)
+    tmp.write_bytes(data)
     os.replace(tmp, path)
 
 

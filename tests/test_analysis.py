@@ -168,3 +168,14 @@ def test_report_renders_offline_in_headless_chromium(store, tmp_path):
     artifacts.mkdir(exist_ok=True)
     shot = _chromium(tmp_path, f"--screenshot={artifacts / 'report.png'}", "--window-size=1280,2400", f"file://{out}")
     assert shot.returncode == 0 and (artifacts / "report.png").stat().st_size > 10_000
+
+
+def test_static_image_export_needs_kaleido(store, tmp_path, monkeypatch, capsys):
+    import sys
+
+    from sweeps.cli import main
+
+    monkeypatch.setitem(sys.modules, "kaleido", None)  # as if not installed
+    assert main(["report", str(store), "--out", str(tmp_path / "r.html"), "--images", str(tmp_path / "png")]) == 1
+    assert "static image export needs kaleido: pip install 'fade-sweep[images]'" in capsys.readouterr().err
+    assert not (tmp_path / "r.html").exists()
