@@ -67,7 +67,7 @@ def end_to_end(preset: str) -> None:
     print(
         f"\nend to end, {preset}: {run.run_steps:.3e} run-steps in {run.packs} packs, {run.wall_seconds:.1f} s wall "
         f"(Ray start {run.ray_start_seconds:.1f} s included), {run.run_steps / run.wall_seconds / 1e6:.2f}M run-steps/s "
-        f"on {run.cpus} CPUs; engine {run.compute_seconds:.1f} CPU-s; Tune overhead (CPU time after Ray start "
+        f"with {run.slots} packs at once; engine {run.compute_seconds:.1f} CPU-s; Tune overhead (slot time after Ray start "
         f"not in the engine) {100 * run.tune_overhead_fraction:.1f}%"
     )
 

@@ -8,6 +8,7 @@ their last checkpoint), then plans whatever the store still misses.
 
 from __future__ import annotations
 
+import os
 import pickle
 import time
 from dataclasses import dataclass
@@ -95,6 +96,8 @@ def _trainable(packs: dict[str, Pack], results_dir: Path, options: ExecutionOpti
 
 
 def _run_config(name: str, results_dir: Path, options: ExecutionOptions, progress: SweepProgress) -> tune.RunConfig:
+    # We snapshot the experiment at each checkpoint on purpose (see below); Tune warns about it.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     return tune.RunConfig(
         name=name,
         storage_path=str(results_dir),
