@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import socket
-from dataclasses import dataclass
 from urllib.parse import urlparse
 
 import ray
@@ -12,14 +11,6 @@ import ray
 
 class ClusterError(RuntimeError):
     """The cluster cannot be reached or used; the message says what to do."""
-
-
-@dataclass(frozen=True)
-class ClusterInfo:
-    cpus: int
-    gpus: int
-    dashboard_url: str | None
-    embedded: bool
 
 
 def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster") -> None:
@@ -43,21 +34,23 @@ def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster
         ) from None
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> ClusterInfo:
+def connect(address: str | None = None, num_cpus: int | None = None) -> str | None:
     """Attach to the cluster at `address`, or start an embedded local Ray when it is None.
+
+    Returns the dashboard's URL when Ray reports one.
 
     The embedded Ray keeps Ray's defaults for security: token authentication on, and
     the dashboard listening on loopback only.
     """
     if ray.is_initialized():
-        return _info(None, embedded=address is None)
+        return None
     if address is not None:
         check_reachable(address)
         try:
             context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError) as err:
             raise ClusterError(f"cannot attach to the Ray cluster at {address}: {err}") from None
-        return _info(context, embedded=False)
+        return _dashboard_url(context)
     context = ray.init(
         num_cpus=num_cpus,
         include_dashboard=True,
@@ -65,10 +58,9 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> ClusterI
         logging_level=logging.WARNING,
         log_to_driver=False,
     )
-    return _info(context, embedded=True)
+    return _dashboard_url(context)
 
 
-def _info(context, embedded: bool) -> ClusterInfo:
-    resources = ray.cluster_resources()
+def _dashboard_url(context) -> str | None:
     url = getattr(context, "dashboard_url", None)
-    return ClusterInfo(int(resources.get("CPU", 0)), int(resources.get("GPU", 0)), f"http://{url}" if url else None, embedded)
+    return f"http://{url}" if url else None

@@ -188,10 +188,10 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
         )
     resources = options.resources or sweep.resources
     started = time.perf_counter()
-    cluster = connect(options.address, options.num_cpus)
+    dashboard_url = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started
-    if options.show_progress and cluster.dashboard_url:
-        print(f"Ray dashboard: {cluster.dashboard_url}")
+    if options.show_progress and dashboard_url:
+        print(f"Ray dashboard: {dashboard_url}")
     slots = parallel_slots(resources)
     check_storage(results_dir)
     skipped = len(finished_runs(results_dir)) if resume else 0
@@ -213,5 +213,5 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
         compute_seconds=sum(p.compute_seconds for p in phases),
         slots=slots,
         nodes=frozenset().union(*(p.nodes for p in phases)),
-        dashboard_url=cluster.dashboard_url,
+        dashboard_url=dashboard_url,
     )
