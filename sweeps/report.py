@@ -65,7 +65,7 @@ def _band(fig: go.Figure, x, mean, std, name: str, color: str, dash: str | None 
 
 
 def _figures_for_variant(results_dir, best: pl.DataFrame, variant: dict, columns: list[str]) -> list[tuple[str, go.Figure]]:
-    title = tables._variant_title(variant)
+    title = tables.variant_title(variant)
     usable = best.filter(~pl.col("all_diverged"))
     if usable.height == 0:
         return []
@@ -135,12 +135,12 @@ def _heatmap(table: tables.SensitivityTable) -> go.Figure:
     thetas = sorted(cells["theta_lambda"].unique())
     lookup = {(r["gamma0"], r["theta_lambda"]): r for r in cells.iter_rows(named=True)}
     z = [[lookup[(g, t)]["mean"] if lookup[(g, t)]["status"] == "ok" else None for t in thetas] for g in gammas]
-    text = [[tables._mean_std(lookup[(g, t)]["mean"], lookup[(g, t)]["std"]) if lookup[(g, t)]["status"] == "ok"
+    text = [[tables.mean_std(lookup[(g, t)]["mean"], lookup[(g, t)]["std"]) if lookup[(g, t)]["status"] == "ok"
              else lookup[(g, t)]["status"] for t in thetas] for g in gammas]
     fig = go.Figure(go.Heatmap(z=z, x=[f"{t:g}" for t in thetas], y=[f"{g:g} (λ0={math.exp(g):.3g})" for g in gammas],
                                text=text, texttemplate="%{text}", colorscale="Viridis",
                                reversescale=not get_task(table.variant["task"]).higher_is_better))
-    fig.update_layout(title=f"Sensitivity: {tables._variant_title(table.variant)}, {table.optimizer}, alpha={table.alpha:g}",
+    fig.update_layout(title=f"Sensitivity: {tables.variant_title(table.variant)}, {table.optimizer}, alpha={table.alpha:g}",
                       xaxis_title="theta_lambda", yaxis_title="gamma0", xaxis_type="category", yaxis_type="category")
     return fig
 

@@ -66,6 +66,12 @@ def cells(frame: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+def ranking_key(column: str = "mean") -> pl.Expr:
+    """A sort key on which smaller is better for every task (negated where higher scores win)."""
+    higher = pl.col("task").map_elements(lambda t: get_task(t).higher_is_better, return_dtype=pl.Boolean)
+    return pl.when(higher).then(-pl.col(column)).otherwise(pl.col(column))
+
+
 def best_configs(cell_frame: pl.LazyFrame) -> pl.LazyFrame:
     """The best configuration per (task, settings, optimizer) by the task's score.
 
@@ -74,11 +80,9 @@ def best_configs(cell_frame: pl.LazyFrame) -> pl.LazyFrame:
     """
     group = [c for c in variant_columns(cell_frame) if c not in CELL_STATS]
     group = [*group, "optimizer"]
-    higher = pl.col("task").map_elements(lambda t: get_task(t).higher_is_better, return_dtype=pl.Boolean)
     ranked = cell_frame.with_columns(
         usable=(pl.col("diverged_seeds") == 0) & pl.col("mean").is_finite(),
-        # sort key: smaller is better for every task
-        key=pl.when(higher).then(-pl.col("mean")).otherwise(pl.col("mean")),
+        key=ranking_key(),
     )
     return (
         ranked.sort(["usable", "key"], descending=[True, False], nulls_last=True)

@@ -26,12 +26,6 @@ FORMATS = ("md", "latex", "csv", "html")
 KINDS = ("best", "sensitivity")
 
 
-def _better_first(frame: pl.DataFrame | pl.LazyFrame, column: str = "mean"):
-    """A sort key that puts the better score first, whatever the task's direction."""
-    higher = pl.col("task").map_elements(lambda t: get_task(t).higher_is_better, return_dtype=pl.Boolean)
-    return frame.with_columns(_key=pl.when(higher).then(-pl.col(column)).otherwise(pl.col(column)))
-
-
 def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataFrame | None:
     missing = results.missing_runs(results_dir)
     if missing.height == 0:
@@ -50,7 +44,7 @@ def best_table(results_dir: str | Path) -> pl.DataFrame:
     else:
         best = best.join(missing, on=[*variant, "optimizer"], how="left", nulls_equal=True)
         best = best.with_columns(pl.col("missing_runs").fill_null(0))
-    winners = _better_first(best.filter(~pl.col("all_diverged"))).sort("_key")
+    winners = best.filter(~pl.col("all_diverged")).with_columns(_key=results.ranking_key()).sort("_key")
     best_method = winners.group_by(variant, maintain_order=True).agg(pl.col("optimizer").first().alias("_best"))
     return (
         best.join(best_method, on=variant, how="left", nulls_equal=True)
@@ -100,7 +94,7 @@ def sensitivity_tables(results_dir: str | Path) -> list[SensitivityTable]:
             .otherwise(pl.lit("ok")),
             task=pl.lit(group_key[0]),
         )
-        ranked = _better_first(full.filter(pl.col("status") == "ok")).sort("_key")
+        ranked = full.filter(pl.col("status") == "ok").with_columns(_key=results.ranking_key()).sort("_key")
         best_pair = ranked.select("gamma0", "theta_lambda").head(1).rows()
         full = full.with_columns(
             best=pl.struct("gamma0", "theta_lambda").map_elements(
@@ -126,11 +120,11 @@ def _num(value: float | None, digits: int = 4) -> str:
     return "nan" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
 
 
-def _mean_std(mean: float | None, std: float | None) -> str:
+def mean_std(mean: float | None, std: float | None) -> str:
     return _num(mean) if std is None or not math.isfinite(std) else f"{_num(mean)} ± {_num(std, 2)}"
 
 
-def _variant_title(variant: dict) -> str:
+def variant_title(variant: dict) -> str:
     settings = ", ".join(f"{k}={v}" for k, v in variant.items() if k != "task")
     return f"{variant['task']} ({settings})"
 
@@ -204,7 +198,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str]) -> list[_Grid]:
     for _, group in table.group_by(variant, maintain_order=True):
         rows, marked = [], set()
         for i, r in enumerate(group.to_dicts()):
-            score = "all diverged" if r["all_diverged"] else _mean_std(r["mean"], r["std"])
+            score = "all diverged" if r["all_diverged"] else mean_std(r["mean"], r["std"])
             chosen = ", ".join(f"{n}={r[n]:g}" for n in results.HYPERPARAMETER_COLUMNS if r.get(n) is not None)
             rows.append([r["optimizer"], score, str(r["seeds"]), chosen, f"{r['diverged_configs']}/{r['configs']}", str(r["missing_runs"])])
             if r["best_method"]:
@@ -212,7 +206,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str]) -> list[_Grid]:
         first = group.row(0, named=True)
         grids.append(
             _Grid(
-                _variant_title({k: first[k] for k in variant}),
+                variant_title({k: first[k] for k in variant}),
                 _score_note(first["task"]) + " Best method in bold.",
                 ("method", "score", "seeds", "selected hyperparameters", "diverged configs", "missing runs"),
                 rows,
@@ -235,11 +229,11 @@ def _sensitivity_grid(table: SensitivityTable) -> _Grid:
             elif r["status"] == "diverged":
                 row.append(f"diverged ({r['diverged_seeds']}/{r['seeds']})")
             else:
-                row.append(_mean_std(r["mean"], r["std"]))
+                row.append(mean_std(r["mean"], r["std"]))
             if r["best"]:
                 marked.add((i, j))
         rows.append(row)
-    title = f"{_variant_title(table.variant)}: {table.optimizer}, alpha={table.alpha:g}"
+    title = f"{variant_title(table.variant)}: {table.optimizer}, alpha={table.alpha:g}"
     note = _score_note(table.variant["task"]) + " Rows gamma0 (lambda0 = exp(gamma0)), columns theta_lambda; theta_lambda = 0 is fixed decay. Best cell in bold."
     return _Grid(title, note, ("gamma0 \\ theta_lambda", *(f"{t:g}" for t in thetas)), rows, marked)
 
