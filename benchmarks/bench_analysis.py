@@ -24,7 +24,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeps.engine import PackOutcome  # noqa: E402
+from sweeps.outcome import PackOutcome  # noqa: E402
 from sweeps.plan import Pack, make_config  # noqa: E402
 from sweeps.store import write_pack  # noqa: E402
 from sweeps.sweepfile import parse_sweep  # noqa: E402

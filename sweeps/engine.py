@@ -12,40 +12,19 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 from typing import Iterator
 
 import numpy as np
 import torch
 
 from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperparameter_matrix, init_state, initial_weights
+from sweeps.neural_engine import NeuralPackRunner
+from sweeps.outcome import ChunkProgress, PackOutcome
 from sweeps.plan import Pack
 from tasks import get_task
 from tasks.linear_tracking import RELEVANT
 
 DEFAULT_CHUNK_STEPS = 10_000
-
-
-@dataclass(frozen=True)
-class ChunkProgress:
-    """A short summary after each chunk (what Tune sees)."""
-
-    steps_done: int
-    total_steps: int
-    runs: int
-    mean_loss: float  # mean over non-diverged runs of the chunk's mean loss
-    diverged: int  # runs with a non-finite loss so far
-
-
-@dataclass(frozen=True)
-class PackOutcome:
-    """Per-run scores and per-(run, bin) curves of a finished pack."""
-
-    score: np.ndarray  # (R,) the task's score
-    diverged: np.ndarray  # (R,) bool
-    bin_end: np.ndarray  # (B,) step at the end of each bin
-    curves: dict[str, np.ndarray | None]  # metric -> (R, B), None where the learner lacks it
-    wall_seconds: float
 
 
 LINEAR_CURVES = ("mse", "decay_relevant", "decay_irrelevant", "step_size_relevant", "step_size_irrelevant")
@@ -167,9 +146,10 @@ class LinearPackRunner:
         )
 
 
-def make_runner(pack: Pack, chunk_steps: int = DEFAULT_CHUNK_STEPS, dtype: torch.dtype = torch.float32) -> LinearPackRunner:
-    """The runner for a pack's task family."""
+def make_runner(pack: Pack, chunk_steps: int = DEFAULT_CHUNK_STEPS, dtype: torch.dtype = torch.float32,
+                device: str | torch.device = "cpu"):
+    """The runner for a pack's task family (neural tasks may run on a CUDA device)."""
     family = get_task(pack.experiment.task).family
-    if family != "linear":
-        raise ValueError(f"no engine for task family {family!r}")
-    return LinearPackRunner(pack, chunk_steps, dtype)
+    if family == "linear":
+        return LinearPackRunner(pack, chunk_steps, dtype)
+    return NeuralPackRunner(pack, chunk_steps, dtype, device)

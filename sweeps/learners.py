@@ -7,9 +7,10 @@ family onto them, so validation, presets and the engine agree.
 from __future__ import annotations
 
 from fade_core.linear import LINEAR_LEARNERS
+from fade_core.neural import NEURAL_LEARNERS
 from tasks import TaskSpec
 
-_FAMILIES = {"linear": LINEAR_LEARNERS}
+_FAMILIES = {"linear": LINEAR_LEARNERS, "neural": NEURAL_LEARNERS}
 
 
 def optimizers_for(task: TaskSpec) -> tuple[str, ...]:

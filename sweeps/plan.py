@@ -35,10 +35,14 @@ class Config:
     hyperparameters: tuple[tuple[str, float], ...]
 
 
+LOCATION_SETTINGS = ("data_dir",)  # where the data lives, not what is run: not part of a config's identity
+
+
 def make_config(experiment: Experiment, hyperparameters: dict[str, float]) -> Config:
+    settings = {k: v for k, v in dataclasses.asdict(experiment.settings).items() if k not in LOCATION_SETTINGS}
     canonical = {
         "task": experiment.task,
-        "settings": dataclasses.asdict(experiment.settings),
+        "settings": settings,
         "optimizer": experiment.optimizer,
         "hyperparameters": hyperparameters,
     }

@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.engine import PackOutcome
+from sweeps.outcome import PackOutcome
 from sweeps.plan import Pack
 
 SCORES, CURVES = "scores", "curves"
@@ -69,6 +69,9 @@ def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     for name, values in outcome.curves.items():
         if values is None:
             columns[name] = pa.nulls(pack.runs * bins, pa.float64())
+        elif values.ndim == 3:  # one value per output: a fixed-size list column
+            flat = pa.array(values.reshape(-1), pa.float64())
+            columns[name] = pa.FixedSizeListArray.from_arrays(flat, values.shape[2])
         else:
             columns[name] = pa.array(values.reshape(-1), pa.float64())
     return pa.table(columns)

@@ -16,7 +16,8 @@ import ray
 import torch
 from ray import tune
 
-from sweeps.engine import ChunkProgress, make_runner
+from sweeps.engine import make_runner
+from sweeps.outcome import ChunkProgress
 from sweeps.plan import Pack
 from sweeps.store import pack_written, write_pack
 

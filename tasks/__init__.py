@@ -9,6 +9,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from fade_core.mlp import Architecture
+from tasks import emnist, nonlinear_tracking
 from tasks.linear_tracking import LinearTrackingSettings, LinearTrackingStream
 
 
@@ -18,12 +20,16 @@ class TaskSpec:
 
     name: str
     settings_type: type  # a frozen dataclass; its fields are the task settings
-    family: str  # "linear": the learners of fade_core.linear
+    family: str  # "linear": fade_core.linear's learners; "neural": fade_core.neural's
     make_stream: Callable[[Any, int], Any]  # (settings, seed) -> stream
     score: str  # what the score column holds
     higher_is_better: bool
     curve_metric: str  # the online metric column of curves/ (learning curves plot it)
     runs_on_gpu: bool = False  # whether its engine can use a GPU
+    architecture: Architecture | None = None  # neural tasks: the student network
+    loss: str | None = None  # neural tasks: "squared_error" or "cross_entropy"
+    output_groups: tuple[str, ...] = ()  # output groups whose metrics are logged apart (streams' `groups`)
+    check_data: Callable[[Any], None] | None = None  # raises if the task's data is missing or unreadable
 
     def settings(self, values: dict[str, Any]) -> Any:
         """Build the settings dataclass from a mapping, coercing to each field's type."""
@@ -61,6 +67,38 @@ TASKS: dict[str, TaskSpec] = {
         higher_is_better=False,
         curve_metric="mse",
     ),
+    "nonlinear_tracking": TaskSpec(
+        name="nonlinear_tracking",
+        settings_type=nonlinear_tracking.NonlinearTrackingSettings,
+        family="neural",
+        make_stream=nonlinear_tracking.NonlinearTrackingStream,
+        score="MSE per output over the final score_window steps",
+        higher_is_better=False,
+        curve_metric="mse",
+        runs_on_gpu=True,
+        architecture=nonlinear_tracking.STUDENT,
+        loss="squared_error",
+        output_groups=tuple(nonlinear_tracking.GROUP_SIZES),
+    ),
+    **{
+        name: TaskSpec(
+            name=name,
+            settings_type=settings_type,
+            family="neural",
+            make_stream=emnist.LabelPermutedStream,
+            score="average online accuracy over all steps",
+            higher_is_better=True,
+            curve_metric="accuracy",
+            runs_on_gpu=True,
+            architecture=emnist.STUDENT,
+            loss="cross_entropy",
+            check_data=emnist.check_data,
+        )
+        for name, settings_type in (
+            ("emnist_label_permuted", emnist.EmnistSettings),
+            ("emnist_partial_permuted", emnist.PartialEmnistSettings),
+        )
+    },
 }
 
 

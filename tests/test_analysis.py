@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from sweeps import results, tables
-from sweeps.engine import PackOutcome
+from sweeps.outcome import PackOutcome
 from sweeps.plan import Pack, make_config
 from sweeps.store import write_pack
 from sweeps.sweepfile import parse_sweep

@@ -1,0 +1,247 @@
+"""The neural-network learners of algorithms.md §2, batched over runs.
+
+Every learner is a combination of four independent parts, so each rule is written once:
+  base step      sgd | adam (torch.optim conventions, betas 0.9/0.999, eps 1e-8)
+  weight decay   none | coupled (L2 in the gradient, SGD's weight_decay) | decoupled (AdamW)
+  clipping       every Linear's weight and bias clamped to +-kappa/sqrt(fan_in) after the step
+  FADE           none | head | all: per-parameter decay exp(gamma) adapted by the meta-gradient
+                 trace g, applied (decay first) before the base step
+
+Hyperparameters are per run ([R] tensors), so one pack holds many grid cells. A step
+runs forward, backward and every update for all R runs with a fixed sequence of tensor
+ops and no host synchronisation, so on CUDA a block of steps can be captured in a graph.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from fade_core.mlp import Architecture, BatchedMLP, ForwardCache
+
+GAMMA_MIN, GAMMA_MAX = -15.0, 0.0
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+
+Loss = Literal["squared_error", "cross_entropy"]
+
+
+@dataclass(frozen=True)
+class NeuralLearner:
+    """One optimizer of algorithms.md §2 as its parts."""
+
+    name: str
+    hyperparameters: tuple[str, ...]
+    base: Literal["sgd", "adam"]
+    weight_decay: Literal["none", "coupled", "decoupled"] = "none"
+    clip: bool = False
+    fade: Literal["none", "head", "all"] = "none"
+
+    @property
+    def adapts_decay(self) -> bool:
+        return self.fade != "none"
+
+
+_FADE_HP = ("alpha", "theta_lambda", "gamma0")
+
+NEURAL_LEARNERS: dict[str, NeuralLearner] = {
+    learner.name: learner
+    for learner in (
+        NeuralLearner("sgd", ("alpha",), "sgd"),
+        NeuralLearner("sgd_wd", ("alpha", "lambda"), "sgd", weight_decay="coupled"),
+        NeuralLearner("adam", ("alpha",), "adam"),
+        NeuralLearner("adamw", ("alpha", "lambda"), "adam", weight_decay="decoupled"),
+        NeuralLearner("sgd_wclip", ("alpha", "kappa"), "sgd", clip=True),
+        NeuralLearner("adam_wclip", ("alpha", "kappa"), "adam", clip=True),
+        NeuralLearner("fade_sgd", _FADE_HP, "sgd", fade="head"),
+        NeuralLearner("fade_adam", _FADE_HP, "adam", fade="head"),
+        NeuralLearner("fade_sgd_all", _FADE_HP, "sgd", fade="all"),
+    )
+}
+
+
+def get_neural_learner(name: str) -> NeuralLearner:
+    try:
+        return NEURAL_LEARNERS[name]
+    except KeyError:
+        raise ValueError(f"unknown neural optimizer {name!r}; choose one of {', '.join(NEURAL_LEARNERS)}") from None
+
+
+def _per_run(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """[R] -> [R, 1, ...] broadcasting against a parameter shaped like `like`."""
+    return values.view(-1, *([1] * (like.dim() - 1)))
+
+
+@dataclass
+class StepResult:
+    """What one step produced for every run (before its update)."""
+
+    cache: ForwardCache
+    loss: torch.Tensor  # [R]: 1/2 summed squared error, or cross-entropy
+    sq_error: torch.Tensor | None  # [R, out] squared error per output (regression)
+    correct: torch.Tensor | None  # [R] bool: argmax == label (classification)
+
+
+class NeuralRuns:
+    """R runs of one learner on one architecture: the network, its optimizer state, one step.
+
+    `hp` maps each of the learner's hyperparameters to an [R] tensor.
+    """
+
+    def __init__(self, learner: NeuralLearner, net: BatchedMLP, hp: dict[str, torch.Tensor], loss: Loss):
+        missing = set(learner.hyperparameters) - set(hp)
+        if missing:
+            raise ValueError(f"{learner.name} needs hyperparameter(s) {', '.join(sorted(missing))}")
+        self.learner = learner
+        self.net = net
+        self.loss = loss
+        like = net.weights[0]
+        self.hp = {k: v.to(like.device, like.dtype) for k, v in hp.items()}
+        params = net.parameters()
+        self.fade_index = {
+            "none": set(), "head": {len(params) - 2, len(params) - 1}, "all": set(range(len(params)))
+        }[learner.fade]
+        self.adam_m = [torch.zeros_like(p) for p in params] if learner.base == "adam" else []
+        self.adam_v = [torch.zeros_like(p) for p in params] if learner.base == "adam" else []
+        self.adam_steps = torch.zeros((), device=like.device, dtype=like.dtype)  # a tensor: graph-capture safe
+        self.gamma = {i: torch.full_like(params[i], 0.0) + _per_run(self.hp["gamma0"], params[i]) for i in self.fade_index}
+        self.trace = {i: torch.zeros_like(params[i]) for i in self.fade_index}
+
+    # -- state ---------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, object]:
+        """Every tensor a continued run needs (weights, moments, gamma, traces)."""
+        return {
+            "weights": self.net.weights, "biases": self.net.biases, "adam_m": self.adam_m, "adam_v": self.adam_v,
+            "adam_steps": self.adam_steps, "gamma": self.gamma, "trace": self.trace,
+        }
+
+    def load_state_dict(self, state: dict[str, object]) -> None:
+        mine = self.state_dict()
+        for name in ("weights", "biases", "adam_m", "adam_v"):
+            for tensor, saved in zip(mine[name], state[name]):
+                tensor.copy_(saved)
+        for name in ("gamma", "trace"):
+            for i, saved in state[name].items():
+                mine[name][i].copy_(saved)
+        self.adam_steps.copy_(state["adam_steps"])
+
+    # -- one step ------------------------------------------------------------------------
+    def step(self, x: torch.Tensor, target: torch.Tensor) -> StepResult:
+        """Predict x ([R, in]), score against target ([R, out] values or [R] labels), then update."""
+        cache = self.net.forward(x)
+        out = cache.output
+        if self.loss == "squared_error":
+            delta = out - target
+            sq_error = delta * delta
+            result = StepResult(cache, 0.5 * sq_error.sum(dim=1), sq_error, None)
+            head_factor = None
+        else:
+            log_p = torch.log_softmax(out, dim=1)
+            p = log_p.exp()
+            delta = p.scatter_add(1, target.unsqueeze(1), torch.full_like(p[:, :1], -1.0))
+            loss = -log_p.gather(1, target.unsqueeze(1)).squeeze(1)
+            result = StepResult(cache, loss, None, out.argmax(dim=1) == target)
+            head_factor = p * (1 - p)
+        deltas = self.net.backward(cache, delta)
+        self._update(cache, deltas, head_factor)
+        return result
+
+    def _curvature(self, index: int, cache: ForwardCache, head_factor: torch.Tensor | None) -> torch.Tensor:
+        """FADE's q for parameter `index`: (layer input)^2 for weights, 1 for biases, times
+        p(1-p) on the classification head."""
+        layer, is_bias = divmod(index, 2)
+        head = layer == self.net.arch.layers - 1
+        q = torch.ones_like(cache.output[:, :1]) if is_bias else (cache.inputs[layer] ** 2).unsqueeze(1)
+        if head and head_factor is not None:
+            q = q * (head_factor if is_bias else head_factor.unsqueeze(2))
+        return q
+
+    def _update(self, cache: ForwardCache, deltas: list[torch.Tensor], head_factor: torch.Tensor | None) -> None:
+        learner, hp = self.learner, self.hp
+        params = self.net.parameters()
+        k = self.adam_steps  # Adam steps taken before this one
+        k_now = k + 1
+        for index, param in enumerate(params):
+            layer, is_bias = divmod(index, 2)
+            delta = deltas[layer]
+            alpha = _per_run(hp["alpha"], param)
+            fused_sgd = learner.base == "sgd" and index not in self.fade_index
+            if not is_bias and fused_sgd:
+                # Rank-one SGD step without materialising the gradient: P -= alpha * delta input^T.
+                if learner.weight_decay == "coupled":
+                    param.mul_(1 - alpha * _per_run(hp["lambda"], param))
+                param.baddbmm_((delta * -alpha.squeeze(2)).unsqueeze(2), cache.inputs[layer].unsqueeze(1))
+                continue
+            grad = delta if is_bias else torch.bmm(delta.unsqueeze(2), cache.inputs[layer].unsqueeze(1))
+            if index in self.fade_index:
+                self._fade(index, param, grad, self._curvature(index, cache, head_factor), self._alpha_eff(index, alpha, k))
+            if learner.weight_decay == "coupled":
+                grad = grad + _per_run(hp["lambda"], param) * param
+            elif learner.weight_decay == "decoupled":
+                param.mul_(1 - alpha * _per_run(hp["lambda"], param))
+            if learner.base == "sgd":
+                param.sub_(alpha * grad)
+            else:
+                self._adam(index, param, grad, alpha, k_now)
+        if learner.base == "adam":
+            self.adam_steps.copy_(k_now)
+        if learner.clip:
+            self._clip()
+
+    def _alpha_eff(self, index: int, alpha: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """alpha for SGD; for Adam alpha / (sqrt(v_hat) + eps) with v_hat as it stands before
+        this step's update (alpha on the very first step, when there is no v_hat yet)."""
+        if self.learner.base == "sgd":
+            return alpha
+        v_hat = self.adam_v[index] / (1 - BETA2**k)
+        return torch.where(k > 0, alpha / (v_hat.sqrt() + EPS), alpha)
+
+    def _fade(self, index: int, param: torch.Tensor, grad: torch.Tensor, q: torch.Tensor, alpha_eff: torch.Tensor) -> None:
+        """algorithms.md §2: gamma, decay, trace, then decay the parameter (the base step follows)."""
+        gamma, trace = self.gamma[index], self.trace[index]
+        gamma.sub_(_per_run(self.hp["theta_lambda"], param) * grad * trace).clamp_(GAMMA_MIN, GAMMA_MAX)
+        decay = gamma.exp()
+        c = (1 - decay - alpha_eff * q).clamp_(min=0)
+        trace.mul_(c).sub_(decay * param)
+        param.mul_(1 - decay)
+
+    def _adam(self, index: int, param: torch.Tensor, grad: torch.Tensor, alpha: torch.Tensor, k: torch.Tensor) -> None:
+        """torch.optim.Adam's step with a per-run learning rate; k counts this step (1 on the first)."""
+        m, v = self.adam_m[index], self.adam_v[index]
+        m.lerp_(grad, 1 - BETA1)
+        v.mul_(BETA2).addcmul_(grad, grad, value=1 - BETA2)
+        denom = (v.sqrt() / (1 - BETA2**k).sqrt()).add_(EPS)
+        param.sub_((alpha / (1 - BETA1**k)) * m / denom)
+
+    def _clip(self) -> None:
+        kappa = self.hp["kappa"]
+        for w, b in zip(self.net.weights, self.net.biases):
+            bound = kappa / math.sqrt(w.shape[2])
+            w.clamp_(min=-_per_run(bound, w), max=_per_run(bound, w))
+            b.clamp_(min=-_per_run(bound, b), max=_per_run(bound, b))
+
+    # -- what the metrics read -----------------------------------------------------------
+    def head_decay(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """exp(gamma) of the head's weight [R, C, H] and bias [R, C]; None without FADE."""
+        if not self.fade_index:
+            return None
+        n = 2 * self.net.arch.layers
+        return self.gamma[n - 2].exp(), self.gamma[n - 1].exp()
+
+
+def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Per-run hyperparameter lists -> [R] tensors, checked against what the learner takes."""
+    unknown = set(values) - set(learner.hyperparameters)
+    if unknown:
+        raise ValueError(f"{learner.name} does not take {', '.join(sorted(unknown))}; it takes {', '.join(learner.hyperparameters)}")
+    return {k: torch.tensor(v, dtype=dtype) for k, v in values.items()}
+
+
+def make_runs(learner: str, arch: Architecture, seeds: list[int], hp: dict[str, list[float]], loss: Loss,
+              device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> NeuralRuns:
+    """Notebook entry point: R = len(seeds) runs, run r initialised from seeds[r] with hp[...][r]."""
+    spec = get_neural_learner(learner)
+    net = BatchedMLP.from_seeds(arch, list(seeds), device, dtype)
+    return NeuralRuns(spec, net, hyperparameter_tensors(spec, hp, dtype), loss)

@@ -1,0 +1,265 @@
+"""Run one pack of a neural task (nonlinear tracking, label-permuted EMNIST) on CPU or CUDA.
+
+All R = configs x seeds runs advance together through `NeuralRuns.step`: one fixed
+sequence of batched tensor ops per step, whatever R is. Each seed's stream is produced
+once per segment and shared by that seed's configurations (run r reads slot
+r % n_seeds). Metrics are accumulated per step into float64 per-bin sums on the device,
+in step order, so binned values do not depend on chunking; a bin's summary (group
+MSE, accuracy, decay rates, dead units, weight norms) is taken when the bin ends.
+
+On CUDA, blocks of GRAPH_STEPS steps are captured once as a CUDA graph and replayed,
+so the step loop is not bound by kernel-launch overhead.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+import warnings
+from typing import Iterator
+
+import numpy as np
+import torch
+
+from fade_core.neural import NeuralRuns, StepResult, get_neural_learner, make_runs
+from sweeps.outcome import ChunkProgress, PackOutcome
+from sweeps.plan import Pack
+from tasks import get_task
+
+GRAPH_STEPS = 50  # steps per captured CUDA graph
+
+
+class NeuralPackRunner:
+    """Runs a pack of a neural task; same protocol as the linear runner (run, outcome, state_dict)."""
+
+    def __init__(self, pack: Pack, chunk_steps: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+        experiment = pack.experiment
+        self.pack = pack
+        self.task = get_task(experiment.task)
+        self.settings = experiment.settings
+        self.chunk_steps = chunk_steps
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.streams = [self.task.make_stream(self.settings, s) for s in pack.seeds]
+        n_seeds = len(pack.seeds)
+        self.run_slot = (torch.arange(pack.runs) % n_seeds).to(self.device)
+        learner = get_neural_learner(experiment.optimizer)
+        hp = {n: [dict(c.hyperparameters)[n] for c in pack.configs for _ in pack.seeds] for n in learner.hyperparameters}
+        seeds = [pack.seeds[r % n_seeds] for r in range(pack.runs)]
+        self.runs: NeuralRuns = make_runs(learner.name, self.task.architecture, seeds, hp, self.task.loss, self.device, dtype)
+        self.regression = self.task.loss == "squared_error"
+        steps, bin_ = self.settings.steps, self.settings.bin
+        self.bin_end = np.minimum(np.arange(1, math.ceil(steps / bin_) + 1) * bin_, steps)
+        self._reset_bin_sums()
+        self.curves = self._empty_curves()
+        self.steps_done = 0
+        self.wall_seconds = 0.0
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self._use_graphs = self.device.type == "cuda"
+
+    # -- metrics -------------------------------------------------------------------------
+    def _reset_bin_sums(self) -> None:
+        R, out = self.pack.runs, self.task.architecture.sizes[-1]
+        f64 = {"device": self.device, "dtype": torch.float64}
+        if not hasattr(self, "bin_sums"):
+            self.bin_sums = {"loss": torch.zeros(R, **f64)}
+            if self.regression:
+                self.bin_sums["sq_error"] = torch.zeros(R, out, **f64)
+            else:
+                self.bin_sums["correct"] = torch.zeros(R, **f64)
+            self.active = [torch.zeros(R, w, device=self.device, dtype=torch.bool) for w in self.task.architecture.sizes[1:-1]]
+        for tensor in [*self.bin_sums.values(), *self.active]:
+            tensor.zero_()
+
+    def _accumulate(self, result: StepResult) -> None:
+        """Per-step sums, in step order (graph-capturable: no host synchronisation)."""
+        self.bin_sums["loss"].add_(result.loss)
+        if self.regression:
+            self.bin_sums["sq_error"].add_(result.sq_error)
+        else:
+            self.bin_sums["correct"].add_(result.correct)
+        for active, pre in zip(self.active, result.cache.preactivations):
+            torch.logical_or(active, pre > 0, out=active)
+
+    def curve_names(self) -> list[str]:
+        layers = self.task.architecture.layers
+        names = ["mse", *[f"mse_{g}" for g in self.task.output_groups]] if self.regression else ["accuracy", "loss"]
+        names += [f"decay_{g}" for g in (self.task.output_groups if self.regression else ("head",))]
+        names += [f"dead_units_layer{i}" for i in range(1, layers)]
+        names += ["weight_norm", *[f"weight_norm_layer{i}" for i in range(1, layers + 1)]]
+        return names
+
+    def _empty_curves(self) -> dict[str, np.ndarray]:
+        shape = (self.pack.runs, len(self.bin_end))
+        curves = {name: np.full(shape, np.nan) for name in self.curve_names()}
+        if self.regression:
+            curves["output_mse"] = np.full((*shape, self.task.architecture.sizes[-1]), np.nan)
+        return curves
+
+    def _group_masks(self) -> dict[str, torch.Tensor]:
+        """[R, out] 0/1 masks of each output group (groups are drawn per seed)."""
+        out = self.task.architecture.sizes[-1]
+        masks = {}
+        for group in self.task.output_groups:
+            per_seed = torch.zeros(len(self.streams), out, dtype=torch.float64)
+            for s, stream in enumerate(self.streams):
+                per_seed[s, torch.from_numpy(stream.groups[group])] = 1.0
+            masks[group] = per_seed.to(self.device)[self.run_slot]
+        return masks
+
+    def _record_bin(self, b: int, steps_in_bin: int) -> None:
+        c = self.curves
+        sums = {k: v / steps_in_bin for k, v in self.bin_sums.items()}
+        if self.regression:
+            out_mse = sums["sq_error"]
+            c["output_mse"][:, b] = out_mse.cpu().numpy()
+            c["mse"][:, b] = out_mse.mean(dim=1).cpu().numpy()
+            for group, mask in self._group_masks().items():
+                c[f"mse_{group}"][:, b] = ((out_mse * mask).sum(1) / mask.sum(1)).cpu().numpy()
+        else:
+            c["accuracy"][:, b] = sums["correct"].cpu().numpy()
+            c["loss"][:, b] = sums["loss"].cpu().numpy()
+        decay = self.runs.head_decay()
+        if decay is not None:
+            rows = torch.cat([decay[0], decay[1].unsqueeze(2)], dim=2).double()  # [R, C, H + 1]: each output's row
+            if self.regression:
+                for group, mask in self._group_masks().items():
+                    c[f"decay_{group}"][:, b] = ((rows.mean(2) * mask).sum(1) / mask.sum(1)).cpu().numpy()
+            else:
+                c["decay_head"][:, b] = rows.mean(dim=(1, 2)).cpu().numpy()
+        for i, active in enumerate(self.active, start=1):
+            c[f"dead_units_layer{i}"][:, b] = 1.0 - active.double().mean(1).cpu().numpy()
+        squares = [w.double().square().sum((1, 2)) + bias.double().square().sum(1) for w, bias in zip(self.runs.net.weights, self.runs.net.biases)]
+        for i, sq in enumerate(squares, start=1):
+            c[f"weight_norm_layer{i}"][:, b] = sq.sqrt().cpu().numpy()
+        c["weight_norm"][:, b] = torch.stack(squares).sum(0).sqrt().cpu().numpy()
+        self._reset_bin_sums()
+
+    # -- stepping ------------------------------------------------------------------------
+    def _segment(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs [n, S, in] and targets [n, S, ...] of every seed, on the device."""
+        pieces = [s.chunk(start, n) for s in self.streams]
+        x = torch.stack([s.inputs(p[0], self.device, self.dtype) for s, p in zip(self.streams, pieces)], dim=1)
+        y = torch.stack([p[1] for p in pieces], dim=1).to(self.device)
+        return x, (y.to(self.dtype) if self.regression else y)
+
+    def _steps(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        for t in range(x.shape[0]):
+            xt = x[t].index_select(0, self.run_slot)
+            yt = y[t].index_select(0, self.run_slot)
+            self._accumulate(self.runs.step(xt, yt))
+
+    def _graph_steps(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        """GRAPH_STEPS steps by replaying a captured CUDA graph (captured on first use)."""
+        if not self._graphs:
+            self._capture(x, y)
+        graph, x_static, y_static = self._graphs[0]
+        x_static.copy_(x)
+        y_static.copy_(y)
+        graph.replay()
+
+    def _capture(self, x: torch.Tensor, y: torch.Tensor) -> None:
+        # Warm-up and capture run real steps: save everything they touch and put it back.
+        saved = copy.deepcopy((self.runs.state_dict(), self.bin_sums, self.active))
+        x_static, y_static = x.clone(), y.clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self._steps(x_static, y_static)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            self._steps(x_static, y_static)
+        self.runs.load_state_dict(saved[0])
+        for mine, old in zip([*self.bin_sums.values(), *self.active], [*saved[1].values(), *saved[2]]):
+            mine.copy_(old)
+        self._graphs[0] = (graph, x_static, y_static)
+
+    def _advance(self, start: int, n: int) -> None:
+        x, y = self._segment(start, n)
+        t = 0
+        if self._use_graphs:
+            try:
+                while n - t >= GRAPH_STEPS:
+                    self._graph_steps(x[t : t + GRAPH_STEPS], y[t : t + GRAPH_STEPS])
+                    t += GRAPH_STEPS
+            except RuntimeError as err:  # e.g. an op the installed CUDA cannot capture
+                warnings.warn(f"CUDA graph capture failed ({err}); stepping eagerly", stacklevel=2)
+                self._use_graphs = False
+        self._steps(x[t:], y[t:])
+
+    def run(self) -> Iterator[ChunkProgress]:
+        """Advance to the end of the stream, yielding a summary after each chunk."""
+        start_time = time.perf_counter() - self.wall_seconds
+        total, bin_ = self.settings.steps, self.settings.bin
+        while self.steps_done < total:
+            chunk_end = min(self.steps_done + self.chunk_steps, total)
+            while self.steps_done < chunk_end:
+                b = self.steps_done // bin_
+                end = min(chunk_end, int(self.bin_end[b]))
+                self._advance(self.steps_done, end - self.steps_done)
+                self.steps_done = end
+                if end == self.bin_end[b]:
+                    self._record_bin(b, int(self.bin_end[b] - b * bin_))
+            self.wall_seconds = time.perf_counter() - start_time
+            done = self._completed_bins()
+            latest = self.curves[self._loss_curve][:, done - 1] if done else np.full(self.pack.runs, np.nan)
+            finite = np.isfinite(latest)
+            yield ChunkProgress(
+                steps_done=self.steps_done,
+                total_steps=total,
+                runs=self.pack.runs,
+                mean_loss=float(latest[finite].mean()) if finite.any() else math.nan,
+                diverged=int((~self._finite_so_far()).sum()),
+            )
+
+    @property
+    def _loss_curve(self) -> str:
+        return "mse" if self.regression else "loss"
+
+    def _completed_bins(self) -> int:
+        return int(np.searchsorted(self.bin_end, self.steps_done, side="right"))
+
+    def _finite_so_far(self) -> np.ndarray:
+        """Runs whose loss stayed finite in every completed bin (the others diverged)."""
+        return np.isfinite(self.curves[self._loss_curve][:, : self._completed_bins()]).all(axis=1)
+
+    # -- results and checkpoints ---------------------------------------------------------
+    def outcome(self) -> PackOutcome:
+        """Scores and curves; call after `run` is exhausted."""
+        bin_len = np.diff(np.concatenate([[0], self.bin_end]))
+        if self.regression:
+            first = (self.settings.steps - self.settings.score_window) // self.settings.bin
+            mse = self.curves["mse"][:, first:]
+            score = (mse * bin_len[first:]).sum(axis=1) / bin_len[first:].sum()
+        else:
+            score = (self.curves["accuracy"] * bin_len).sum(axis=1) / self.settings.steps
+        curves: dict[str, np.ndarray | None] = dict(self.curves)
+        if self.runs.head_decay() is None:
+            curves.update({k: None for k in curves if k.startswith("decay_")})
+        return PackOutcome(score=score, diverged=~self._finite_so_far(), bin_end=self.bin_end, curves=curves, wall_seconds=self.wall_seconds)
+
+    def state_dict(self) -> dict:
+        return {
+            "pack_id": self.pack.pack_id,
+            "steps_done": self.steps_done,
+            "wall_seconds": self.wall_seconds,
+            "runs": self.runs.state_dict(),
+            "bin_sums": self.bin_sums,
+            "active": self.active,
+            "curves": self.curves,
+        }
+
+    def load_state_dict(self, saved: dict) -> None:
+        if saved["pack_id"] != self.pack.pack_id:
+            raise ValueError(f"checkpoint of pack {saved['pack_id']} cannot resume pack {self.pack.pack_id}")
+        self.runs.load_state_dict(saved["runs"])
+        for name, tensor in saved["bin_sums"].items():
+            self.bin_sums[name].copy_(tensor)
+        for mine, tensor in zip(self.active, saved["active"]):
+            mine.copy_(tensor)
+        for name, values in saved["curves"].items():
+            self.curves[name][...] = values
+        self.steps_done = saved["steps_done"]
+        self.wall_seconds = saved["wall_seconds"]

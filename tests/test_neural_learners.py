@@ -1,0 +1,298 @@
+"""Every neural learner against a plain single-run PyTorch reference written here.
+
+The reference is one `nn.Sequential` per run, autograd gradients and `torch.optim`
+for the base steps (SGD, SGD(weight_decay), Adam, AdamW), with clipping and the FADE
+rule of algorithms.md §2 written out per parameter. It steps one run at a time in
+float64 on real streams (flips / permutations happen inside the window); the batched
+learners run all configurations x seeds at once and must give every run the same numbers.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from fade_core.mlp import Architecture, BatchedMLP, default_init
+from fade_core.neural import NEURAL_LEARNERS, make_runs
+from tasks.emnist import EmnistSettings, LabelPermutedStream, PartialEmnistSettings, pixels_to_inputs
+from tasks.nonlinear_tracking import STUDENT as NONLINEAR, NonlinearTrackingSettings, NonlinearTrackingStream
+from tests.emnist_fixture import write_idx_dataset
+
+STEPS = 300
+GRIDS = {  # two configurations each, so runs with different hyperparameters share a batch
+    "sgd": [{"alpha": 0.01}, {"alpha": 0.05}],
+    "sgd_wd": [{"alpha": 0.01, "lambda": 0.01}, {"alpha": 0.05, "lambda": 0.1}],
+    "adam": [{"alpha": 0.001}, {"alpha": 0.003}],
+    "adamw": [{"alpha": 0.001, "lambda": 0.1}, {"alpha": 0.003, "lambda": 1.0}],
+    "sgd_wclip": [{"alpha": 0.05, "kappa": 1.0}, {"alpha": 0.01, "kappa": 2.0}],
+    "adam_wclip": [{"alpha": 0.003, "kappa": 1.0}, {"alpha": 0.001, "kappa": 2.0}],
+    "fade_sgd": [{"alpha": 0.01, "theta_lambda": 2.0, "gamma0": -4.6}, {"alpha": 0.05, "theta_lambda": 0.0, "gamma0": -2.3}],
+    "fade_adam": [{"alpha": 0.001, "theta_lambda": 1.0, "gamma0": -4.6}, {"alpha": 0.003, "theta_lambda": 0.0, "gamma0": -2.3}],
+    "fade_sgd_all": [{"alpha": 0.01, "theta_lambda": 2.0, "gamma0": -6.9}, {"alpha": 0.05, "theta_lambda": 0.5, "gamma0": -4.6}],
+}
+SEEDS = (3, 8)
+
+
+# ---------------------------------------------------------------- the plain reference
+def reference(optimizer: str, hp: dict, arch: Architecture, seed: int, xs: torch.Tensor, targets: torch.Tensor):
+    """One run, step by step, float64: per-step losses and the final state dict."""
+    torch.manual_seed(seed)
+    net = arch.module().double()
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    params = [p for lin in linears for p in (lin.weight, lin.bias)]
+    alpha = hp["alpha"]
+    base = "adam" if "adam" in optimizer else "sgd"
+    if optimizer == "sgd_wd":
+        opt = torch.optim.SGD(params, lr=alpha, weight_decay=hp["lambda"])
+    elif optimizer == "adamw":
+        opt = torch.optim.AdamW(params, lr=alpha, weight_decay=hp["lambda"])
+    elif base == "adam":
+        opt = torch.optim.Adam(params, lr=alpha)
+    else:
+        opt = torch.optim.SGD(params, lr=alpha)
+    fade_on = {"fade_sgd": params[-2:], "fade_adam": params[-2:], "fade_sgd_all": params}.get(optimizer, [])
+    gamma = {id(p): torch.full_like(p, hp.get("gamma0", 0.0)) for p in fade_on}
+    trace = {id(p): torch.zeros_like(p) for p in fade_on}
+    classification = targets.dtype == torch.int64
+    losses = []
+    for x, y in zip(xs.double(), targets):
+        inputs = []  # input of each Linear, for FADE's curvature
+        h = x
+        for module in net:
+            if isinstance(module, nn.Linear):
+                inputs.append(h.detach())
+            h = module(h)
+        if classification:
+            loss = nn.functional.cross_entropy(h.unsqueeze(0), y.unsqueeze(0))
+            p = torch.softmax(h.detach(), 0)
+            head_factor = p * (1 - p)
+        else:
+            loss = 0.5 * ((h - y.double()) ** 2).sum()
+            head_factor = None
+        losses.append(loss.item())
+        opt.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for layer, lin in enumerate(linears):
+                for is_bias, param in enumerate((lin.weight, lin.bias)):
+                    if id(param) not in gamma:
+                        continue
+                    head = layer == len(linears) - 1
+                    q = torch.ones_like(param) if is_bias else (inputs[layer] ** 2).expand_as(param)
+                    if head and head_factor is not None:
+                        q = q * (head_factor if is_bias else head_factor.unsqueeze(1))
+                    if base == "sgd":
+                        alpha_eff = alpha
+                    else:
+                        state = opt.state.get(param)
+                        if not state:
+                            alpha_eff = alpha
+                        else:
+                            k = float(state["step"])
+                            alpha_eff = alpha / ((state["exp_avg_sq"] / (1 - 0.999**k)).sqrt() + 1e-8)
+                    g = trace[id(param)]
+                    gamma[id(param)] = (gamma[id(param)] - hp["theta_lambda"] * param.grad * g).clamp(-15, 0)
+                    decay = gamma[id(param)].exp()
+                    c = (1 - decay - alpha_eff * q).clamp(min=0)
+                    trace[id(param)] = g * c - decay * param
+                    param.mul_(1 - decay)
+        opt.step()
+        if "wclip" in optimizer:
+            with torch.no_grad():
+                for lin in linears:
+                    bound = hp["kappa"] / math.sqrt(lin.in_features)
+                    lin.weight.clamp_(-bound, bound)
+                    lin.bias.clamp_(-bound, bound)
+    return torch.tensor(losses, dtype=torch.float64), net.state_dict(), gamma
+
+
+# ---------------------------------------------------------------- streams for the tests
+def nonlinear_data(seed: int):
+    """300 steps with the fast outputs flipping every 40 steps, the slow ones every 120."""
+    settings = NonlinearTrackingSettings(steps=STEPS, score_window=100, period=40, slow_multiplier=3, bin=100)
+    return NonlinearTrackingStream(settings, seed).chunk(0, STEPS)
+
+
+@pytest.fixture(scope="module")
+def emnist_dir(tmp_path_factory):
+    return write_idx_dataset(tmp_path_factory.mktemp("emnist"), images=600)
+
+
+def emnist_data(data_dir, seed: int, partial: bool = False):
+    """300 steps with a new label permutation every 70."""
+    kind = PartialEmnistSettings if partial else EmnistSettings
+    settings = kind(steps=STEPS, period=70, data_dir=str(data_dir), split="balanced", train=True, bin=100)
+    stream = LabelPermutedStream(settings, seed)
+    index, labels = stream.chunk(0, STEPS)
+    return stream.inputs(index, torch.device("cpu"), torch.float64), labels
+
+
+def batched(optimizer: str, arch, data, dtype):
+    """All configurations x seeds of GRIDS[optimizer] in one batch: losses [T, R] and the runs."""
+    grid = GRIDS[optimizer]
+    seeds = [s for _ in grid for s in SEEDS]
+    hp = {k: [c[k] for c in grid for _ in SEEDS] for k in grid[0]}
+    runs = make_runs(optimizer, arch, seeds, hp, "cross_entropy" if data[SEEDS[0]][1].dtype == torch.int64 else "squared_error", dtype=dtype)
+    xs = torch.stack([data[s][0] for s in seeds], dim=1).to(dtype)
+    ys = torch.stack([data[s][1] for s in seeds], dim=1)
+    ys = ys if ys.dtype == torch.int64 else ys.to(dtype)
+    losses = torch.stack([runs.step(xs[t], ys[t]).loss for t in range(STEPS)])
+    return losses, runs, grid, seeds
+
+
+def check_against_reference(optimizer, arch, data, dtype, rtol, atol):
+    losses, runs, grid, seeds = batched(optimizer, arch, data, dtype)
+    for r, seed in enumerate(seeds):
+        hp = grid[r // len(SEEDS)]
+        ref_losses, ref_state, ref_gamma = reference(optimizer, hp, arch, seed, *data[seed])
+        torch.testing.assert_close(losses[:, r].double(), ref_losses, rtol=rtol, atol=atol)
+        for name, value in runs.net.run_state_dict(r).items():
+            torch.testing.assert_close(value.double(), ref_state[name], rtol=rtol, atol=atol, msg=lambda m, n=name: f"{optimizer} run {r} {n}: {m}")
+        if ref_gamma:
+            head = list(ref_gamma.values())[-2]
+            torch.testing.assert_close(runs.head_decay()[0][r].double(), head.exp(), rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
+def test_nonlinear_float64_matches_reference(optimizer):
+    data = {s: nonlinear_data(s) for s in SEEDS}
+    check_against_reference(optimizer, NONLINEAR, data, torch.float64, rtol=1e-7, atol=1e-9)
+
+
+@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
+def test_emnist_float64_matches_reference(optimizer, emnist_dir):
+    arch = Architecture((784, 30, 20, 47), negative_slope=0.01)  # narrow hidden layers: same code, quicker reference
+    data = {s: emnist_data(emnist_dir, s) for s in SEEDS}
+    check_against_reference(optimizer, arch, data, torch.float64, rtol=1e-7, atol=1e-8)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "fade_sgd", "fade_adam"])
+def test_float32_matches_reference_to_float32_tolerance(optimizer, emnist_dir):
+    data = {s: nonlinear_data(s) for s in SEEDS}
+    check_against_reference(optimizer, NONLINEAR, data, torch.float32, rtol=2e-4, atol=2e-5)
+
+
+# ---------------------------------------------------------------- FADE head specifics
+def one_step_runs(optimizer, hp, loss, x, y, arch):
+    runs = make_runs(optimizer, arch, [0], {k: [v] for k, v in hp.items()}, loss, dtype=torch.float64)
+    before = [p.clone() for p in runs.net.parameters()]
+    cache = runs.net.forward(x)
+    return runs, before, cache
+
+
+def test_fade_head_curvature_and_trace_regression_and_classification():
+    """After one step from g = 0: g = -l * P_old everywhere. After a second step the trace
+    holds the curvature: g2 = g1 * [1 - l - alpha q]_+ - l * P1, with q = h^2 (regression
+    weight), 1 (bias), times p(1-p) on a classification head."""
+    arch = Architecture((5, 4, 3))
+    torch.manual_seed(0)
+    x = torch.randn(2, 1, 5, dtype=torch.float64)
+    for loss, y in (("squared_error", torch.randn(2, 1, 3, dtype=torch.float64)), ("cross_entropy", torch.tensor([[2], [0]]))):
+        hp = {"alpha": 0.3, "theta_lambda": 0.0, "gamma0": -1.0}
+        runs = make_runs("fade_sgd", arch, [0], {k: [v] for k, v in hp.items()}, loss, dtype=torch.float64)
+        w_head0 = runs.net.weights[-1].clone()
+        runs.step(x[0], y[0])
+        decay = math.exp(-1.0)
+        torch.testing.assert_close(runs.trace[2], -decay * w_head0)
+        g1, w1, b1 = runs.trace[2].clone(), runs.net.weights[-1].clone(), runs.net.biases[-1].clone()
+        gb1 = runs.trace[3].clone()
+        cache = runs.net.forward(x[1])
+        h = cache.inputs[-1]
+        if loss == "squared_error":
+            factor = torch.ones(1, 3, dtype=torch.float64)
+        else:
+            p = torch.softmax(cache.output, 1)
+            factor = p * (1 - p)
+        q_w = factor.unsqueeze(2) * (h**2).unsqueeze(1)
+        runs.step(x[1], y[1])
+        torch.testing.assert_close(runs.trace[2], g1 * (1 - decay - 0.3 * q_w).clamp(min=0) - decay * w1)
+        torch.testing.assert_close(runs.trace[3], gb1 * (1 - decay - 0.3 * factor).clamp(min=0) - decay * b1)
+
+
+def test_gamma_is_clamped_to_minus_15_and_0():
+    arch = Architecture((5, 4, 3))
+    torch.manual_seed(1)
+    hp = {"alpha": [0.1, 0.1], "theta_lambda": [1e4, 1e4], "gamma0": [-14.9, -0.1]}
+    runs = make_runs("fade_sgd", arch, [0, 0], hp, "squared_error", dtype=torch.float64)
+    for _ in range(20):
+        runs.step(torch.randn(2, 5, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64))
+    gamma = runs.gamma[2]
+    assert gamma.min() >= -15.0 and gamma.max() <= 0.0
+    assert (gamma == -15.0).any() and (gamma == 0.0).any(), "a huge meta step must drive some rates onto both bounds"
+
+
+def test_fade_adam_uses_v_hat_from_before_the_adam_update():
+    """With theta_lambda > 0 the gamma update of step 3 reads g of step 2, whose c used
+    alpha / (sqrt(v_hat_1) + eps): v_hat before step 2's Adam update. Using v after it
+    (or alpha on every step) changes the numbers: the reference above encodes the
+    former; here the two wrong variants must disagree with the learner."""
+    arch = Architecture((5, 4, 3))
+    torch.manual_seed(2)
+    xs, ys = torch.randn(3, 1, 5, dtype=torch.float64), torch.randn(3, 1, 3, dtype=torch.float64)
+    hp = {"alpha": [0.05], "theta_lambda": [0.0], "gamma0": [-1.0]}
+    runs = make_runs("fade_adam", arch, [0], hp, "squared_error", dtype=torch.float64)
+    runs.step(xs[0], ys[0])
+    g1 = runs.trace[2].clone()
+    v_before = runs.adam_v[2].clone() / (1 - 0.999)
+    cache = runs.net.forward(xs[1])
+    q = (cache.inputs[-1] ** 2).unsqueeze(1)
+    w1 = runs.net.weights[-1].clone()
+    runs.step(xs[1], ys[1])
+    decay = math.exp(-1.0)
+    right = g1 * (1 - decay - 0.05 / (v_before.sqrt() + 1e-8) * q).clamp(min=0) - decay * w1
+    torch.testing.assert_close(runs.trace[2], right)
+    v_after = runs.adam_v[2] / (1 - 0.999**2)
+    wrong = g1 * (1 - decay - 0.05 / (v_after.sqrt() + 1e-8) * q).clamp(min=0) - decay * w1
+    assert not torch.allclose(wrong, right)
+
+
+def test_theta_lambda_zero_is_fixed_head_decay():
+    """theta_lambda = 0 keeps gamma at gamma0: the head decays by exp(gamma0) every step,
+    the hidden layers not at all (plain SGD)."""
+    data = {s: nonlinear_data(s) for s in SEEDS}
+    hp = {"alpha": 0.01, "theta_lambda": 0.0, "gamma0": -3.0}
+    runs = make_runs("fade_sgd", NONLINEAR, [3], {k: [v] for k, v in hp.items()}, "squared_error", dtype=torch.float64)
+    sgd = make_runs("sgd", NONLINEAR, [3], {"alpha": [0.01]}, "squared_error", dtype=torch.float64)
+    x, y = data[3]
+    runs.step(x[:1].double(), y[:1].double())
+    sgd.step(x[:1].double(), y[:1].double())
+    assert torch.all(runs.gamma[2] == -3.0)
+    torch.testing.assert_close(runs.net.weights[0], sgd.net.weights[0])
+    grad_step = sgd.net.weights[1] - default_init(NONLINEAR, 3)[1][0].double()
+    torch.testing.assert_close(runs.net.weights[1], (1 - math.exp(-3.0)) * default_init(NONLINEAR, 3)[1][0].double() + grad_step)
+
+
+# ---------------------------------------------------------------- networks
+def test_default_init_and_state_dict_round_trip():
+    arch = Architecture((784, 300, 150, 47), negative_slope=0.01)
+    net = BatchedMLP.from_seeds(arch, [5, 7, 5])
+    torch.manual_seed(7)
+    module = arch.module()
+    for name, value in module.state_dict().items():
+        assert torch.equal(net.run_state_dict(1)[name], value), name
+    assert torch.equal(net.weights[0][0], net.weights[0][2]) and not torch.equal(net.weights[0][0], net.weights[0][1])
+    x = torch.randn(3, 784)
+    torch.testing.assert_close(net.forward(x).output[1], module(x[1]))
+    edited = {k: v * 2 for k, v in module.state_dict().items()}
+    net.load_run_state_dict(0, edited)
+    module.load_state_dict(edited)
+    torch.testing.assert_close(net.forward(x).output[0], module(x[0]))
+
+
+def test_a_diverging_run_does_not_touch_its_neighbours():
+    arch = NONLINEAR
+    data = nonlinear_data(3)
+    runs = make_runs("sgd", arch, [3, 3], {"alpha": [1e4, 0.01]}, "squared_error", dtype=torch.float32)
+    alone = make_runs("sgd", arch, [3], {"alpha": [0.01]}, "squared_error", dtype=torch.float32)
+    for t in range(50):
+        out = runs.step(data[0][t].expand(2, -1), data[1][t].expand(2, -1))
+        ref = alone.step(data[0][t : t + 1], data[1][t : t + 1])
+    assert not torch.isfinite(out.loss[0])
+    torch.testing.assert_close(out.loss[1:], ref.loss, rtol=0, atol=0)
+
+
+def test_pixels_are_normalised_to_minus_one_one():
+    torch.testing.assert_close(pixels_to_inputs(torch.tensor([0, 255], dtype=torch.uint8)), torch.tensor([-1.0, 1.0]))
