@@ -42,6 +42,22 @@ class Architecture:
         """State-dict prefixes of the Linear layers in `module()` ("0", "2", ...)."""
         return [str(2 * i) for i in range(self.layers)]
 
+    def offsets(self) -> list[int]:
+        """Start of each parameter [W0, b0, W1, b1, ...] in a run's flat parameter vector, then its length."""
+        starts = [0]
+        for fan_in, fan_out in zip(self.sizes[:-1], self.sizes[1:]):
+            starts += [starts[-1] + fan_in * fan_out, starts[-1] + fan_in * fan_out + fan_out]
+        return starts
+
+    def views(self, flat: torch.Tensor) -> list[torch.Tensor]:
+        """[W0, b0, W1, b1, ...] as views of `flat` ([R, n]), which may start at any parameter
+        boundary (e.g. only the head's parameters)."""
+        starts = self.offsets()
+        first = starts.index(starts[-1] - flat.shape[1])
+        shapes = [s for fan_in, fan_out in zip(self.sizes[:-1], self.sizes[1:]) for s in ((fan_out, fan_in), (fan_out,))]
+        return [flat[:, a - starts[first] : b - starts[first]].view(flat.shape[0], *shape)
+                for a, b, shape in zip(starts[first:-1], starts[first + 1 :], shapes[first:])]
+
 
 def default_init(arch: Architecture, seed: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """(weight, bias) of each layer exactly as `torch.manual_seed(seed); arch.module()` makes them.
@@ -74,21 +90,23 @@ class ForwardCache:
 
 
 class BatchedMLP:
-    """R runs of one architecture; parameters are plain tensors updated in place by a learner."""
+    """R runs of one architecture. All of a run's parameters live in one row of `flat`
+    ([R, n], in `Architecture.offsets` order); `weights` ([R, out, in]) and `biases`
+    ([R, out]) are views of it, so a learner may update either."""
 
-    def __init__(self, arch: Architecture, weights: list[torch.Tensor], biases: list[torch.Tensor]):
+    def __init__(self, arch: Architecture, flat: torch.Tensor):
         self.arch = arch
-        self.weights = weights  # [R, out, in] per layer
-        self.biases = biases  # [R, out] per layer
+        self.flat = flat
+        views = arch.views(flat)
+        self.weights = views[0::2]
+        self.biases = views[1::2]
 
     @classmethod
     def from_seeds(cls, arch: Architecture, seeds: list[int], device: torch.device | str = "cpu",
-                   dtype: torch.dtype = torch.float32) -> "BatchedMLP":
+                   dtype: torch.dtype = torch.float32) -> BatchedMLP:
         """Run r starts from PyTorch's default initialisation with seed `seeds[r]`."""
-        per_seed = {s: default_init(arch, s) for s in set(seeds)}
-        weights = [torch.stack([per_seed[s][i][0] for s in seeds]).to(device, dtype) for i in range(arch.layers)]
-        biases = [torch.stack([per_seed[s][i][1] for s in seeds]).to(device, dtype) for i in range(arch.layers)]
-        return cls(arch, weights, biases)
+        per_seed = {s: torch.cat([t.reshape(-1) for pair in default_init(arch, s) for t in pair]) for s in set(seeds)}
+        return cls(arch, torch.stack([per_seed[s] for s in seeds]).to(device, dtype))
 
     @property
     def runs(self) -> int:

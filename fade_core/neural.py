@@ -18,6 +18,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
+import numpy as np
 import torch
 
 from fade_core.mlp import Architecture, BatchedMLP, ForwardCache
@@ -75,6 +76,42 @@ def _per_run(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 @dataclass
+class StepSums:
+    """Per-run sums over the steps since the last reset, float64 and in step order (so a
+    sum never depends on how the steps were chunked), and the hidden units that fired."""
+
+    loss: torch.Tensor  # [R]
+    sq_error: torch.Tensor  # [R, out] squared error per output (regression; [R, 0] otherwise)
+    correct: torch.Tensor  # [R] steps whose argmax was the label (classification)
+    active: torch.Tensor  # [R, hidden units of all hidden layers] bool: positive pre-activation at least once
+
+    @classmethod
+    def zeros(cls, runs: int, arch: Architecture, loss: Loss, device: torch.device | str) -> StepSums:
+        f64 = {"device": device, "dtype": torch.float64}
+        out = arch.sizes[-1] if loss == "squared_error" else 0
+        hidden = sum(arch.sizes[1:-1])
+        return cls(torch.zeros(runs, **f64), torch.zeros(runs, out, **f64), torch.zeros(runs, **f64),
+                   torch.zeros(runs, hidden, device=device, dtype=torch.bool))
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [self.loss, self.sq_error, self.correct, self.active]
+
+    def reset(self) -> None:
+        for tensor in self.tensors():
+            tensor.zero_()
+
+    def add(self, result: StepResult) -> None:
+        """One step's contribution (graph-capturable: no host synchronisation)."""
+        self.loss.add_(result.loss)
+        if result.sq_error is not None:
+            self.sq_error.add_(result.sq_error)
+        if result.correct is not None:
+            self.correct.add_(result.correct)
+        fired = torch.cat([pre > 0 for pre in result.cache.preactivations], dim=1)
+        torch.logical_or(self.active, fired, out=self.active)
+
+
+@dataclass
 class StepResult:
     """What one step produced for every run (before its update)."""
 
@@ -90,42 +127,85 @@ class NeuralRuns:
     `hp` maps each of the learner's hyperparameters to an [R] tensor.
     """
 
-    def __init__(self, learner: NeuralLearner, net: BatchedMLP, hp: dict[str, torch.Tensor], loss: Loss):
+    def __init__(self, learner: NeuralLearner, net: BatchedMLP, hp: dict[str, torch.Tensor], loss: Loss,
+                 compiled_cpu: bool = True):
         missing = set(learner.hyperparameters) - set(hp)
         if missing:
             raise ValueError(f"{learner.name} needs hyperparameter(s) {', '.join(sorted(missing))}")
         self.learner = learner
         self.net = net
         self.loss = loss
+        self.compiled_cpu = compiled_cpu  # CPU segments in one compiled call (False: batched torch ops)
         like = net.weights[0]
         self.hp = {k: v.to(like.device, like.dtype) for k, v in hp.items()}
-        params = net.parameters()
-        self.fade_index = {
-            "none": set(), "head": {len(params) - 2, len(params) - 1}, "all": set(range(len(params)))
-        }[learner.fade]
-        self.adam_m = [torch.zeros_like(p) for p in params] if learner.base == "adam" else []
-        self.adam_v = [torch.zeros_like(p) for p in params] if learner.base == "adam" else []
+        arch, flat = net.arch, net.flat
+        # State lives in flat [R, n] buffers laid out like the parameters (views per parameter).
+        adam = learner.base == "adam"
+        self.adam_m_flat = torch.zeros_like(flat) if adam else flat.new_zeros(flat.shape[0], 0)
+        self.adam_v_flat = torch.zeros_like(flat) if adam else flat.new_zeros(flat.shape[0], 0)
+        self.adam_m = arch.views(self.adam_m_flat) if adam else []
+        self.adam_v = arch.views(self.adam_v_flat) if adam else []
         self.adam_steps = torch.zeros((), device=like.device, dtype=like.dtype)  # a tensor: graph-capture safe
-        self.gamma = {i: torch.full_like(params[i], 0.0) + _per_run(self.hp["gamma0"], params[i]) for i in self.fade_index}
-        self.trace = {i: torch.zeros_like(params[i]) for i in self.fade_index}
+        # FADE's gamma and trace cover the parameters from `fade_start` on: the head's, or all.
+        starts = arch.offsets()
+        self.fade_start = {"none": starts[-1], "head": starts[-3], "all": 0}[learner.fade]
+        fade_params = len(starts) - 1 - starts.index(self.fade_start)
+        self.fade_index = set(range(len(starts) - 1 - fade_params, len(starts) - 1))
+        width = starts[-1] - self.fade_start
+        self.gamma_flat = flat.new_zeros(flat.shape[0], width) + (self.hp["gamma0"].unsqueeze(1) if width else 0)
+        self.trace_flat = flat.new_zeros(flat.shape[0], width)
+        first = min(self.fade_index, default=0)
+        self.gamma = {first + i: v for i, v in enumerate(arch.views(self.gamma_flat))} if width else {}
+        self.trace = {first + i: v for i, v in enumerate(arch.views(self.trace_flat))} if width else {}
 
     # -- state ---------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, object]:
+    def state_dict(self) -> dict[str, torch.Tensor]:
         """Every tensor a continued run needs (weights, moments, gamma, traces)."""
         return {
-            "weights": self.net.weights, "biases": self.net.biases, "adam_m": self.adam_m, "adam_v": self.adam_v,
-            "adam_steps": self.adam_steps, "gamma": self.gamma, "trace": self.trace,
+            "params": self.net.flat, "adam_m": self.adam_m_flat, "adam_v": self.adam_v_flat,
+            "adam_steps": self.adam_steps, "gamma": self.gamma_flat, "trace": self.trace_flat,
         }
 
-    def load_state_dict(self, state: dict[str, object]) -> None:
-        mine = self.state_dict()
-        for name in ("weights", "biases", "adam_m", "adam_v"):
-            for tensor, saved in zip(mine[name], state[name]):
-                tensor.copy_(saved)
-        for name in ("gamma", "trace"):
-            for i, saved in state[name].items():
-                mine[name][i].copy_(saved)
-        self.adam_steps.copy_(state["adam_steps"])
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        for name, tensor in self.state_dict().items():
+            tensor.copy_(state[name])
+
+    # -- many steps ----------------------------------------------------------------------
+    def advance(self, x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: StepSums) -> None:
+        """x.shape[0] steps; run r reads slot run_slot[r] of x ([T, S, in]) and target
+        ([T, S, out] values or [T, S] labels). Sums accumulate in `sums`.
+
+        On CPU the whole segment is one compiled call (fade_core.neural_cpu); elsewhere it
+        is one batched `step` per step.
+        """
+        if self.net.flat.device.type == "cpu" and self.compiled_cpu:
+            self._advance_compiled(x, target, run_slot, sums)
+            return
+        for t in range(x.shape[0]):
+            sums.add(self.step(x[t].index_select(0, run_slot), target[t].index_select(0, run_slot)))
+
+    def _advance_compiled(self, x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: StepSums) -> None:
+        from fade_core import neural_cpu  # compiled on first use only
+
+        learner, arch = self.learner, self.net.arch
+        classification = self.loss == "cross_entropy"
+        zeros = torch.zeros(self.net.runs, dtype=self.net.flat.dtype)
+        hp = {k: self.hp.get(k, zeros).contiguous().numpy() for k in ("alpha", "lambda", "kappa", "theta_lambda")}
+        empty_values = np.zeros((0, 0, 0), dtype=self.net.flat.numpy().dtype)
+        neural_cpu.run_segment(
+            np.array(arch.sizes, dtype=np.int64), np.array(arch.offsets(), dtype=np.int64), float(arch.negative_slope),
+            classification, learner.base == "adam", {"none": 0, "coupled": 1, "decoupled": 2}[learner.weight_decay],
+            learner.clip, self.fade_start,
+            hp["alpha"], hp["lambda"], hp["kappa"], hp["theta_lambda"], int(self.adam_steps.item()),
+            self.net.flat.numpy(), self.adam_m_flat.numpy(), self.adam_v_flat.numpy(),
+            self.gamma_flat.numpy(), self.trace_flat.numpy(),
+            run_slot.numpy(), x.contiguous().numpy(),
+            empty_values if classification else target.contiguous().numpy(),
+            target.contiguous().numpy() if classification else np.zeros((0, 0), dtype=np.int64),
+            sums.loss.numpy(), sums.sq_error.numpy(), sums.correct.numpy(), sums.active.numpy(),
+        )
+        if learner.base == "adam":
+            self.adam_steps += x.shape[0]
 
     # -- one step ------------------------------------------------------------------------
     def step(self, x: torch.Tensor, target: torch.Tensor) -> StepResult:
@@ -240,8 +320,8 @@ def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]
 
 
 def make_runs(learner: str, arch: Architecture, seeds: list[int], hp: dict[str, list[float]], loss: Loss,
-              device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32) -> NeuralRuns:
+              device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, compiled_cpu: bool = True) -> NeuralRuns:
     """Notebook entry point: R = len(seeds) runs, run r initialised from seeds[r] with hp[...][r]."""
     spec = get_neural_learner(learner)
     net = BatchedMLP.from_seeds(arch, list(seeds), device, dtype)
-    return NeuralRuns(spec, net, hyperparameter_tensors(spec, hp, dtype), loss)
+    return NeuralRuns(spec, net, hyperparameter_tensors(spec, hp, dtype), loss, compiled_cpu)

@@ -126,10 +126,11 @@ def _resources(args, sweep) -> PackResources:
 
 
 def _cmd_run(args) -> None:
-    from sweeps.runner import ExecutionOptions, run_sweep
+    from sweeps.runner import ExecutionOptions, check_task_data, run_sweep
     from sweeps.tables import table_text
 
     sweep = resolve_sweep(args.sweep)
+    check_task_data(sweep)
     resources = _resources(args, sweep)
     if resources.gpus < 0:
         raise UserError(f"--gpus-per-pack must be >= 0, got {resources.gpus:g}")

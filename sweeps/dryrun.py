@@ -14,22 +14,26 @@ from cluster.placement import PackResources
 from sweeps.engine import make_runner
 from sweeps.plan import Pack, make_config, plan_packs
 from sweeps.sweepfile import Experiment, Sweep
+from tasks import get_task
 
-CALIBRATION_STEPS = 5_000
-CALIBRATION_RUNS = 200
+CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
+CALIBRATION_RUNS = {"linear": 200, "neural": 50}
 STARTUP_SECONDS = 10.0  # Ray start and the first trials' imports, roughly
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype) -> float:
     """Run-steps per second of one CPU thread on a small pack of this experiment."""
+    family = get_task(experiment.task).family
     configs = experiment.configs()
-    n_configs = max(1, min(len(configs), CALIBRATION_RUNS // len(seeds)))
-    short = Experiment(experiment.task, replace(experiment.settings, steps=CALIBRATION_STEPS), experiment.optimizer, experiment.grid)
+    n_configs = max(1, min(len(configs), CALIBRATION_RUNS[family] // len(seeds)))
+    steps = CALIBRATION_STEPS[family]
+    short = Experiment(experiment.task, replace(experiment.settings, steps=steps, bin=steps), experiment.optimizer, experiment.grid)
     pack = Pack(short, tuple(make_config(short, c) for c in configs[:n_configs]), seeds)
     numba.set_num_threads(1)
+    torch.set_num_threads(1)
     for _ in make_runner(Pack(short, pack.configs[:1], seeds[:1]), 100, dtype).run():  # load the compiled kernel
         break
-    runner = make_runner(pack, CALIBRATION_STEPS, dtype)
+    runner = make_runner(pack, steps, dtype)
     start = time.perf_counter()
     for _ in runner.run():
         pass
@@ -59,5 +63,5 @@ def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_p
             f"{max(p.runs for p in group):>10} {steps:>10.2e} {rate / 1e6:>10.2f}M/s {steps / rate:>8.0f}s"
         )
     wall = STARTUP_SECONDS + cpu_seconds / max(1, min(slots, len(packs)))
-    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min) on {slots} slots, from a {CALIBRATION_STEPS}-step calibration.")
+    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min) on {slots} slots, from a short CPU calibration of each experiment.")
     return "\n".join(lines)

@@ -22,7 +22,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from fade_core.neural import NeuralRuns, StepResult, get_neural_learner, make_runs
+from fade_core.neural import NeuralRuns, StepSums, get_neural_learner, make_runs
 from sweeps.outcome import ChunkProgress, PackOutcome
 from sweeps.plan import Pack
 from tasks import get_task
@@ -51,7 +51,7 @@ class NeuralPackRunner:
         self.regression = self.task.loss == "squared_error"
         steps, bin_ = self.settings.steps, self.settings.bin
         self.bin_end = np.minimum(np.arange(1, math.ceil(steps / bin_) + 1) * bin_, steps)
-        self._reset_bin_sums()
+        self.sums = StepSums.zeros(pack.runs, self.task.architecture, self.task.loss, self.device)
         self.curves = self._empty_curves()
         self.steps_done = 0
         self.wall_seconds = 0.0
@@ -59,29 +59,6 @@ class NeuralPackRunner:
         self._use_graphs = self.device.type == "cuda"
 
     # -- metrics -------------------------------------------------------------------------
-    def _reset_bin_sums(self) -> None:
-        R, out = self.pack.runs, self.task.architecture.sizes[-1]
-        f64 = {"device": self.device, "dtype": torch.float64}
-        if not hasattr(self, "bin_sums"):
-            self.bin_sums = {"loss": torch.zeros(R, **f64)}
-            if self.regression:
-                self.bin_sums["sq_error"] = torch.zeros(R, out, **f64)
-            else:
-                self.bin_sums["correct"] = torch.zeros(R, **f64)
-            self.active = [torch.zeros(R, w, device=self.device, dtype=torch.bool) for w in self.task.architecture.sizes[1:-1]]
-        for tensor in [*self.bin_sums.values(), *self.active]:
-            tensor.zero_()
-
-    def _accumulate(self, result: StepResult) -> None:
-        """Per-step sums, in step order (graph-capturable: no host synchronisation)."""
-        self.bin_sums["loss"].add_(result.loss)
-        if self.regression:
-            self.bin_sums["sq_error"].add_(result.sq_error)
-        else:
-            self.bin_sums["correct"].add_(result.correct)
-        for active, pre in zip(self.active, result.cache.preactivations):
-            torch.logical_or(active, pre > 0, out=active)
-
     def curve_names(self) -> list[str]:
         layers = self.task.architecture.layers
         names = ["mse", *[f"mse_{g}" for g in self.task.output_groups]] if self.regression else ["accuracy", "loss"]
@@ -110,16 +87,15 @@ class NeuralPackRunner:
 
     def _record_bin(self, b: int, steps_in_bin: int) -> None:
         c = self.curves
-        sums = {k: v / steps_in_bin for k, v in self.bin_sums.items()}
         if self.regression:
-            out_mse = sums["sq_error"]
+            out_mse = self.sums.sq_error / steps_in_bin
             c["output_mse"][:, b] = out_mse.cpu().numpy()
             c["mse"][:, b] = out_mse.mean(dim=1).cpu().numpy()
             for group, mask in self._group_masks().items():
                 c[f"mse_{group}"][:, b] = ((out_mse * mask).sum(1) / mask.sum(1)).cpu().numpy()
         else:
-            c["accuracy"][:, b] = sums["correct"].cpu().numpy()
-            c["loss"][:, b] = sums["loss"].cpu().numpy()
+            c["accuracy"][:, b] = (self.sums.correct / steps_in_bin).cpu().numpy()
+            c["loss"][:, b] = (self.sums.loss / steps_in_bin).cpu().numpy()
         decay = self.runs.head_decay()
         if decay is not None:
             rows = torch.cat([decay[0], decay[1].unsqueeze(2)], dim=2).double()  # [R, C, H + 1]: each output's row
@@ -128,13 +104,16 @@ class NeuralPackRunner:
                     c[f"decay_{group}"][:, b] = ((rows.mean(2) * mask).sum(1) / mask.sum(1)).cpu().numpy()
             else:
                 c["decay_head"][:, b] = rows.mean(dim=(1, 2)).cpu().numpy()
-        for i, active in enumerate(self.active, start=1):
-            c[f"dead_units_layer{i}"][:, b] = 1.0 - active.double().mean(1).cpu().numpy()
+        first = 0
+        for i, width in enumerate(self.task.architecture.sizes[1:-1], start=1):
+            fired = self.sums.active[:, first : first + width]
+            c[f"dead_units_layer{i}"][:, b] = 1.0 - fired.double().mean(1).cpu().numpy()
+            first += width
         squares = [w.double().square().sum((1, 2)) + bias.double().square().sum(1) for w, bias in zip(self.runs.net.weights, self.runs.net.biases)]
         for i, sq in enumerate(squares, start=1):
             c[f"weight_norm_layer{i}"][:, b] = sq.sqrt().cpu().numpy()
         c["weight_norm"][:, b] = torch.stack(squares).sum(0).sqrt().cpu().numpy()
-        self._reset_bin_sums()
+        self.sums.reset()
 
     # -- stepping ------------------------------------------------------------------------
     def _segment(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -145,10 +124,7 @@ class NeuralPackRunner:
         return x, (y.to(self.dtype) if self.regression else y)
 
     def _steps(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        for t in range(x.shape[0]):
-            xt = x[t].index_select(0, self.run_slot)
-            yt = y[t].index_select(0, self.run_slot)
-            self._accumulate(self.runs.step(xt, yt))
+        self.runs.advance(x, y, self.run_slot, self.sums)
 
     def _graph_steps(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """GRAPH_STEPS steps by replaying a captured CUDA graph (captured on first use)."""
@@ -161,7 +137,7 @@ class NeuralPackRunner:
 
     def _capture(self, x: torch.Tensor, y: torch.Tensor) -> None:
         # Warm-up and capture run real steps: save everything they touch and put it back.
-        saved = copy.deepcopy((self.runs.state_dict(), self.bin_sums, self.active))
+        saved = copy.deepcopy((self.runs.state_dict(), self.sums.tensors()))
         x_static, y_static = x.clone(), y.clone()
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -172,7 +148,7 @@ class NeuralPackRunner:
         with torch.cuda.graph(graph):
             self._steps(x_static, y_static)
         self.runs.load_state_dict(saved[0])
-        for mine, old in zip([*self.bin_sums.values(), *self.active], [*saved[1].values(), *saved[2]]):
+        for mine, old in zip(self.sums.tensors(), saved[1]):
             mine.copy_(old)
         self._graphs[0] = (graph, x_static, y_static)
 
@@ -246,8 +222,7 @@ class NeuralPackRunner:
             "steps_done": self.steps_done,
             "wall_seconds": self.wall_seconds,
             "runs": self.runs.state_dict(),
-            "bin_sums": self.bin_sums,
-            "active": self.active,
+            "sums": self.sums.tensors(),
             "curves": self.curves,
         }
 
@@ -255,9 +230,7 @@ class NeuralPackRunner:
         if saved["pack_id"] != self.pack.pack_id:
             raise ValueError(f"checkpoint of pack {saved['pack_id']} cannot resume pack {self.pack.pack_id}")
         self.runs.load_state_dict(saved["runs"])
-        for name, tensor in saved["bin_sums"].items():
-            self.bin_sums[name].copy_(tensor)
-        for mine, tensor in zip(self.active, saved["active"]):
+        for mine, tensor in zip(self.sums.tensors(), saved["sums"]):
             mine.copy_(tensor)
         for name, values in saved["curves"].items():
             self.curves[name][...] = values

@@ -21,12 +21,13 @@ from cluster.connect import connect
 from cluster.placement import PackResources, parallel_slots
 from cluster.storage import check_storage
 from sweeps.engine import DEFAULT_CHUNK_STEPS
-from sweeps.plan import Pack, plan_packs
+from sweeps.plan import MAX_PACK_RUNS, Pack, plan_packs
 from sweeps.progress import SweepProgress
 from sweeps.status import read_status
 from sweeps.store import finished_runs, has_results, write_bytes_atomic
 from sweeps.sweepfile import Sweep, SweepError
 from sweeps.trainable import pack_trainable
+from tasks import get_task
 
 SWEEP_RECORD = "sweep.yaml"  # the sweep as run, beside its results
 PACKS_RECORD = "packs.pkl"  # inside a Tune experiment: what its pack ids mean, for Tuner.restore
@@ -75,6 +76,17 @@ class SweepRun:
         if tune_seconds <= 0 or self.slots <= 0:
             return 0.0
         return max(0.0, 1.0 - self.compute_seconds / (tune_seconds * min(self.slots, max(self.packs, 1))))
+
+
+def check_task_data(sweep: Sweep) -> None:
+    """Fail before anything starts if a task's dataset is missing or unreadable."""
+    for experiment in sweep.experiments:
+        check = get_task(experiment.task).check_data
+        if check is not None:
+            try:
+                check(experiment.settings)
+            except ValueError as err:
+                raise SweepError(f"{sweep.source}: task_settings: {err}") from None
 
 
 def results_dir_for(sweep: Sweep, storage: str | Path) -> Path:
@@ -187,6 +199,7 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
             "or choose another --storage or sweep name"
         )
     resources = options.resources or sweep.resources
+    check_task_data(sweep)
     started = time.perf_counter()
     dashboard_url = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started
@@ -199,7 +212,9 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
     phases = []
     if resume:
         phases.append(_continue_interrupted(results_dir, options, resources))
-    plan = plan_packs(sweep, slots, finished_runs(results_dir) if resume else (), options.runs_per_pack)
+    # On GPUs a pack fills the device; on CPUs packs are sized to keep every slot busy.
+    runs_per_pack = options.runs_per_pack or (MAX_PACK_RUNS if resources.gpus > 0 else None)
+    plan = plan_packs(sweep, slots, finished_runs(results_dir) if resume else (), runs_per_pack)
     if plan:
         phases.append(_run_plan(sweep, plan, results_dir, options, resources))
     phases = [p for p in phases if p is not None]

@@ -52,8 +52,12 @@ def pack_trainable(
         return
     cpus = ray.get_runtime_context().get_assigned_resources().get("CPU", 1)
     # One compiled thread per CPU Tune gave this trial: packs in parallel, never oversubscribed.
-    numba.set_num_threads(max(1, min(numba.config.NUMBA_NUM_THREADS, int(cpus))))
-    runner = make_runner(pack, chunk_steps, getattr(torch, dtype))
+    threads = max(1, min(numba.config.NUMBA_NUM_THREADS, int(cpus)))
+    numba.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    # Ray sets CUDA_VISIBLE_DEVICES to the trial's GPUs, so "cuda" is the one assigned.
+    device = "cuda" if ray.get_gpu_ids() else "cpu"
+    runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fade_core.mlp import Architecture, BatchedMLP, default_init
-from fade_core.neural import NEURAL_LEARNERS, make_runs
+from fade_core.neural import NEURAL_LEARNERS, StepSums, make_runs
 from tasks.emnist import EmnistSettings, LabelPermutedStream, PartialEmnistSettings, pixels_to_inputs
 from tasks.nonlinear_tracking import STUDENT as NONLINEAR, NonlinearTrackingSettings, NonlinearTrackingStream
 from tests.emnist_fixture import write_idx_dataset
@@ -130,21 +130,29 @@ def emnist_data(data_dir, seed: int, partial: bool = False):
     return stream.inputs(index, torch.device("cpu"), torch.float64), labels
 
 
-def batched(optimizer: str, arch, data, dtype):
-    """All configurations x seeds of GRIDS[optimizer] in one batch: losses [T, R] and the runs."""
+def batched(optimizer: str, arch, data, dtype, compiled: bool):
+    """All configurations x seeds of GRIDS[optimizer] in one batch, one step per `advance`
+    call (the compiled CPU engine) or per `step` call (batched torch ops, as on CUDA):
+    per-step losses [T, R] and the runs."""
     grid = GRIDS[optimizer]
     seeds = [s for _ in grid for s in SEEDS]
     hp = {k: [c[k] for c in grid for _ in SEEDS] for k in grid[0]}
-    runs = make_runs(optimizer, arch, seeds, hp, "cross_entropy" if data[SEEDS[0]][1].dtype == torch.int64 else "squared_error", dtype=dtype)
+    loss = "cross_entropy" if data[SEEDS[0]][1].dtype == torch.int64 else "squared_error"
+    runs = make_runs(optimizer, arch, seeds, hp, loss, dtype=dtype, compiled_cpu=compiled)
     xs = torch.stack([data[s][0] for s in seeds], dim=1).to(dtype)
     ys = torch.stack([data[s][1] for s in seeds], dim=1)
     ys = ys if ys.dtype == torch.int64 else ys.to(dtype)
-    losses = torch.stack([runs.step(xs[t], ys[t]).loss for t in range(STEPS)])
-    return losses, runs, grid, seeds
+    sums = StepSums.zeros(len(seeds), arch, loss, "cpu")
+    losses = []
+    for t in range(STEPS):
+        sums.reset()
+        runs.advance(xs[t : t + 1], ys[t : t + 1], torch.arange(len(seeds)), sums)
+        losses.append(sums.loss.clone())
+    return torch.stack(losses), runs, grid, seeds
 
 
-def check_against_reference(optimizer, arch, data, dtype, rtol, atol):
-    losses, runs, grid, seeds = batched(optimizer, arch, data, dtype)
+def check_against_reference(optimizer, arch, data, dtype, rtol, atol, compiled=True):
+    losses, runs, grid, seeds = batched(optimizer, arch, data, dtype, compiled)
     for r, seed in enumerate(seeds):
         hp = grid[r // len(SEEDS)]
         ref_losses, ref_state, ref_gamma = reference(optimizer, hp, arch, seed, *data[seed])
@@ -156,23 +164,29 @@ def check_against_reference(optimizer, arch, data, dtype, rtol, atol):
             torch.testing.assert_close(runs.head_decay()[0][r].double(), head.exp(), rtol=rtol, atol=atol)
 
 
+ENGINES = {"compiled-cpu": True, "torch-ops": False}
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
-def test_nonlinear_float64_matches_reference(optimizer):
+def test_nonlinear_float64_matches_reference(optimizer, engine):
     data = {s: nonlinear_data(s) for s in SEEDS}
-    check_against_reference(optimizer, NONLINEAR, data, torch.float64, rtol=1e-7, atol=1e-9)
+    check_against_reference(optimizer, NONLINEAR, data, torch.float64, rtol=1e-7, atol=1e-8, compiled=ENGINES[engine])
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
-def test_emnist_float64_matches_reference(optimizer, emnist_dir):
+def test_emnist_float64_matches_reference(optimizer, engine, emnist_dir):
     arch = Architecture((784, 30, 20, 47), negative_slope=0.01)  # narrow hidden layers: same code, quicker reference
-    data = {s: emnist_data(emnist_dir, s) for s in SEEDS}
-    check_against_reference(optimizer, arch, data, torch.float64, rtol=1e-7, atol=1e-8)
+    data = {s: emnist_data(emnist_dir, s, partial=optimizer.startswith("fade")) for s in SEEDS}
+    check_against_reference(optimizer, arch, data, torch.float64, rtol=1e-7, atol=1e-8, compiled=ENGINES[engine])
 
 
+@pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "fade_sgd", "fade_adam"])
-def test_float32_matches_reference_to_float32_tolerance(optimizer, emnist_dir):
+def test_float32_matches_reference_to_float32_tolerance(optimizer, engine):
     data = {s: nonlinear_data(s) for s in SEEDS}
-    check_against_reference(optimizer, NONLINEAR, data, torch.float32, rtol=2e-4, atol=2e-5)
+    check_against_reference(optimizer, NONLINEAR, data, torch.float32, rtol=2e-4, atol=2e-5, compiled=ENGINES[engine])
 
 
 # ---------------------------------------------------------------- FADE head specifics

@@ -1,0 +1,329 @@
+"""The CPU engine of fade_core.neural: a whole segment of steps for R runs in one compiled call.
+
+Batched tensor ops stream every run's weights through memory once per op and step; on
+a CPU that is memory-bound (an EMNIST run has 287k parameters). Here each run instead
+stays in one thread for the whole segment and its parameters stay in cache: forward,
+loss, backward, every update of algorithms.md §2 and the metric sums, step after step.
+Runs are spread over threads (prange); a run's arithmetic does not depend on which
+other runs share the call, so pack invariance is exact.
+
+The rules are those of fade_core.neural (the torch implementation used on CUDA), per
+element; tests check both against the same plain PyTorch reference.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+GAMMA_MIN, GAMMA_MAX = -15.0, 0.0
+WD_NONE, WD_COUPLED, WD_DECOUPLED = 0, 1, 2
+# As in fade_core.linear: reassociation and FMA let LLVM vectorise the inner loops;
+# IEEE NaN/inf semantics stay (no 'nnan'/'ninf'), so a diverging run shows as NaN/inf.
+_FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
+
+
+# Per-parameter rules are pure scalar functions; LLVM inlines them into the row loops
+# and vectorises those. (numba's IR-level inline="always" defeated vectorisation: 4x slower.)
+_scalar = numba.njit(fastmath=_FASTMATH, cache=True)
+
+
+@_scalar
+def _exp_of_gamma(gamma):
+    """exp(gamma) for gamma in FADE's clamp range [-15, 0], as a vectorisable polynomial:
+    exp(gamma) = exp(gamma / 32) ** 32 with a degree-13 Taylor series of exp(gamma / 32)
+    (|gamma / 32| <= 0.47: relative error below 1e-13). libm's exp is a scalar call that
+    LLVM cannot vectorise, and it dominated the head update."""
+    y = gamma * (1.0 / 32.0)
+    e = 1.0 + y * (1.0 + y * (1.0 / 2 + y * (1.0 / 6 + y * (1.0 / 24 + y * (1.0 / 120 + y * (1.0 / 720 + y * (
+        1.0 / 5040 + y * (1.0 / 40320 + y * (1.0 / 362880 + y * (1.0 / 3628800 + y * (1.0 / 39916800 + y * (
+            1.0 / 479001600 + y * (1.0 / 6227020800)))))))))))))
+    for _ in range(5):
+        e = e * e
+    return e
+
+
+@_scalar
+def _fade(gamma, trace, w, grad, q, alpha_eff, theta):
+    """FADE on one parameter before its base step -> (gamma, trace, decayed w)."""
+    gamma = min(max(gamma - theta * grad * trace, GAMMA_MIN), GAMMA_MAX)
+    decay = _exp_of_gamma(gamma)
+    return gamma, trace * max(1.0 - decay - alpha_eff * q, 0.0) - decay * w, w * (1.0 - decay)
+
+
+@_scalar
+def _adam_alpha_eff(v, alpha, first_step, bc2_prev):
+    """alpha / (sqrt(v_hat) + eps) with v_hat before this step's update; alpha on the first step."""
+    return alpha if first_step else alpha / (math.sqrt(v / bc2_prev) + EPS)
+
+
+@_scalar
+def _adam(m, v, w, grad, alpha, bc1, bc2):
+    """torch.optim.Adam on one parameter -> (m, v, w)."""
+    m = m + (1.0 - BETA1) * (grad - m)  # torch's lerp_
+    v = BETA2 * v + (1.0 - BETA2) * grad * grad
+    return m, v, w - (alpha / bc1) * m / (math.sqrt(v) / math.sqrt(bc2) + EPS)
+
+
+@_scalar
+def _update_element(p, m, v, gm, tr, i, grad, q, alpha, lam, theta, wd_mode, adam, clip, bound, fade, first_step,
+                    bc1, bc2, bc2_prev):
+    """Any learner on parameter i of p: FADE decay (if on), weight decay, base step, clipping."""
+    w = p[i]
+    if fade:
+        alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, bc2_prev) if adam else alpha
+        gm[i], tr[i], w = _fade(gm[i], tr[i], w, grad, q, alpha_eff, theta)
+    if wd_mode == WD_COUPLED:
+        grad = grad + lam * w
+    elif wd_mode == WD_DECOUPLED:
+        w = w * (1.0 - alpha * lam)
+    if adam:
+        m[i], v[i], w = _adam(m[i], v[i], w, grad, alpha, bc1, bc2)
+    else:
+        w = w - alpha * grad
+    if clip:
+        w = min(max(w, -bound), bound)
+    p[i] = w
+
+
+# The loops below are separate (not inlined) functions over slices that start at 0:
+# LLVM vectorises those; with offsets computed at run time inside the big parallel
+# body it does not (measured: 5x slower).
+_dense = numba.njit(fastmath=_FASTMATH, cache=True)
+
+
+@_dense
+def _affine(p, w0, b0, fan_in, fan_out, inp, z):
+    """z[j] = b[j] + sum_i W[j, i] * inp[i], for the layer whose W starts at p[w0]."""
+    for j in range(fan_out):
+        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
+        acc = p[b0] * 0
+        for i in range(fan_in):
+            acc += w[i] * inp[i]
+        z[j] = acc + p[b0 + j]
+
+
+@_dense
+def _back(p, w0, fan_in, fan_out, delta_out, delta_in):
+    """delta_in[i] = sum_j W[j, i] * delta_out[j]."""
+    delta_in[:] = 0
+    for j in range(fan_out):
+        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
+        dj = delta_out[j]
+        for i in range(fan_in):
+            delta_in[i] += w[i] * dj
+
+
+@_dense
+def _sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, shrink):
+    """W <- shrink * W - alpha * delta inp^T."""
+    for j in range(fan_out):
+        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
+        c = delta[j] * -alpha
+        for i in range(fan_in):
+            w[i] = w[i] * shrink + c * inp[i]
+
+
+# Weight rows (gradient dj * inp[i], FADE curvature inp[i]^2 * factor), one kernel per
+# combination the learners use: each stores to few arrays, so LLVM vectorises it (a
+# generic row with every branch and five stored arrays ran 4x slower).
+@_dense
+def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, shrink, next_inp, z):
+    """The SGD step of `_sgd_rank_one` fused with the next step's W @ next_inp (bias not
+    added): one pass over W instead of two, for the first layer, whose W dominates the
+    memory traffic. With delta = 0 it is the forward pass alone, so every W @ x of the
+    first layer comes from this one loop (identical rounding whatever the segmenting)."""
+    for j in range(fan_out):
+        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
+        c = delta[j] * -alpha
+        acc = p[w0] * 0
+        for i in range(fan_in):
+            wi = w[i] * shrink + c * inp[i]
+            w[i] = wi
+            acc += wi * next_inp[i]
+        z[j] = acc
+
+
+@_dense
+def _fade_sgd_row(p, gm, tr, inp, dj, factor, alpha, theta):
+    for i in range(p.shape[0]):
+        xi = inp[i]
+        grad = dj * xi
+        gm[i], tr[i], w = _fade(gm[i], tr[i], p[i], grad, xi * xi * factor, alpha, theta)
+        p[i] = w - alpha * grad
+
+
+@_dense
+def _fade_adam_row(p, m, v, gm, tr, inp, dj, factor, alpha, theta, first_step, bc1, bc2, bc2_prev):
+    for i in range(p.shape[0]):
+        xi = inp[i]
+        grad = dj * xi
+        alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, bc2_prev)
+        gm[i], tr[i], w = _fade(gm[i], tr[i], p[i], grad, xi * xi * factor, alpha_eff, theta)
+        m[i], v[i], p[i] = _adam(m[i], v[i], w, grad, alpha, bc1, bc2)
+
+
+@_dense
+def _adam_row(p, m, v, inp, dj, alpha, shrink, bc1, bc2, bound):
+    """Adam (AdamW's decoupled decay as `shrink`), then clipping to +-bound (inf: none)."""
+    for i in range(p.shape[0]):
+        m[i], v[i], w = _adam(m[i], v[i], p[i] * shrink, dj * inp[i], alpha, bc1, bc2)
+        p[i] = min(max(w, -bound), bound)
+
+
+@_dense
+def _clip(p, bound):
+    for i in range(p.shape[0]):
+        p[i] = min(max(p[i], -bound), bound)
+
+
+@_dense
+def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, theta, wd_mode, adam, clip, bound, fade, first_step,
+                 bc1, bc2, bc2_prev):
+    """A bias: gradient delta[j], FADE curvature factor[j]."""
+    for j in range(p.shape[0]):
+        _update_element(p, m, v, gm, tr, j, delta[j], factor[j], alpha, lam, theta, wd_mode, adam, clip, bound,
+                        fade, first_step, bc1, bc2, bc2_prev)
+
+
+@numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)
+def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_start,
+                alpha, lam, kappa, theta, adam_steps,
+                params, adam_m, adam_v, gamma, trace,
+                run_slot, x, y_values, y_labels,
+                loss_sum, sq_error, correct, active):
+    """Advance R runs by x.shape[0] steps; run r reads stream slot run_slot[r].
+
+    sizes (L+1,), starts (2L+1,): the architecture and its flat parameter offsets.
+    params/adam_m/adam_v (R, n); gamma/trace (R, n - fade_start). x (T, S, in);
+    y_values (T, S, out) for regression, y_labels (T, S) for classification.
+    Sums (float64) and `active` (hidden units that fired) accumulate in place.
+    """
+    layers = sizes.shape[0] - 1
+    units = sizes[1:].sum()
+    n_in = sizes[0]
+    n_out = sizes[layers]
+    steps = x.shape[0]
+    for r in numba.prange(params.shape[0]):
+        s = run_slot[r]
+        p, m, v, gm, tr = params[r], adam_m[r], adam_v[r], gamma[r], trace[r]
+        a, la, th = alpha[r], lam[r], theta[r]
+        acts = np.empty(n_in + units - n_out, dtype=params.dtype)  # each layer's input, concatenated
+        z = np.empty(units, dtype=params.dtype)  # pre-activations of every layer
+        delta = np.empty(units, dtype=params.dtype)
+        ones = np.ones(units, dtype=params.dtype)
+        head_factor = np.ones(n_out, dtype=params.dtype)
+        # A plain-SGD first layer fuses its update with the next step's forward (see
+        # _sgd_rank_one_then_affine); z[:sizes[1]] then holds W0 @ x_t when step t starts.
+        fused = not (fade_start == 0 or adam or clip or wd_mode == WD_DECOUPLED)
+        zero_in = np.zeros(n_in, dtype=params.dtype)
+        if fused:
+            _sgd_rank_one_then_affine(p, 0, n_in, sizes[1], zero_in, ones, alpha[r] * 0, alpha[r] * 0 + 1, x[0, s], z)
+        for t in range(steps):
+            k = adam_steps + t + 1  # this step's Adam step number
+            bc1, bc2, bc2_prev = 1.0 - BETA1**k, 1.0 - BETA2**k, 1.0 - BETA2 ** (k - 1)
+            acts[:n_in] = x[t, s]
+            # forward
+            a_off, z_off = 0, 0
+            for layer in range(layers):
+                fan_in, fan_out = sizes[layer], sizes[layer + 1]
+                if layer == 0 and fused:
+                    for j in range(fan_out):
+                        z[j] = z[j] + p[starts[1] + j]
+                else:
+                    _affine(p, starts[2 * layer], starts[2 * layer + 1], fan_in, fan_out, acts[a_off : a_off + fan_in],
+                            z[z_off : z_off + fan_out])
+                if layer < layers - 1:
+                    for j in range(fan_out):
+                        zj = z[z_off + j]
+                        if zj > 0:
+                            acts[a_off + fan_in + j] = zj
+                            active[r, z_off + j] = True
+                        else:
+                            acts[a_off + fan_in + j] = zj * slope
+                a_off += fan_in
+                z_off += fan_out
+            # loss and the head's delta
+            out = z_off - n_out
+            if classification:
+                label = y_labels[t, s]
+                top = 0
+                for c in range(1, n_out):
+                    if z[out + c] > z[out + top]:
+                        top = c
+                mx = z[out + top]
+                total = 0.0
+                for c in range(n_out):
+                    total += math.exp(z[out + c] - mx)
+                log_total = math.log(total)
+                for c in range(n_out):
+                    pc = math.exp(z[out + c] - mx - log_total)
+                    head_factor[c] = pc * (1.0 - pc)
+                    delta[out + c] = pc - (1.0 if c == label else 0.0)
+                loss_sum[r] += log_total + mx - z[out + label]
+                if top == label:
+                    correct[r] += 1.0
+            else:
+                half = 0.0
+                for c in range(n_out):
+                    d = z[out + c] - y_values[t, s, c]
+                    delta[out + c] = d
+                    sq_error[r, c] += d * d
+                    half += d * d
+                loss_sum[r] += 0.5 * half
+            # backward, through the weights before this step's update
+            z_off = out
+            for layer in range(layers - 1, 0, -1):
+                fan_in, fan_out = sizes[layer], sizes[layer + 1]
+                below = z_off - fan_in
+                _back(p, starts[2 * layer], fan_in, fan_out, delta[z_off : z_off + fan_out], delta[below:z_off])
+                for i in range(fan_in):
+                    if z[below + i] <= 0:
+                        delta[below + i] *= slope
+                z_off = below
+            # updates, layer by layer
+            a_off, z_off = 0, 0
+            for layer in range(layers):
+                fan_in, fan_out = sizes[layer], sizes[layer + 1]
+                w0, b0 = starts[2 * layer], starts[2 * layer + 1]
+                inp, d_layer = acts[a_off : a_off + fan_in], delta[z_off : z_off + fan_out]
+                fade = w0 >= fade_start
+                factor = head_factor if layer == layers - 1 and classification else ones[:fan_out]
+                bound = kappa[r] / math.sqrt(fan_in)
+                first = k == 1
+                if fade and not adam:
+                    for j in range(fan_out):
+                        row, e = w0 + j * fan_in, w0 + j * fan_in - fade_start
+                        _fade_sgd_row(p[row : row + fan_in], gm[e : e + fan_in], tr[e : e + fan_in], inp, d_layer[j],
+                                      factor[j], a, th)
+                elif fade:
+                    for j in range(fan_out):
+                        row, e = w0 + j * fan_in, w0 + j * fan_in - fade_start
+                        _fade_adam_row(p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in],
+                                       gm[e : e + fan_in], tr[e : e + fan_in], inp, d_layer[j], factor[j], a, th, first,
+                                       bc1, bc2, bc2_prev)
+                elif adam:
+                    shrink = 1 - a * la if wd_mode == WD_DECOUPLED else a * 0 + 1
+                    limit = bound if clip else np.inf
+                    for j in range(fan_out):
+                        row = w0 + j * fan_in
+                        _adam_row(p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in], inp, d_layer[j],
+                                  a, shrink, bc1, bc2, limit)
+                else:  # SGD, with L2 folded in as a shrink, and clipping after the step
+                    shrink = 1 - a * la if wd_mode == WD_COUPLED else a * 0 + 1
+                    if layer == 0 and fused:
+                        _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a, shrink,
+                                                  x[t + 1, s] if t + 1 < steps else zero_in, z)
+                    else:
+                        _sgd_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, shrink)
+                    if clip:
+                        _clip(p[w0 : w0 + fan_in * fan_out], bound)
+                _update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out] if adam else m, v[b0 : b0 + fan_out] if adam else v,
+                             gm[b0 - fade_start : b0 - fade_start + fan_out] if fade else gm,
+                             tr[b0 - fade_start : b0 - fade_start + fan_out] if fade else tr,
+                             d_layer, factor, a, la, th, wd_mode, adam, clip, bound, fade, first, bc1, bc2, bc2_prev)
+                a_off += fan_in
+                z_off += fan_out
