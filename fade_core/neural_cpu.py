@@ -215,13 +215,15 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
         z = np.empty(units, dtype=params.dtype)  # pre-activations of every layer
         delta = np.empty(units, dtype=params.dtype)
         ones = np.ones(units, dtype=params.dtype)
+        one = ones[0]  # 1 in the parameters' dtype (numba makes float32 op int a float64)
         head_factor = np.ones(n_out, dtype=params.dtype)
         # A plain-SGD first layer fuses its update with the next step's forward (see
         # _sgd_rank_one_then_affine); z[:sizes[1]] then holds W0 @ x_t when step t starts.
         fused = not (fade_start == 0 or adam or clip or wd_mode == WD_DECOUPLED)
         zero_in = np.zeros(n_in, dtype=params.dtype)
         if fused:
-            _sgd_rank_one_then_affine(p, 0, n_in, sizes[1], zero_in, ones, alpha[r] * 0, alpha[r] * 0 + 1, x[0, s], z)
+            # (starts[0], not a literal 0: a literal would compile a differently-vectorised copy)
+            _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, one, x[0, s], z)
         for t in range(steps):
             k = adam_steps + t + 1  # this step's Adam step number
             bc1, bc2, bc2_prev = 1.0 - BETA1**k, 1.0 - BETA2**k, 1.0 - BETA2 ** (k - 1)
@@ -306,14 +308,14 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
                                        gm[e : e + fan_in], tr[e : e + fan_in], inp, d_layer[j], factor[j], a, th, first,
                                        bc1, bc2, bc2_prev)
                 elif adam:
-                    shrink = 1 - a * la if wd_mode == WD_DECOUPLED else a * 0 + 1
+                    shrink = one - a * la if wd_mode == WD_DECOUPLED else one
                     limit = bound if clip else np.inf
                     for j in range(fan_out):
                         row = w0 + j * fan_in
                         _adam_row(p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in], inp, d_layer[j],
                                   a, shrink, bc1, bc2, limit)
                 else:  # SGD, with L2 folded in as a shrink, and clipping after the step
-                    shrink = 1 - a * la if wd_mode == WD_COUPLED else a * 0 + 1
+                    shrink = one - a * la if wd_mode == WD_COUPLED else one
                     if layer == 0 and fused:
                         _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a, shrink,
                                                   x[t + 1, s] if t + 1 < steps else zero_in, z)

@@ -14,6 +14,7 @@ so the step loop is not bound by kernel-launch overhead.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 import warnings
@@ -74,45 +75,52 @@ class NeuralPackRunner:
             curves["output_mse"] = np.full((*shape, self.task.architecture.sizes[-1]), np.nan)
         return curves
 
-    def _group_masks(self) -> dict[str, torch.Tensor]:
+    @functools.cached_property
+    def _group_masks(self) -> dict[str, np.ndarray]:
         """[R, out] 0/1 masks of each output group (groups are drawn per seed)."""
         out = self.task.architecture.sizes[-1]
+        slots = self.run_slot.cpu().numpy()
         masks = {}
         for group in self.task.output_groups:
-            per_seed = torch.zeros(len(self.streams), out, dtype=torch.float64)
+            per_seed = np.zeros((len(self.streams), out))
             for s, stream in enumerate(self.streams):
-                per_seed[s, torch.from_numpy(stream.groups[group])] = 1.0
-            masks[group] = per_seed.to(self.device)[self.run_slot]
+                per_seed[s, stream.groups[group]] = 1.0
+            masks[group] = per_seed[slots]
         return masks
 
     def _record_bin(self, b: int, steps_in_bin: int) -> None:
+        """Summaries at a bin's end. They are computed per run in NumPy (row-wise reductions),
+        so a run's values never depend on how many runs share its pack."""
         c = self.curves
         if self.regression:
-            out_mse = self.sums.sq_error / steps_in_bin
-            c["output_mse"][:, b] = out_mse.cpu().numpy()
-            c["mse"][:, b] = out_mse.mean(dim=1).cpu().numpy()
-            for group, mask in self._group_masks().items():
-                c[f"mse_{group}"][:, b] = ((out_mse * mask).sum(1) / mask.sum(1)).cpu().numpy()
+            out_mse = self.sums.sq_error.cpu().numpy() / steps_in_bin
+            c["output_mse"][:, b] = out_mse
+            c["mse"][:, b] = out_mse.mean(axis=1)
+            for group, mask in self._group_masks.items():
+                c[f"mse_{group}"][:, b] = (out_mse * mask).sum(axis=1) / mask.sum(axis=1)
         else:
-            c["accuracy"][:, b] = (self.sums.correct / steps_in_bin).cpu().numpy()
-            c["loss"][:, b] = (self.sums.loss / steps_in_bin).cpu().numpy()
+            c["accuracy"][:, b] = self.sums.correct.cpu().numpy() / steps_in_bin
+            c["loss"][:, b] = self.sums.loss.cpu().numpy() / steps_in_bin
         decay = self.runs.head_decay()
         if decay is not None:
-            rows = torch.cat([decay[0], decay[1].unsqueeze(2)], dim=2).double()  # [R, C, H + 1]: each output's row
+            weight, bias = (d.double().cpu().numpy() for d in decay)
+            rows = np.concatenate([weight, bias[:, :, None]], axis=2)  # [R, C, H + 1]: each output's row
             if self.regression:
-                for group, mask in self._group_masks().items():
-                    c[f"decay_{group}"][:, b] = ((rows.mean(2) * mask).sum(1) / mask.sum(1)).cpu().numpy()
+                for group, mask in self._group_masks.items():
+                    c[f"decay_{group}"][:, b] = (rows.mean(axis=2) * mask).sum(axis=1) / mask.sum(axis=1)
             else:
-                c["decay_head"][:, b] = rows.mean(dim=(1, 2)).cpu().numpy()
+                c["decay_head"][:, b] = rows.reshape(len(rows), -1).mean(axis=1)
+        fired = self.sums.active.cpu().numpy()
         first = 0
         for i, width in enumerate(self.task.architecture.sizes[1:-1], start=1):
-            fired = self.sums.active[:, first : first + width]
-            c[f"dead_units_layer{i}"][:, b] = 1.0 - fired.double().mean(1).cpu().numpy()
+            c[f"dead_units_layer{i}"][:, b] = 1.0 - fired[:, first : first + width].mean(axis=1)
             first += width
-        squares = [w.double().square().sum((1, 2)) + bias.double().square().sum(1) for w, bias in zip(self.runs.net.weights, self.runs.net.biases)]
+        flat = self.runs.net.flat.double().cpu().numpy()
+        starts = self.task.architecture.offsets()
+        squares = [np.square(flat[:, starts[2 * i] : starts[2 * i + 2]]).sum(axis=1) for i in range(self.task.architecture.layers)]
         for i, sq in enumerate(squares, start=1):
-            c[f"weight_norm_layer{i}"][:, b] = sq.sqrt().cpu().numpy()
-        c["weight_norm"][:, b] = torch.stack(squares).sum(0).sqrt().cpu().numpy()
+            c[f"weight_norm_layer{i}"][:, b] = np.sqrt(sq)
+        c["weight_norm"][:, b] = np.sqrt(np.sum(squares, axis=0))
         self.sums.reset()
 
     # -- stepping ------------------------------------------------------------------------
