@@ -54,34 +54,48 @@ def _fade(gamma, trace, w, grad, q, alpha_eff, theta):
     return gamma, trace * max(1.0 - decay - alpha_eff * q, 0.0) - decay * w, w * (1.0 - decay)
 
 
+def adam_constants(alpha, k, out):
+    """Adam's per-step scalars for step k (1-based) into `out` (the parameters' dtype, so the
+    element loops stay in that precision): alpha / (1 - beta1^k), 1 / sqrt(1 - beta2^k),
+    1 / (1 - beta2^(k-1)) (for FADE's v_hat before the update), 1 - beta1, beta2, 1 - beta2, eps."""
+    out[0] = alpha / (1.0 - BETA1**k)
+    out[1] = 1.0 / math.sqrt(1.0 - BETA2**k)
+    out[2] = 1.0 / (1.0 - BETA2 ** (k - 1)) if k > 1 else 0.0
+    out[3], out[4], out[5], out[6] = 1.0 - BETA1, BETA2, 1.0 - BETA2, EPS
+    return (out[0], out[1], out[2], out[3], out[4], out[5], out[6])
+
+
+adam_constants = _scalar(adam_constants)
+
+
 @_scalar
-def _adam_alpha_eff(v, alpha, first_step, bc2_prev):
+def _adam_alpha_eff(v, alpha, first_step, ac):
     """alpha / (sqrt(v_hat) + eps) with v_hat before this step's update; alpha on the first step."""
-    return alpha if first_step else alpha / (math.sqrt(v / bc2_prev) + EPS)
+    return alpha if first_step else alpha / (np.sqrt(v * ac[2]) + ac[6])
 
 
 @_scalar
-def _adam(m, v, w, grad, alpha, bc1, bc2):
-    """torch.optim.Adam on one parameter -> (m, v, w)."""
-    m = m + (1.0 - BETA1) * (grad - m)  # torch's lerp_
-    v = BETA2 * v + (1.0 - BETA2) * grad * grad
-    return m, v, w - (alpha / bc1) * m / (math.sqrt(v) / math.sqrt(bc2) + EPS)
+def _adam(m, v, w, grad, ac):
+    """torch.optim.Adam on one parameter -> (m, v, w); ac from `adam_constants`."""
+    m = m + ac[3] * (grad - m)  # torch's lerp_
+    v = ac[4] * v + ac[5] * grad * grad
+    return m, v, w - ac[0] * m / (np.sqrt(v) * ac[1] + ac[6])
 
 
 @_scalar
 def _update_element(p, m, v, gm, tr, i, grad, q, alpha, lam, theta, wd_mode, adam, clip, bound, fade, first_step,
-                    bc1, bc2, bc2_prev):
+                    ac):
     """Any learner on parameter i of p: FADE decay (if on), weight decay, base step, clipping."""
     w = p[i]
     if fade:
-        alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, bc2_prev) if adam else alpha
+        alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, ac) if adam else alpha
         gm[i], tr[i], w = _fade(gm[i], tr[i], w, grad, q, alpha_eff, theta)
     if wd_mode == WD_COUPLED:
         grad = grad + lam * w
     elif wd_mode == WD_DECOUPLED:
         w = w * (1.0 - alpha * lam)
     if adam:
-        m[i], v[i], w = _adam(m[i], v[i], w, grad, alpha, bc1, bc2)
+        m[i], v[i], w = _adam(m[i], v[i], w, grad, ac)
     else:
         w = w - alpha * grad
     if clip:
@@ -157,20 +171,20 @@ def _fade_sgd_row(p, gm, tr, inp, dj, factor, alpha, theta):
 
 
 @_dense
-def _fade_adam_row(p, m, v, gm, tr, inp, dj, factor, alpha, theta, first_step, bc1, bc2, bc2_prev):
+def _fade_adam_row(p, m, v, gm, tr, inp, dj, factor, alpha, theta, first_step, ac):
     for i in range(p.shape[0]):
         xi = inp[i]
         grad = dj * xi
-        alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, bc2_prev)
+        alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, ac)
         gm[i], tr[i], w = _fade(gm[i], tr[i], p[i], grad, xi * xi * factor, alpha_eff, theta)
-        m[i], v[i], p[i] = _adam(m[i], v[i], w, grad, alpha, bc1, bc2)
+        m[i], v[i], p[i] = _adam(m[i], v[i], w, grad, ac)
 
 
 @_dense
-def _adam_row(p, m, v, inp, dj, alpha, shrink, bc1, bc2, bound):
+def _adam_row(p, m, v, inp, dj, shrink, ac, bound):
     """Adam (AdamW's decoupled decay as `shrink`), then clipping to +-bound (inf: none)."""
     for i in range(p.shape[0]):
-        m[i], v[i], w = _adam(m[i], v[i], p[i] * shrink, dj * inp[i], alpha, bc1, bc2)
+        m[i], v[i], w = _adam(m[i], v[i], p[i] * shrink, dj * inp[i], ac)
         p[i] = min(max(w, -bound), bound)
 
 
@@ -182,11 +196,11 @@ def _clip(p, bound):
 
 @_dense
 def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, theta, wd_mode, adam, clip, bound, fade, first_step,
-                 bc1, bc2, bc2_prev):
+                 ac):
     """A bias: gradient delta[j], FADE curvature factor[j]."""
     for j in range(p.shape[0]):
         _update_element(p, m, v, gm, tr, j, delta[j], factor[j], alpha, lam, theta, wd_mode, adam, clip, bound,
-                        fade, first_step, bc1, bc2, bc2_prev)
+                        fade, first_step, ac)
 
 
 @numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)
@@ -215,6 +229,7 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
         z = np.empty(units, dtype=params.dtype)  # pre-activations of every layer
         delta = np.empty(units, dtype=params.dtype)
         ones = np.ones(units, dtype=params.dtype)
+        adam_scalars = np.empty(7, dtype=params.dtype)
         one = ones[0]  # 1 in the parameters' dtype (numba makes float32 op int a float64)
         head_factor = np.ones(n_out, dtype=params.dtype)
         # A plain-SGD first layer fuses its update with the next step's forward (see
@@ -226,7 +241,7 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
             _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, one, x[0, s], z)
         for t in range(steps):
             k = adam_steps + t + 1  # this step's Adam step number
-            bc1, bc2, bc2_prev = 1.0 - BETA1**k, 1.0 - BETA2**k, 1.0 - BETA2 ** (k - 1)
+            ac = adam_constants(a, k, adam_scalars)  # a tuple: adam_scalars is free for reuse
             acts[:n_in] = x[t, s]
             # forward
             a_off, z_off = 0, 0
@@ -306,14 +321,15 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
                         row, e = w0 + j * fan_in, w0 + j * fan_in - fade_start
                         _fade_adam_row(p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in],
                                        gm[e : e + fan_in], tr[e : e + fan_in], inp, d_layer[j], factor[j], a, th, first,
-                                       bc1, bc2, bc2_prev)
+                                       ac)
                 elif adam:
                     shrink = one - a * la if wd_mode == WD_DECOUPLED else one
-                    limit = bound if clip else np.inf
+                    adam_scalars[0] = bound if clip else np.inf  # in the parameters' dtype
+                    limit = adam_scalars[0]
                     for j in range(fan_out):
                         row = w0 + j * fan_in
                         _adam_row(p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in], inp, d_layer[j],
-                                  a, shrink, bc1, bc2, limit)
+                                  shrink, ac, limit)
                 else:  # SGD, with L2 folded in as a shrink, and clipping after the step
                     shrink = one - a * la if wd_mode == WD_COUPLED else one
                     if layer == 0 and fused:
@@ -326,6 +342,6 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
                 _update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out] if adam else m, v[b0 : b0 + fan_out] if adam else v,
                              gm[b0 - fade_start : b0 - fade_start + fan_out] if fade else gm,
                              tr[b0 - fade_start : b0 - fade_start + fan_out] if fade else tr,
-                             d_layer, factor, a, la, th, wd_mode, adam, clip, bound, fade, first, bc1, bc2, bc2_prev)
+                             d_layer, factor, a, la, th, wd_mode, adam, clip, bound, fade, first, ac)
                 a_off += fan_in
                 z_off += fan_out

@@ -16,6 +16,7 @@ from cluster.placement import PackResources
 from sweeps.engine import DEFAULT_CHUNK_STEPS
 from sweeps.presets import preset_names, resolve_sweep
 from sweeps.runner import DEFAULT_CHECKPOINT_EVERY
+from sweeps.status import format_rate
 from sweeps.sweepfile import SweepError, cpu_only_tasks
 
 BAD_INPUT, FAILURE = 2, 1
@@ -91,11 +92,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_presets(args) -> None:
-    print(f"{'preset':<16} {'runs':>7} {'run-steps':>12}  description")
+    print(f"{'preset':<22} {'runs':>7} {'run-steps':>12}  description")
     for name in preset_names():
         sweep = resolve_sweep(name)
         description = Path(sweep.source).read_text().splitlines()[0].lstrip("# ")
-        print(f"{name:<16} {sweep.runs:>7,} {sweep.run_steps:>12.3e}  {description}")
+        print(f"{name:<22} {sweep.runs:>7,} {sweep.run_steps:>12.3e}  {description}")
 
 
 def _require_results(results_dir: str) -> None:
@@ -156,7 +157,7 @@ def _cmd_run(args) -> None:
     if outcome.packs:
         print(
             f"Done: {outcome.packs} packs, {outcome.run_steps:.3e} run-steps in {outcome.wall_seconds:.1f} s wall "
-            f"({outcome.run_steps / outcome.wall_seconds / 1e6:.1f}M run-steps/s, {outcome.slots} packs at once on "
+            f"({format_rate(outcome.run_steps / outcome.wall_seconds)}, {outcome.slots} packs at once on "
             f"{len(outcome.nodes)} node(s); Ray start {outcome.ray_start_seconds:.1f} s; "
             f"Tune overhead {100 * outcome.tune_overhead_fraction:.1f}%)"
         )

@@ -13,6 +13,7 @@ import torch
 from cluster.placement import PackResources
 from sweeps.engine import make_runner
 from sweeps.plan import Pack, make_config, plan_packs
+from sweeps.status import format_rate
 from sweeps.sweepfile import Experiment, Sweep
 from tasks import get_task
 
@@ -48,7 +49,7 @@ def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_p
     lines = [
         f"Plan for sweep {sweep.name}: {len(packs)} packs, {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps; "
         f"each pack asks for {resources.cpus:g} CPU, {resources.gpus:g} GPU; {slots} packs at once",
-        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>12} {'CPU time':>9}",
+        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'CPU time':>9}",
     ]
     cpu_seconds = 0.0
     seeds = sweep.seeds[: min(len(sweep.seeds), 5)]
@@ -60,7 +61,7 @@ def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_p
         settings = ",".join(f"{k}={v}" for k, v in vars(experiment.settings).items() if v != getattr(defaults, k)) or "defaults"
         lines.append(
             f"{experiment.task:<16} {settings:<24} {experiment.optimizer:<10} {len(group):>5} "
-            f"{max(p.runs for p in group):>10} {steps:>10.2e} {rate / 1e6:>10.2f}M/s {steps / rate:>8.0f}s"
+            f"{max(p.runs for p in group):>10} {steps:>10.2e} {format_rate(rate):>22} {steps / rate:>8.0f}s"
         )
     wall = STARTUP_SECONDS + cpu_seconds / max(1, min(slots, len(packs)))
     lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min) on {slots} slots, from a short CPU calibration of each experiment.")

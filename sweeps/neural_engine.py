@@ -18,7 +18,7 @@ import functools
 import math
 import time
 import warnings
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -56,7 +56,7 @@ class NeuralPackRunner:
         self.curves = self._empty_curves()
         self.steps_done = 0
         self.wall_seconds = 0.0
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor]] = {}
+        self._graph: tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor] | None = None  # graph, its inputs
         self._use_graphs = self.device.type == "cuda"
 
     # -- metrics -------------------------------------------------------------------------
@@ -136,29 +136,32 @@ class NeuralPackRunner:
 
     def _graph_steps(self, x: torch.Tensor, y: torch.Tensor) -> None:
         """GRAPH_STEPS steps by replaying a captured CUDA graph (captured on first use)."""
-        if not self._graphs:
+        if self._graph is None:
             self._capture(x, y)
-        graph, x_static, y_static = self._graphs[0]
+        graph, x_static, y_static = self._graph
         x_static.copy_(x)
         y_static.copy_(y)
         graph.replay()
 
     def _capture(self, x: torch.Tensor, y: torch.Tensor) -> None:
-        # Warm-up and capture run real steps: save everything they touch and put it back.
+        # Warm-up and capture run real steps: save everything they touch and put it back,
+        # also when capturing fails (the caller then steps eagerly from the same state).
         saved = copy.deepcopy((self.runs.state_dict(), self.sums.tensors()))
-        x_static, y_static = x.clone(), y.clone()
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            self._steps(x_static, y_static)
-        torch.cuda.current_stream().wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            self._steps(x_static, y_static)
-        self.runs.load_state_dict(saved[0])
-        for mine, old in zip(self.sums.tensors(), saved[1]):
-            mine.copy_(old)
-        self._graphs[0] = (graph, x_static, y_static)
+        try:
+            x_static, y_static = x.clone(), y.clone()
+            side = torch.cuda.Stream()
+            side.wait_stream(torch.cuda.current_stream())
+            with torch.cuda.stream(side):
+                self._steps(x_static, y_static)
+            torch.cuda.current_stream().wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                self._steps(x_static, y_static)
+            self._graph = (graph, x_static, y_static)
+        finally:
+            self.runs.load_state_dict(saved[0])
+            for mine, old in zip(self.sums.tensors(), saved[1]):
+                mine.copy_(old)
 
     def _advance(self, start: int, n: int) -> None:
         x, y = self._segment(start, n)

@@ -10,7 +10,7 @@ from ray.tune import Callback
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from sweeps.plan import Pack
-from sweeps.status import SweepStatus, TrialStatus
+from sweeps.status import SweepStatus, TrialStatus, format_rate
 
 WRITE_EVERY_SECONDS = 1.0
 
@@ -109,7 +109,7 @@ class SweepProgress(Callback):
                 self._task,
                 completed=self.status.run_steps_done,
                 packs=f"{self.status.count('done')}/{len(self.status.trials)}",
-                rate=f"{(task.speed or 0) / 1e6:.1f}M run-steps/s",
+                rate=format_rate(task.speed or 0),
             )
         if force or now - self._written_at >= WRITE_EVERY_SECONDS:
             self.status.write(self.results_dir)

@@ -67,6 +67,13 @@ def read_status(results_dir: str | Path) -> SweepStatus | None:
     return SweepStatus(**raw, trials=trials)
 
 
+def format_rate(run_steps_per_second: float) -> str:
+    """12.3K or 4.56M run-steps/s: linear sweeps run millions per second, neural ones thousands."""
+    if run_steps_per_second >= 1e6:
+        return f"{run_steps_per_second / 1e6:.2f}M run-steps/s"
+    return f"{run_steps_per_second / 1e3:.1f}K run-steps/s"
+
+
 def format_status(status: SweepStatus, finished_packs: int) -> str:
     """The lines `fade-sweep status RESULTS_DIR` prints."""
     age = time.time() - status.updated_at
@@ -77,7 +84,7 @@ def format_status(status: SweepStatus, finished_packs: int) -> str:
         f"packs: {status.count('done')} done, {status.count('running')} running, {status.count('failed')} failed, "
         f"{status.count('pending')} pending ({finished_packs} pack files in the store)",
         f"run-steps: {status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
-        f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {status.rate / 1e6:.2f}M run-steps/s"
+        f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {format_rate(status.rate)}"
         + (f", ETA {eta:.0f} s" if eta is not None else ""),
     ]
     if status.state == "running" and age > 60:

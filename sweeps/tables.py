@@ -20,6 +20,7 @@ from pathlib import Path
 import polars as pl
 
 from sweeps import results
+from sweeps.plan import LOCATION_SETTINGS
 from tasks import get_task
 
 FORMATS = ("md", "latex", "csv", "html")
@@ -125,7 +126,8 @@ def mean_std(mean: float | None, std: float | None) -> str:
 
 
 def variant_title(variant: dict) -> str:
-    settings = ", ".join(f"{k}={v}" for k, v in variant.items() if k != "task")
+    """"task (setting=value, ...)", without where the data lives (not part of what was run)."""
+    settings = ", ".join(f"{k}={v}" for k, v in variant.items() if k != "task" and k not in LOCATION_SETTINGS)
     return f"{variant['task']} ({settings})"
 
 

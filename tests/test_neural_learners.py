@@ -18,7 +18,8 @@ from torch import nn
 from fade_core.mlp import Architecture, BatchedMLP, default_init
 from fade_core.neural import NEURAL_LEARNERS, StepSums, make_runs
 from tasks.emnist import EmnistSettings, LabelPermutedStream, PartialEmnistSettings, pixels_to_inputs
-from tasks.nonlinear_tracking import STUDENT as NONLINEAR, NonlinearTrackingSettings, NonlinearTrackingStream
+from tasks.nonlinear_tracking import STUDENT as NONLINEAR
+from tasks.nonlinear_tracking import NonlinearTrackingSettings, NonlinearTrackingStream
 from tests.emnist_fixture import write_idx_dataset
 
 STEPS = 300
@@ -37,10 +38,11 @@ SEEDS = (3, 8)
 
 
 # ---------------------------------------------------------------- the plain reference
-def reference(optimizer: str, hp: dict, arch: Architecture, seed: int, xs: torch.Tensor, targets: torch.Tensor):
-    """One run, step by step, float64: per-step losses and the final state dict."""
+def reference(optimizer: str, hp: dict, arch: Architecture, seed: int, xs: torch.Tensor, targets: torch.Tensor,
+              dtype: torch.dtype = torch.float64):
+    """One run, step by step (float64 unless told): per-step losses and the final state dict."""
     torch.manual_seed(seed)
-    net = arch.module().double()
+    net = arch.module().to(dtype)
     linears = [m for m in net if isinstance(m, nn.Linear)]
     params = [p for lin in linears for p in (lin.weight, lin.bias)]
     alpha = hp["alpha"]
@@ -58,7 +60,7 @@ def reference(optimizer: str, hp: dict, arch: Architecture, seed: int, xs: torch
     trace = {id(p): torch.zeros_like(p) for p in fade_on}
     classification = targets.dtype == torch.int64
     losses = []
-    for x, y in zip(xs.double(), targets):
+    for x, y in zip(xs.to(dtype), targets):
         inputs = []  # input of each Linear, for FADE's curvature
         h = x
         for module in net:
@@ -70,7 +72,7 @@ def reference(optimizer: str, hp: dict, arch: Architecture, seed: int, xs: torch
             p = torch.softmax(h.detach(), 0)
             head_factor = p * (1 - p)
         else:
-            loss = 0.5 * ((h - y.double()) ** 2).sum()
+            loss = 0.5 * ((h - y.to(dtype)) ** 2).sum()
             head_factor = None
         losses.append(loss.item())
         opt.zero_grad()
@@ -158,7 +160,7 @@ def check_against_reference(optimizer, arch, data, dtype, rtol, atol, compiled=T
         ref_losses, ref_state, ref_gamma = reference(optimizer, hp, arch, seed, *data[seed])
         torch.testing.assert_close(losses[:, r].double(), ref_losses, rtol=rtol, atol=atol)
         for name, value in runs.net.run_state_dict(r).items():
-            torch.testing.assert_close(value.double(), ref_state[name], rtol=rtol, atol=atol, msg=lambda m, n=name: f"{optimizer} run {r} {n}: {m}")
+            torch.testing.assert_close(value.double(), ref_state[name], rtol=rtol, atol=atol, msg=lambda m, n=name, r=r: f"{optimizer} run {r} {n}: {m}")
         if ref_gamma:
             head = list(ref_gamma.values())[-2]
             torch.testing.assert_close(runs.head_decay()[0][r].double(), head.exp(), rtol=rtol, atol=atol)

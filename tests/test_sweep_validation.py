@@ -70,7 +70,7 @@ def test_malformed_yaml_and_missing_file(tmp_path, capsys):
     assert main(["run", str(tmp_path / "nope.yaml")]) == 2
     assert "nope.yaml: no such sweep file" in capsys.readouterr().err
     assert main(["run", "no-such-preset"]) == 2
-    assert "neither a sweep file nor a preset; presets are linear-best" in capsys.readouterr().err
+    assert "neither a sweep file nor a preset; presets are emnist, emnist-best" in capsys.readouterr().err
     assert not (tmp_path / "r").exists()
 
 
@@ -80,3 +80,7 @@ def test_every_preset_is_valid_and_sized(capsys):
     assert re.search(r"linear-noise0\s+4,640\s+9\.280e\+08", out)  # 464 configs x 10 seeds x 200,000 steps
     assert re.search(r"linear-noise1\s+4,700\s+9\.400e\+08", out)
     assert "linear-best" in out and "linear-demo" in out
+    # grids.md: nonlinear 164 configs x 5 seeds x 2M steps; EMNIST 320 configs x 5 seeds x 5M steps
+    assert re.search(r"nonlinear\s+820\s+1\.640e\+09", out)
+    assert re.search(r"emnist\s+1,600\s+8\.000e\+09", out)
+    assert re.search(r"emnist-sensitivity\s+320\s+1\.600e\+09", out)  # 2 x 16 cells x 2 variants x 5 seeds

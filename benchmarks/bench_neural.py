@@ -1,0 +1,109 @@
+"""Throughput of the neural engine, a full pack vs the one-run-per-process PyTorch loop, in one run.
+
+    python benchmarks/bench_neural.py                               # both tasks, fade_sgd, CPU
+    python benchmarks/bench_neural.py --task emnist --optimizer fade_adam --runs 100
+    python benchmarks/bench_neural.py --device cuda --runs 400      # a full EMNIST fade_sgd pack on a GPU
+
+The pack is timed through the engine a sweep uses (streams, training, per-bin metrics),
+after a short warm-up (compilation, data loading). The naive loop is the plain
+single-run PyTorch reference of tests/test_neural_learners.py (nn.Sequential, autograd,
+torch.optim, FADE written out) in float32 on one thread: what one process per run gets.
+Figures are run-steps per second (one run advanced by one step = one run-step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numba
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sweeps.engine import make_runner  # noqa: E402
+from sweeps.plan import Pack, make_config  # noqa: E402
+from sweeps.sweepfile import parse_sweep  # noqa: E402
+from tests.test_neural_learners import reference  # noqa: E402  (the plain per-run loop)
+
+SHARED_EMNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "emnist"
+GRID = {  # the published grids' shapes: alpha x theta_lambda x gamma0 (fade), or alpha (x lambda)
+    "fade": {"alpha": [0.01, 0.005, 0.001, 0.0005], "theta_lambda": [0, 0.1, 0.5, 1], "gamma0": [-2.3, -4.6, -6.9, -9.2, -11.5]},
+    "sgd": {"alpha": [0.05, 0.01, 0.005, 0.001, 0.0005]},
+    "adam": {"alpha": [0.005, 0.001, 0.0005, 0.0001, 0.00005]},
+}
+
+
+def experiment(task: str, optimizer: str, steps: int, data_dir: str):
+    settings = ({"steps": steps, "score_window": steps // 4, "bin": steps // 4} if task == "nonlinear"
+                else {"steps": steps, "bin": steps // 4, "data_dir": data_dir, "split": "bymerge", "train": False})
+    grid = GRID["fade" if optimizer.startswith("fade") else "adam" if "adam" in optimizer else "sgd"]
+    name = {"nonlinear": "nonlinear_tracking", "emnist": "emnist_label_permuted"}[task]
+    sweep = parse_sweep({"name": "bench", "task": name, "task_settings": settings, "seeds": 5,
+                         "optimizers": {optimizer: grid}}, "bench")
+    return sweep.experiments[0]
+
+
+def pack_rate(task: str, optimizer: str, runs: int, steps: int, data_dir: str, device: str, threads: int) -> tuple[float, int]:
+    exp = experiment(task, optimizer, steps, data_dir)
+    seeds = tuple(range(5))
+    configs = exp.configs()
+    configs = (configs * (runs // (len(configs) * len(seeds)) + 1))[: max(1, runs // len(seeds))]
+    pack = Pack(exp, tuple(make_config(exp, c) for c in configs), seeds)
+    numba.set_num_threads(threads)
+    torch.set_num_threads(threads)
+    warm = make_runner(Pack(experiment(task, optimizer, 8, data_dir), pack.configs[:1], seeds[:2]), 8, device=device)
+    for _ in warm.run():
+        pass
+    runner = make_runner(pack, steps, device=device)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in runner.run():
+        pass
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return pack.run_steps / (time.perf_counter() - start), pack.runs
+
+
+def naive_rate(task: str, optimizer: str, steps: int, data_dir: str) -> float:
+    exp = experiment(task, optimizer, steps, data_dir)
+    from tasks import get_task
+
+    spec = get_task(exp.task)
+    stream = spec.make_stream(exp.settings, 0)
+    source, target = stream.chunk(0, steps)
+    x = stream.inputs(source, torch.device("cpu"), torch.float32)
+    hp = exp.configs()[0]
+    torch.set_num_threads(1)
+    reference(optimizer, hp, spec.architecture, 0, x[:20], target[:20], dtype=torch.float32)  # warm-up: lazy inits
+    start = time.perf_counter()
+    reference(optimizer, hp, spec.architecture, 0, x, target, dtype=torch.float32)
+    return steps / (time.perf_counter() - start)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--task", choices=["nonlinear", "emnist", "both"], default="both")
+    parser.add_argument("--optimizer", default="fade_sgd")
+    parser.add_argument("--runs", type=int, help="runs per pack (default: 240 nonlinear, 100 EMNIST on CPU)")
+    parser.add_argument("--steps", type=int, help="steps timed (default: 2,000 nonlinear, 1,000 EMNIST)")
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--data-dir", default=os.environ.get("FADE_EMNIST_DIR", str(SHARED_EMNIST)))
+    args = parser.parse_args()
+    print(f"device {args.device}, {args.threads} CPU threads, torch {torch.__version__}")
+    print(f"{'task':<10} {'optimizer':<13} {'pack runs':>9} {'pack run-steps/s':>17} {'naive steps/s':>14} {'speed-up':>9}")
+    for task in (["nonlinear", "emnist"] if args.task == "both" else [args.task]):
+        runs = args.runs or (240 if task == "nonlinear" else 100)
+        steps = args.steps or (2000 if task == "nonlinear" else 1000)
+        rate, packed = pack_rate(task, args.optimizer, runs, steps, args.data_dir, args.device, args.threads)
+        naive = naive_rate(task, args.optimizer, 300, args.data_dir)
+        print(f"{task:<10} {args.optimizer:<13} {packed:>9} {rate:>17,.0f} {naive:>14,.0f} {rate / naive:>8.0f}x")
+
+
+if __name__ == "__main__":
+    main()
