@@ -110,11 +110,13 @@ _dense = numba.njit(fastmath=_FASTMATH, cache=True)
 
 
 @_dense
-def _affine(p, w0, b0, fan_in, fan_out, inp, z):
-    """z[j] = b[j] + sum_i W[j, i] * inp[i], for the layer whose W starts at p[w0]."""
+def _affine(p, w0, b0, fan_in, fan_out, inp, z, zero):
+    """z[j] = b[j] + sum_i W[j, i] * inp[i], for the layer whose W starts at p[w0]; sums
+    start from `zero`, a 0 of the parameters' dtype (so float32 runs add in float32, as
+    torch does)."""
     for j in range(fan_out):
         w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
-        acc = p[b0] * 0
+        acc = zero
         for i in range(fan_in):
             acc += w[i] * inp[i]
         z[j] = acc + p[b0 + j]
@@ -145,7 +147,7 @@ def _sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, shrink):
 # combination the learners use: each stores to few arrays, so LLVM vectorises it (a
 # generic row with every branch and five stored arrays ran 4x slower).
 @_dense
-def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, shrink, next_inp, z):
+def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, shrink, next_inp, z, zero):
     """The SGD step of `_sgd_rank_one` fused with the next step's W @ next_inp (bias not
     added): one pass over W instead of two, for the first layer, whose W dominates the
     memory traffic. With delta = 0 it is the forward pass alone, so every W @ x of the
@@ -153,7 +155,7 @@ def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, shrink,
     for j in range(fan_out):
         w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
         c = delta[j] * -alpha
-        acc = p[w0] * 0
+        acc = zero
         for i in range(fan_in):
             wi = w[i] * shrink + c * inp[i]
             w[i] = wi
@@ -238,7 +240,8 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
         zero_in = np.zeros(n_in, dtype=params.dtype)
         if fused:
             # (starts[0], not a literal 0: a literal would compile a differently-vectorised copy)
-            _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, one, x[0, s], z)
+            _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, one, x[0, s], z,
+                                      one - one)
         for t in range(steps):
             k = adam_steps + t + 1  # this step's Adam step number
             ac = adam_constants(a, k, adam_scalars)  # a tuple: adam_scalars is free for reuse
@@ -252,7 +255,7 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
                         z[j] = z[j] + p[starts[1] + j]
                 else:
                     _affine(p, starts[2 * layer], starts[2 * layer + 1], fan_in, fan_out, acts[a_off : a_off + fan_in],
-                            z[z_off : z_off + fan_out])
+                            z[z_off : z_off + fan_out], one - one)
                 if layer < layers - 1:
                     for j in range(fan_out):
                         zj = z[z_off + j]
@@ -334,7 +337,7 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
                     shrink = one - a * la if wd_mode == WD_COUPLED else one
                     if layer == 0 and fused:
                         _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a, shrink,
-                                                  x[t + 1, s] if t + 1 < steps else zero_in, z)
+                                                  x[t + 1, s] if t + 1 < steps else zero_in, z, one - one)
                     else:
                         _sgd_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, shrink)
                     if clip:
