@@ -194,7 +194,7 @@ class NeuralRuns:
         empty_values = np.zeros((0, 0, 0), dtype=self.net.flat.numpy().dtype)
         neural_cpu.run_segment(
             np.array(arch.sizes, dtype=np.int64), np.array(arch.offsets(), dtype=np.int64), float(arch.negative_slope),
-            classification, learner.base == "adam", {"none": 0, "coupled": 1, "decoupled": 2}[learner.weight_decay],
+            classification, learner.base == "adam", neural_cpu.WEIGHT_DECAY_MODES[learner.weight_decay],
             learner.clip, self.fade_start,
             hp["alpha"], hp["lambda"], hp["kappa"], hp["theta_lambda"], int(self.adam_steps.item()),
             self.net.flat.numpy(), self.adam_m_flat.numpy(), self.adam_v_flat.numpy(),

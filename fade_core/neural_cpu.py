@@ -18,9 +18,10 @@ import math
 import numba
 import numpy as np
 
-BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
-GAMMA_MIN, GAMMA_MAX = -15.0, 0.0
+from fade_core.neural import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN
+
 WD_NONE, WD_COUPLED, WD_DECOUPLED = 0, 1, 2
+WEIGHT_DECAY_MODES = {"none": WD_NONE, "coupled": WD_COUPLED, "decoupled": WD_DECOUPLED}  # NeuralLearner.weight_decay
 # As in fade_core.linear: reassociation and FMA let LLVM vectorise the inner loops;
 # IEEE NaN/inf semantics stay (no 'nnan'/'ninf'), so a diverging run shows as NaN/inf.
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
@@ -54,7 +55,8 @@ def _fade(gamma, trace, w, grad, q, alpha_eff, theta):
     return gamma, trace * max(1.0 - decay - alpha_eff * q, 0.0) - decay * w, w * (1.0 - decay)
 
 
-def adam_constants(alpha, k, out):
+@_scalar
+def _adam_constants(alpha, k, out):
     """Adam's per-step scalars for step k (1-based) into `out` (the parameters' dtype, so the
     element loops stay in that precision): alpha / (1 - beta1^k), 1 / sqrt(1 - beta2^k),
     1 / (1 - beta2^(k-1)) (for FADE's v_hat before the update), 1 - beta1, beta2, 1 - beta2, eps."""
@@ -65,8 +67,6 @@ def adam_constants(alpha, k, out):
     return (out[0], out[1], out[2], out[3], out[4], out[5], out[6])
 
 
-adam_constants = _scalar(adam_constants)
-
 
 @_scalar
 def _adam_alpha_eff(v, alpha, first_step, ac):
@@ -76,7 +76,7 @@ def _adam_alpha_eff(v, alpha, first_step, ac):
 
 @_scalar
 def _adam(m, v, w, grad, ac):
-    """torch.optim.Adam on one parameter -> (m, v, w); ac from `adam_constants`."""
+    """torch.optim.Adam on one parameter -> (m, v, w); ac from `_adam_constants`."""
     m = m + ac[3] * (grad - m)  # torch's lerp_
     v = ac[4] * v + ac[5] * grad * grad
     return m, v, w - ac[0] * m / (np.sqrt(v) * ac[1] + ac[6])
@@ -244,7 +244,7 @@ def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_
                                       one - one)
         for t in range(steps):
             k = adam_steps + t + 1  # this step's Adam step number
-            ac = adam_constants(a, k, adam_scalars)  # a tuple: adam_scalars is free for reuse
+            ac = _adam_constants(a, k, adam_scalars)  # a tuple: adam_scalars is free for reuse
             acts[:n_in] = x[t, s]
             # forward
             a_off, z_off = 0, 0

@@ -17,7 +17,14 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperparameter_matrix, init_state, initial_weights
+from fade_core.linear import (
+    LinearLearner,
+    advance,
+    get_linear_learner,
+    hyperparameter_matrix,
+    init_state,
+    initial_weights,
+)
 from sweeps.neural_engine import NeuralPackRunner
 from sweeps.outcome import ChunkProgress, PackOutcome
 from sweeps.plan import Pack

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import io
 import math
-from html import escape
 from dataclasses import dataclass
+from html import escape
 from pathlib import Path
 
 import polars as pl
