@@ -1,11 +1,13 @@
 """The seven online linear learners of algorithms.md section 1, batched over runs.
 
 Each learner is one per-component update rule, written to read like its row of the
-table (same symbols, same order). One compiled driver runs a chunk of steps for R
-runs at once: it computes every run's prediction error, then applies the learner's
-rule to each of the d components. The driver is machine code (numba), so Python is
-touched once per chunk, never per step or per run: at d = 20, a step is ~100 flops,
-far below what one eager torch kernel launch costs.
+table (same symbols, same order), and one `LinearLearner` record built from it: its
+hyperparameters are the rule's parameters and its compiled chunk driver is the rule
+inlined into a shared template, so a new learner is one rule and one registration.
+A driver runs a chunk of steps for R runs at once: it computes every run's prediction
+error, then applies the rule to each of the d components. It is machine code (numba),
+so Python is touched once per chunk, never per step or per run: at d = 20, a step is
+~100 flops, far below what one eager torch kernel launch costs.
 
 Every run keeps the five per-component slots (w, beta, h, gamma, g); a learner reads
 and writes the ones its row uses and leaves the others untouched. Hyperparameters
@@ -15,46 +17,53 @@ so runs of one batch can differ in every value.
 
 from __future__ import annotations
 
+import inspect
 import math
-from dataclasses import dataclass
-from typing import Mapping, NamedTuple, Sequence
+import types
+from dataclasses import dataclass, field
+from typing import Callable, Mapping, NamedTuple, Sequence
 
 import numba
 import numpy as np
 import torch
 
+from fade_core.hyperparameters import HYPERPARAMETERS
+
 # Reassociation and fused multiply-add let LLVM vectorise the component loop; we keep
 # IEEE NaN/inf semantics (no 'nnan'/'ninf') so diverging runs stay visible as NaN/inf.
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
-_rule = numba.njit(inline="always", fastmath=_FASTMATH, cache=True)
 
 
-@_rule
+@numba.njit(inline="always", fastmath=_FASTMATH, cache=True)
 def _clamp(v, lo, hi):
     return min(max(v, lo), hi)
 
 
-# Each rule: (hyperparameter row p, x_i, delta, w, beta, h, gamma, g, gamma_lo, gamma_hi)
-# -> new (w, beta, h, gamma, g). The columns of p are the learner's `hyperparameters`.
+# A rule updates component i of one run. It takes the per-component state, then the
+# optional gamma clamp [lo, hi], then the learner's hyperparameters in order: those
+# trailing parameter names ARE the learner's `hyperparameters` (`lam` stands for
+# `lambda`, a Python keyword), so the column order of the (R, P) matrix cannot drift
+# from what the rule reads. beta0 and gamma0 only set the initial state: the rules
+# that take them leave them unread. Returns the new (w, beta, h, gamma, g).
+_rule = numba.njit(inline="always", fastmath=_FASTMATH, cache=True)
+_STATE_ARGS = ("x", "delta", "w", "beta", "h", "gamma", "g", "lo", "hi")
+_KEYWORDS = {"lam": "lambda"}
 
 
 @_rule
-def _sgd(p, x, delta, w, beta, h, gamma, g, lo, hi):
-    alpha = p[0]
+def _sgd(x, delta, w, beta, h, gamma, g, lo, hi, alpha):
     w = w + alpha * delta * x
     return w, beta, h, gamma, g
 
 
 @_rule
-def _sgd_wd(p, x, delta, w, beta, h, gamma, g, lo, hi):
-    alpha, lam = p[0], p[1]
+def _sgd_wd(x, delta, w, beta, h, gamma, g, lo, hi, alpha, lam):
     w = (1 - lam) * w + alpha * delta * x
     return w, beta, h, gamma, g
 
 
 @_rule
-def _idbd(p, x, delta, w, beta, h, gamma, g, lo, hi):
-    theta_alpha = p[0]
+def _idbd(x, delta, w, beta, h, gamma, g, lo, hi, theta_alpha, beta0):
     beta = beta + theta_alpha * delta * x * h
     a = math.exp(beta)
     w = w + a * delta * x
@@ -63,8 +72,7 @@ def _idbd(p, x, delta, w, beta, h, gamma, g, lo, hi):
 
 
 @_rule
-def _idbd_wd(p, x, delta, w, beta, h, gamma, g, lo, hi):
-    theta_alpha, lam = p[0], p[2]
+def _idbd_wd(x, delta, w, beta, h, gamma, g, lo, hi, theta_alpha, beta0, lam):
     beta = beta + theta_alpha * delta * x * h
     a = math.exp(beta)
     w = (1 - lam) * w + a * delta * x
@@ -73,8 +81,7 @@ def _idbd_wd(p, x, delta, w, beta, h, gamma, g, lo, hi):
 
 
 @_rule
-def _fade(p, x, delta, w, beta, h, gamma, g, lo, hi):
-    alpha, theta_lambda = p[0], p[1]
+def _fade(x, delta, w, beta, h, gamma, g, lo, hi, alpha, theta_lambda, gamma0):
     gamma = _clamp(gamma + theta_lambda * delta * x * g, lo, hi)
     l = math.exp(gamma)
     g = g * max(1 - l - alpha * x * x, 0) - l * w  # w is still w_old here
@@ -83,8 +90,7 @@ def _fade(p, x, delta, w, beta, h, gamma, g, lo, hi):
 
 
 @_rule
-def _fade_idbd(p, x, delta, w, beta, h, gamma, g, lo, hi):
-    theta = p[0]
+def _fade_idbd(x, delta, w, beta, h, gamma, g, lo, hi, theta, beta0, gamma0):
     beta = beta + theta * delta * x * h  # both meta updates use the old traces
     a = math.exp(beta)
     gamma = _clamp(gamma + theta * delta * x * g, lo, hi)
@@ -97,8 +103,7 @@ def _fade_idbd(p, x, delta, w, beta, h, gamma, g, lo, hi):
 
 
 @_rule
-def _coupled(p, x, delta, w, beta, h, gamma, g, lo, hi):
-    theta = p[0]
+def _coupled(x, delta, w, beta, h, gamma, g, lo, hi, theta, beta0, gamma0):
     beta = beta + theta * delta * x * h
     a = math.exp(beta)
     gamma = _clamp(gamma + theta * delta * x * g, lo, hi)
@@ -110,41 +115,34 @@ def _coupled(p, x, delta, w, beta, h, gamma, g, lo, hi):
     return w, beta, h, gamma, g
 
 
-@dataclass(frozen=True)
-class LinearLearner:
-    """A registered linear learner: its hyperparameters and which adaptive slots it has."""
-
-    name: str
-    kind: int  # index into the driver's rule switch
-    hyperparameters: tuple[str, ...]  # column order of the (R, P) hyperparameter matrix
-    adapts_step_size: bool  # has beta = log step size (reports exp(beta))
-    adapts_decay: bool  # has gamma = log decay rate (reports exp(gamma))
-    summary: str
+# Calls a rule with a run's row p of the (R, P) matrix as its trailing arguments, one
+# adapter per arity (numba cannot IR-inline a call with *args, and inlining keeps the
+# machine code, hence the bits, of a hand-written call).
+_call = numba.njit(inline="always", fastmath=_FASTMATH, cache=True)
 
 
-LINEAR_LEARNERS: dict[str, LinearLearner] = {
-    spec.name: spec
-    for spec in (
-        LinearLearner("sgd", 0, ("alpha",), False, False, "LMS / delta rule"),
-        LinearLearner("sgd_wd", 1, ("alpha", "lambda"), False, False, "LMS with fixed weight decay"),
-        LinearLearner("idbd", 2, ("theta_alpha", "beta0"), True, False, "IDBD step-size adaptation"),
-        LinearLearner(
-            "idbd_wd", 3, ("theta_alpha", "beta0", "lambda"), True, False, "IDBD with fixed weight decay"
-        ),
-        LinearLearner("fade", 4, ("alpha", "theta_lambda", "gamma0"), False, True, "FADE: adaptive decay"),
-        LinearLearner(
-            "fade_idbd", 5, ("theta", "beta0", "gamma0"), True, True, "FADE + IDBD, decoupled, tied theta"
-        ),
-        LinearLearner(
-            "coupled", 6, ("theta", "beta0", "gamma0"), True, True, "L2-derived coupled FADE + IDBD, tied theta"
-        ),
-    )
-}
+@_call
+def _call1(rule, p, x, delta, w, beta, h, gamma, g, lo, hi):
+    return rule(x, delta, w, beta, h, gamma, g, lo, hi, p[0])
+
+
+@_call
+def _call2(rule, p, x, delta, w, beta, h, gamma, g, lo, hi):
+    return rule(x, delta, w, beta, h, gamma, g, lo, hi, p[0], p[1])
+
+
+@_call
+def _call3(rule, p, x, delta, w, beta, h, gamma, g, lo, hi):
+    return rule(x, delta, w, beta, h, gamma, g, lo, hi, p[0], p[1], p[2])
+
+
+_CALLS = {1: _call1, 2: _call2, 3: _call3}
 
 
 @numba.njit(inline="always", fastmath=_FASTMATH)
-def _advance_run(rule, pr, lo, hi, s, x, y, W, B, H, G, GT, losses_r, total):
-    """T steps of one run (state in W, B, H, G, GT) with one learner's rule.
+def _advance_run(rule, call, pr, lo, hi, s, x, y, W, B, H, G, GT, losses_r, total):
+    """T steps of one run (state in W, B, H, G, GT) with one learner's rule, called
+    through `call` with the run's hyperparameter row `pr`.
 
     Returns `total` plus this chunk's squared errors, added one step at a time in float64:
     the same order whatever the chunking, so binned sums are chunk-invariant to the bit.
@@ -159,39 +157,92 @@ def _advance_run(rule, pr, lo, hi, s, x, y, W, B, H, G, GT, losses_r, total):
         losses_r[t] = delta * delta
         total += delta * delta
         for i in range(d):
-            W[i], B[i], H[i], G[i], GT[i] = rule(pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], lo, hi)
+            W[i], B[i], H[i], G[i], GT[i] = call(rule, pr, xt[i], delta, W[i], B[i], H[i], G[i], GT[i], lo, hi)
     return total
 
 
-@numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)
-def _run_chunk(kind, p, lo, hi, run_slot, x, y, w, beta, h, gamma, g, losses, loss_sums):
+def _run_chunk(p, lo, hi, run_slot, x, y, w, beta, h, gamma, g, losses, loss_sums):
     """Advance R runs by T steps in place; write each step's pre-update loss delta^2
     and add them to loss_sums (R,) float64.
 
     x: (T, S, d) and y: (T, S) hold one stream per slot s; run r reads slot run_slot[r],
-    so all configurations of a seed share one copy of its stream.
+    so all configurations of a seed share one copy of its stream. A template:
+    `_chunk_driver` compiles one copy per learner, with _RULE and _CALL bound.
     """
     for r in numba.prange(w.shape[0]):
         # The run's state lives in small local arrays for the whole chunk.
         W, B, H, G, GT = w[r].copy(), beta[r].copy(), h[r].copy(), gamma[r].copy(), g[r].copy()
-        pr, s, out, acc = p[r], run_slot[r], losses[r], loss_sums[r]
-        # One branch per run, outside the step loop: each learner gets its own inlined loop.
-        if kind == 0:
-            acc = _advance_run(_sgd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
-        elif kind == 1:
-            acc = _advance_run(_sgd_wd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
-        elif kind == 2:
-            acc = _advance_run(_idbd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
-        elif kind == 3:
-            acc = _advance_run(_idbd_wd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
-        elif kind == 4:
-            acc = _advance_run(_fade, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
-        elif kind == 5:
-            acc = _advance_run(_fade_idbd, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
-        else:
-            acc = _advance_run(_coupled, pr, lo, hi, s, x, y, W, B, H, G, GT, out, acc)
+        loss_sums[r] = _advance_run(_RULE, _CALL, p[r], lo, hi, run_slot[r], x, y, W, B, H, G, GT,  # noqa: F821
+                                    losses[r], loss_sums[r])
         w[r], beta[r], h[r], gamma[r], g[r] = W, B, H, G, GT
-        loss_sums[r] = acc
+
+
+def _chunk_driver(name: str, rule: Callable, arity: int) -> Callable:
+    """`_run_chunk` compiled for one rule (on first call), the rule bound as a global.
+
+    Not a closure: numba's cache key hashes a closure's cells, and a dispatcher pickles
+    with a per-process id, so a closure over the rule would miss the cache in every new
+    process. Globals are frozen into the machine code instead, and the function's name,
+    unique per learner, names its cache file.
+    """
+    if arity not in _CALLS:
+        raise ValueError(f"linear learner {name!r}: rules take 1 to {max(_CALLS)} hyperparameters, not {arity}")
+    template = _run_chunk
+    scope = {**template.__globals__, "_RULE": rule, "_CALL": _CALLS[arity]}
+    driver = types.FunctionType(template.__code__, scope, f"_run_chunk_{name}")
+    driver.__qualname__ = driver.__name__
+    return numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)(driver)
+
+
+@dataclass(frozen=True)
+class LinearLearner:
+    """A linear learner: its rule, and what is derived from it.
+
+    `hyperparameters` (the column order of the (R, P) matrix) come from the rule's
+    trailing parameters; the learner adapts its step size / decay rate when it starts
+    them from beta0 / gamma0.
+    """
+
+    name: str
+    rule: Callable = field(repr=False)  # the per-component update (a numba function)
+    summary: str
+    hyperparameters: tuple[str, ...] = field(init=False)
+    run_chunk: Callable = field(init=False, repr=False, compare=False)  # the compiled chunk driver
+
+    def __post_init__(self) -> None:
+        names = tuple(inspect.signature(self.rule.py_func).parameters)
+        if names[: len(_STATE_ARGS)] != _STATE_ARGS:
+            raise ValueError(f"linear learner {self.name!r}: a rule starts with the parameters {', '.join(_STATE_ARGS)}")
+        hyperparameters = tuple(_KEYWORDS.get(n, n) for n in names[len(_STATE_ARGS) :])
+        unknown = [n for n in hyperparameters if n not in HYPERPARAMETERS]
+        if unknown:
+            raise ValueError(f"linear learner {self.name!r}: {', '.join(unknown)} not in HYPERPARAMETERS")
+        object.__setattr__(self, "hyperparameters", hyperparameters)
+        object.__setattr__(self, "run_chunk", _chunk_driver(self.name, self.rule, len(hyperparameters)))
+
+    @property
+    def adapts_step_size(self) -> bool:
+        """Has beta = log step size (reports exp(beta))."""
+        return "beta0" in self.hyperparameters
+
+    @property
+    def adapts_decay(self) -> bool:
+        """Has gamma = log decay rate (reports exp(gamma))."""
+        return "gamma0" in self.hyperparameters
+
+
+LINEAR_LEARNERS: dict[str, LinearLearner] = {
+    learner.name: learner
+    for learner in (
+        LinearLearner("sgd", _sgd, "LMS / delta rule"),
+        LinearLearner("sgd_wd", _sgd_wd, "LMS with fixed weight decay"),
+        LinearLearner("idbd", _idbd, "IDBD step-size adaptation"),
+        LinearLearner("idbd_wd", _idbd_wd, "IDBD with fixed weight decay"),
+        LinearLearner("fade", _fade, "FADE: adaptive decay"),
+        LinearLearner("fade_idbd", _fade_idbd, "FADE + IDBD, decoupled, tied theta"),
+        LinearLearner("coupled", _coupled, "L2-derived coupled FADE + IDBD, tied theta"),
+    )
+}
 
 
 class LinearState(NamedTuple):
@@ -282,8 +333,7 @@ def advance(
     if loss_sums is None:
         loss_sums = np.zeros(state.w.shape[0])
     lo, hi = (np.dtype(state.w.numpy().dtype).type(b) for b in gamma_bounds)
-    _run_chunk(
-        learner.kind,
+    learner.run_chunk(
         hp_matrix.numpy(),
         lo,
         hi,
