@@ -1,109 +1,44 @@
 """The online non-stationary streams of tasks.md, usable without Ray.
 
-`TASKS` is the one registry that sweep validation, presets and the engine read.
+    from tasks import make_stream
+    stream = make_stream("linear_tracking", {"noise": 1.0, "steps": 10_000}, seed=3)
+    x, y = stream.chunk(0, 4096)  # a Chunk of torch tensors, the same however it is chunked
+
+`TASKS` is the one registry that sweep validation, presets and the engines read.
 """
 
-from __future__ import annotations
-
-import dataclasses
-from dataclasses import dataclass
-from typing import Any, Callable
-
-from fade_core.mlp import Architecture
-from tasks import emnist, nonlinear_tracking
+from tasks.emnist import (
+    DatasetError,
+    EmnistSettings,
+    LabelPermutedStream,
+    PartialEmnistSettings,
+    check_data,
+    load_emnist,
+    pixels_to_inputs,
+)
 from tasks.linear_tracking import LinearTrackingSettings, LinearTrackingStream
+from tasks.nonlinear_tracking import NonlinearTrackingSettings, NonlinearTrackingStream
+from tasks.registry import TASKS, TaskSpec, get_task, make_stream
+from tasks.stream import BLOCK, Chunk, CounterStream, counter_rng
 
-
-@dataclass(frozen=True)
-class TaskSpec:
-    """A registered task: its settings type, which learner family runs on it, its score."""
-
-    name: str
-    settings_type: type  # a frozen dataclass; its fields are the task settings
-    family: str  # "linear": fade_core.linear's learners; "neural": fade_core.neural's
-    make_stream: Callable[[Any, int], Any]  # (settings, seed) -> stream
-    score: str  # what the score column holds
-    higher_is_better: bool
-    curve_metric: str  # the online metric column of curves/ (learning curves plot it)
-    runs_on_gpu: bool = False  # whether its engine can use a GPU
-    architecture: Architecture | None = None  # neural tasks: the student network
-    loss: str | None = None  # neural tasks: "squared_error" or "cross_entropy"
-    output_groups: tuple[str, ...] = ()  # output groups whose metrics are logged apart (streams' `groups`)
-    check_data: Callable[[Any], None] | None = None  # raises if the task's data is missing or unreadable
-
-    def settings(self, values: dict[str, Any]) -> Any:
-        """Build the settings dataclass from a mapping, coercing to each field's type."""
-        fields = {f.name: f for f in dataclasses.fields(self.settings_type)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise ValueError(
-                f"unknown setting(s) {', '.join(unknown)} for task {self.name}; allowed: {', '.join(fields)}"
-            )
-        coerced = {}
-        for key, value in values.items():
-            kind = type(getattr(self.settings_type(), key))
-            if isinstance(value, bool) and kind is not bool or isinstance(value, (list, dict)):
-                raise ValueError(f"setting {key} of task {self.name} must be a single {kind.__name__}, got {value!r}")
-            try:
-                coerced[key] = kind(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"setting {key} of task {self.name} must be a {kind.__name__}, got {value!r}") from None
-            if kind is int and coerced[key] != value:
-                raise ValueError(f"setting {key} of task {self.name} must be a whole number, got {value!r}")
-        settings = self.settings_type(**coerced)
-        check = getattr(settings, "check", None)
-        if check:
-            check()
-        return settings
-
-
-TASKS: dict[str, TaskSpec] = {
-    "linear_tracking": TaskSpec(
-        name="linear_tracking",
-        settings_type=LinearTrackingSettings,
-        family="linear",
-        make_stream=LinearTrackingStream,
-        score="lifetime MSE (mean squared error over all steps)",
-        higher_is_better=False,
-        curve_metric="mse",
-    ),
-    "nonlinear_tracking": TaskSpec(
-        name="nonlinear_tracking",
-        settings_type=nonlinear_tracking.NonlinearTrackingSettings,
-        family="neural",
-        make_stream=nonlinear_tracking.NonlinearTrackingStream,
-        score="MSE per output over the final score_window steps",
-        higher_is_better=False,
-        curve_metric="mse",
-        runs_on_gpu=True,
-        architecture=nonlinear_tracking.STUDENT,
-        loss="squared_error",
-        output_groups=tuple(nonlinear_tracking.GROUP_SIZES),
-    ),
-    **{
-        name: TaskSpec(
-            name=name,
-            settings_type=settings_type,
-            family="neural",
-            make_stream=emnist.LabelPermutedStream,
-            score="average online accuracy over all steps",
-            higher_is_better=True,
-            curve_metric="accuracy",
-            runs_on_gpu=True,
-            architecture=emnist.STUDENT,
-            loss="cross_entropy",
-            check_data=emnist.check_data,
-        )
-        for name, settings_type in (
-            ("emnist_label_permuted", emnist.EmnistSettings),
-            ("emnist_partial_permuted", emnist.PartialEmnistSettings),
-        )
-    },
-}
-
-
-def get_task(name: str) -> TaskSpec:
-    try:
-        return TASKS[name]
-    except KeyError:
-        raise ValueError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}") from None
+__all__ = [
+    "BLOCK",
+    "TASKS",
+    "Chunk",
+    "CounterStream",
+    "DatasetError",
+    "EmnistSettings",
+    "LabelPermutedStream",
+    "LinearTrackingSettings",
+    "LinearTrackingStream",
+    "NonlinearTrackingSettings",
+    "NonlinearTrackingStream",
+    "PartialEmnistSettings",
+    "TaskSpec",
+    "check_data",
+    "counter_rng",
+    "get_task",
+    "load_emnist",
+    "make_stream",
+    "pixels_to_inputs",
+]

@@ -3,8 +3,8 @@
 Each step draws one image uniformly at random (with replacement); at step 0 and every
 `period` steps a fresh permutation of the labels is drawn (in the partial variant,
 `stable_classes` classes chosen per seed keep their label and only the others are
-permuted among themselves). Random access like the other streams: draws come in fixed
-blocks from counter-based generators, and permutation k from its own generator.
+permuted among themselves). Draws come in counter-based blocks (`tasks.stream`), and
+permutation k from its own generator.
 
 The stream yields image indices and permuted labels; the images stay in one compact
 uint8 tensor per worker process (`load_emnist`, cached), which the engine indexes on
@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 from fade_core.mlp import Architecture
+from tasks.stream import BLOCK, CounterStream, counter_rng
 
 CLASSES = 47  # balanced and bymerge share these 47 classes (0-9A-Zabdefghnqrt)
 SPLITS_WITH_47_CLASSES = ("balanced", "bymerge")
 PIXELS = 28 * 28
-BLOCK = 4096
 STUDENT = Architecture((PIXELS, 300, 150, CLASSES), negative_slope=0.01)
 DATA_DIR_ENV = "FADE_EMNIST_DIR"
 DOWNLOAD_HINT = (
@@ -139,22 +139,17 @@ def _images_on(settings_files: tuple[Path, Path], device: torch.device) -> torch
     return _load(*settings_files)[0].to(device)
 
 
-def _rng(seed: int, purpose: int, index: int = 0) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, purpose, index]))
-
-
-class LabelPermutedStream:
-    """One seed's stream; `chunk(start, n)` gives image indices (n,) and permuted labels (n,)."""
+class LabelPermutedStream(CounterStream):
+    """One seed's stream; `chunk(start, n)` gives image indices (n,) and permuted labels (n,), int64."""
 
     def __init__(self, settings: EmnistSettings, seed: int):
-        self.settings = settings
-        self.seed = seed
+        super().__init__(settings, seed)
         self.labels = load_emnist(settings)[1].numpy()
-        stable = _rng(seed, _STABLE).permutation(CLASSES)[: settings.stable_classes]
+        stable = counter_rng(seed, _STABLE).permutation(CLASSES)[: settings.stable_classes]
         self.stable = np.sort(stable)
         self.moving = np.setdiff1d(np.arange(CLASSES), self.stable)
 
-    def inputs(self, index: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    def inputs(self, index: torch.Tensor, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
         """Network inputs (n, 784) of the images drawn, gathered from one uint8 copy on `device`."""
         images = _images_on(_idx_files(self.settings), torch.device(device))
         return pixels_to_inputs(images[index.to(images.device)], dtype)
@@ -162,22 +157,15 @@ class LabelPermutedStream:
     def permutation(self, k: int) -> np.ndarray:
         """Label map in force during window k (steps [k * period, (k + 1) * period))."""
         perm = np.arange(CLASSES)
-        perm[self.moving] = self.moving[_rng(self.seed, _PERMUTATIONS, k).permutation(len(self.moving))]
+        shuffle = counter_rng(self.seed, _PERMUTATIONS, k).permutation(len(self.moving))
+        perm[self.moving] = self.moving[shuffle]
         return perm
 
-    def _draws(self, b: int) -> np.ndarray:
-        return _rng(self.seed, _DRAWS, b).integers(0, len(self.labels), size=BLOCK)
-
-    def chunk(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        if start < 0 or start + n > self.settings.steps:
-            raise ValueError(f"steps [{start}, {start + n}) outside the stream's {self.settings.steps} steps")
-        first, last = start // BLOCK, max(start, start + n - 1) // BLOCK
-        offset = start - first * BLOCK
-        index = np.concatenate([self._draws(b) for b in range(first, last + 1)])[offset : offset + n]
-        steps = np.arange(start, start + n)
-        windows = steps // self.settings.period
-        target = np.empty(n, dtype=np.int64)
+    def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
+        index = counter_rng(self.seed, _DRAWS, b).integers(0, len(self.labels), size=BLOCK)
+        windows = np.arange(b * BLOCK, (b + 1) * BLOCK) // self.settings.period
+        target = np.empty(BLOCK, dtype=np.int64)
         for k in np.unique(windows):
             where = windows == k
             target[where] = self.permutation(int(k))[self.labels[index[where]]]
-        return torch.from_numpy(index), torch.from_numpy(target)
+        return index, target

@@ -6,9 +6,8 @@ stable, 7 fast and 7 slow ones; after every `period` steps each weight into a fa
 output is multiplied by an independent random sign, after every `slow_multiplier *
 period` steps the same happens to the slow outputs.
 
-Like the linear stream it is a pure function of (settings, seed) with random access:
-inputs and targets come in fixed blocks of BLOCK steps computed the same way whatever
-the chunking, and the sign schedule is drawn once per seed.
+The sign schedule is drawn once per seed; inputs and targets come in counter-based
+blocks (`tasks.stream`).
 """
 
 from __future__ import annotations
@@ -19,10 +18,10 @@ import numpy as np
 import torch
 
 from fade_core.mlp import Architecture
+from tasks.stream import BLOCK, CounterStream, counter_rng
 
 INPUTS, HIDDEN, OUTPUTS = 32, 256, 20
 GROUP_SIZES = {"stable": 6, "fast": 7, "slow": 7}
-BLOCK = 4096
 STUDENT = Architecture((INPUTS, HIDDEN, OUTPUTS), negative_slope=0.0)
 
 # Purposes of the counter-based generators; never reorder (streams would change).
@@ -54,10 +53,6 @@ class NonlinearTrackingSettings:
             )
 
 
-def _rng(seed: int, purpose: int, index: int = 0) -> np.random.Generator:
-    return np.random.default_rng(np.random.SeedSequence([seed, purpose, index]))
-
-
 def _cumulative_signs(rng: np.random.Generator, changes: int, rows: int) -> np.ndarray:
     """Sign pattern of `rows` teacher rows after 0..changes sign changes: (changes + 1, rows, HIDDEN) int8."""
     draws = rng.choice(np.array([-1, 1], dtype=np.int8), size=(changes + 1, rows, HIDDEN))
@@ -65,25 +60,25 @@ def _cumulative_signs(rng: np.random.Generator, changes: int, rows: int) -> np.n
     return np.cumprod(draws, axis=0, dtype=np.int8)
 
 
-class NonlinearTrackingStream:
+class NonlinearTrackingStream(CounterStream):
     """One seed's stream; `chunk(start, n)` gives float32 inputs (n, 32) and targets (n, 20)."""
 
     def __init__(self, settings: NonlinearTrackingSettings, seed: int):
-        self.settings = settings
-        self.seed = seed
-        generator = torch.Generator().manual_seed(int(_rng(seed, _TEACHER).integers(2**62)))
+        super().__init__(settings, seed)
+        generator = torch.Generator().manual_seed(int(counter_rng(seed, _TEACHER).integers(2**62)))
         w1, w2 = torch.empty(HIDDEN, INPUTS), torch.empty(OUTPUTS, HIDDEN)
         for w in (w1, w2):  # nn.Linear's default initialisation (kaiming_uniform_, a = sqrt(5))
             torch.nn.init.kaiming_uniform_(w, a=5**0.5, generator=generator)
         self.teacher_hidden = w1.double().numpy()
         self.teacher_head = w2.double().numpy()  # before any sign change
-        order = _rng(seed, _GROUPS).permutation(OUTPUTS)
+        order = counter_rng(seed, _GROUPS).permutation(OUTPUTS)
         bounds = np.cumsum([0, *GROUP_SIZES.values()])
         self.groups = {name: np.sort(order[a:b]) for name, a, b in zip(GROUP_SIZES, bounds[:-1], bounds[1:])}
         self.slow_period = settings.period * settings.slow_multiplier
-        self._fast_signs = _cumulative_signs(_rng(seed, _FAST_SIGNS), settings.steps // settings.period, GROUP_SIZES["fast"])
-        self._slow_signs = _cumulative_signs(_rng(seed, _SLOW_SIGNS), settings.steps // self.slow_period, GROUP_SIZES["slow"])
-        self._blocks: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._fast_signs = _cumulative_signs(
+            counter_rng(seed, _FAST_SIGNS), settings.steps // settings.period, GROUP_SIZES["fast"])
+        self._slow_signs = _cumulative_signs(
+            counter_rng(seed, _SLOW_SIGNS), settings.steps // self.slow_period, GROUP_SIZES["slow"])
 
     def teacher_head_at(self, step: int) -> np.ndarray:
         """The teacher's head W2 in force at `step` (20, 256)."""
@@ -93,33 +88,14 @@ class NonlinearTrackingStream:
         return w
 
     def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:
-        if b not in self._blocks:
-            start = b * BLOCK
-            x = _rng(self.seed, _INPUTS, b).standard_normal((BLOCK, INPUTS))
-            hidden = np.maximum(x @ self.teacher_hidden.T, 0.0)
-            y = np.empty((BLOCK, OUTPUTS))
-            # The head changes only at multiples of `period`: one matrix product per segment.
-            period = self.settings.period
-            for seg in range(start - start % period, start + BLOCK, period):
-                lo, hi = max(seg, start) - start, min(seg + period, start + BLOCK) - start
-                at = min(max(seg, start), self.settings.steps - 1)  # a block may run past the stream's end
-                y[lo:hi] = hidden[lo:hi] @ self.teacher_head_at(at).T
-            if len(self._blocks) >= 4:
-                self._blocks.pop(next(iter(self._blocks)))
-            self._blocks[b] = (x.astype(np.float32), y.astype(np.float32))
-        return self._blocks[b]
-
-    def inputs(self, x: torch.Tensor, device: torch.device, dtype: torch.dtype) -> torch.Tensor:
-        """The network's inputs for a chunk's first element (already the inputs here)."""
-        return x.to(device, dtype)
-
-    def chunk(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs (n, 32) and targets (n, 20) of steps [start, start + n), float32."""
-        if start < 0 or start + n > self.settings.steps:
-            raise ValueError(f"steps [{start}, {start + n}) outside the stream's {self.settings.steps} steps")
-        first, last = start // BLOCK, max(start, start + n - 1) // BLOCK
-        blocks = [self._block(b) for b in range(first, last + 1)]
-        offset = start - first * BLOCK
-        x = np.concatenate([blk[0] for blk in blocks])[offset : offset + n]
-        y = np.concatenate([blk[1] for blk in blocks])[offset : offset + n]
-        return torch.from_numpy(x), torch.from_numpy(y)
+        start = b * BLOCK
+        x = counter_rng(self.seed, _INPUTS, b).standard_normal((BLOCK, INPUTS))
+        hidden = np.maximum(x @ self.teacher_hidden.T, 0.0)
+        y = np.empty((BLOCK, OUTPUTS))
+        # The head changes only at multiples of `period`: one matrix product per segment.
+        period = self.settings.period
+        for seg in range(start - start % period, start + BLOCK, period):
+            lo, hi = max(seg, start) - start, min(seg + period, start + BLOCK) - start
+            at = min(max(seg, start), self.settings.steps - 1)  # a block may run past the stream's end
+            y[lo:hi] = hidden[lo:hi] @ self.teacher_head_at(at).T
+        return x.astype(np.float32), y.astype(np.float32)

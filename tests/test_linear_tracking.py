@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+import torch
 
 from tasks.linear_tracking import RELEVANT, LinearTrackingSettings, LinearTrackingStream
 
@@ -17,12 +18,14 @@ def test_flip_schedule_one_relevant_sign_per_period():
     assert (changes[flip_steps - 1] == 1).all()  # exactly one component each time
     flipped = np.argmax(w[flip_steps] != w[flip_steps - 1], axis=1)
     assert set(flipped) == set(range(RELEVANT))  # uniform over the relevant ones (all hit in 99 flips)
+    groups = {k: v.tolist() for k, v in stream.groups.items()}
+    assert groups == {"relevant": [0, 1, 2, 3, 4], "irrelevant": list(range(5, 20))}
 
 
 @pytest.mark.parametrize("noise", [0.0, 1.0])
 def test_targets_and_noise_level(noise):
     stream = LinearTrackingStream(LinearTrackingSettings(noise=noise, steps=20000), seed=1)
-    x, y = stream.chunk(0, 20000)
+    x, y = (v.numpy() for v in stream.chunk(0, 20000))
     residual = y - np.einsum("td,td->t", stream.target_weights(0, 20000), x)
     assert x.shape == (20000, 20)
     assert abs(x.std() - 1) < 0.02 and abs(x.mean()) < 0.02
@@ -37,10 +40,17 @@ def test_chunks_join_and_seeds_differ():
     a = LinearTrackingStream(settings, seed=7)
     whole_x, whole_y = a.chunk(0, 9000)
     parts = [LinearTrackingStream(settings, seed=7).chunk(s, n) for s, n in [(0, 400), (400, 4500), (4900, 4100)]]
-    np.testing.assert_array_equal(np.concatenate([p[0] for p in parts]), whole_x)
-    np.testing.assert_array_equal(np.concatenate([p[1] for p in parts]), whole_y)
+    assert torch.equal(torch.cat([p.x for p in parts]), whole_x)
+    assert torch.equal(torch.cat([p.y for p in parts]), whole_y)
     other_x, _ = LinearTrackingStream(settings, seed=8).chunk(0, 9000)
-    assert not np.allclose(other_x, whole_x)
+    assert not torch.allclose(other_x, whole_x)
+
+
+def test_targets_at_the_stream_end():
+    """The last block runs past the stream; its final steps still follow the schedule."""
+    stream = LinearTrackingStream(LinearTrackingSettings(steps=5000, period=20), seed=2)
+    x, y = stream.chunk(4990, 10)
+    np.testing.assert_array_equal(y.numpy(), np.einsum("td,td->t", stream.target_weights(4990, 10), x.numpy()))
 
 
 def test_out_of_range_chunk_rejected():
