@@ -24,10 +24,9 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeps.outcome import PackOutcome  # noqa: E402
-from sweeps.plan import Pack, make_config  # noqa: E402
-from sweeps.store import write_pack  # noqa: E402
-from sweeps.sweepfile import parse_sweep  # noqa: E402
+from sweeps.packs import PackOutcome  # noqa: E402
+from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
+from sweeps.results.store import write_pack  # noqa: E402
 
 
 def build(results_dir: Path, configs: int, seeds: int, bins: int) -> None:
@@ -52,8 +51,8 @@ def build(results_dir: Path, configs: int, seeds: int, bins: int) -> None:
 
 
 def measure(results_dir: Path) -> None:
-    from sweeps.report import write_report
-    from sweeps.tables import table_text
+    from sweeps.results.report import write_report
+    from sweeps.results import table_text
 
     start = time.perf_counter()
     best = table_text(results_dir, "best", "md")

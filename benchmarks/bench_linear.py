@@ -55,8 +55,8 @@ def naive_rate(name: str, steps: int) -> float:
 
 
 def end_to_end(preset: str) -> None:
-    from sweeps.presets import resolve_sweep
-    from sweeps.runner import run_sweep
+    from sweeps.spec import resolve_sweep
+    from sweeps.tune.driver import run_sweep
 
     sweep = resolve_sweep(preset)
     storage = Path(tempfile.mkdtemp(prefix="fade-bench-"))

@@ -24,9 +24,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sweeps.engine import make_runner  # noqa: E402
-from sweeps.plan import Pack, make_config  # noqa: E402
-from sweeps.sweepfile import parse_sweep  # noqa: E402
+from sweeps.packs import make_runner  # noqa: E402
+from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
 from tests.test_neural_learners import reference  # noqa: E402  (the plain per-run loop)
 
 SHARED_EMNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "emnist"

@@ -8,9 +8,7 @@ from urllib.parse import urlparse
 
 import ray
 
-
-class ClusterError(RuntimeError):
-    """The cluster cannot be reached or used; the message says what to do."""
+from cluster.errors import ClusterError
 
 
 def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster") -> None:

@@ -25,8 +25,9 @@ import cluster
 import fade_core
 import sweeps
 import tasks
-from cluster.connect import ClusterError, check_reachable
-from sweeps.sweepfile import Sweep
+from cluster.connect import check_reachable
+from cluster.errors import ClusterError
+from sweeps.spec import Sweep
 
 
 def client(address: str | None) -> JobSubmissionClient:

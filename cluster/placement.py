@@ -5,22 +5,10 @@ Tune would otherwise wait forever for a node that cannot exist; we say so at onc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import ray
 
-from cluster.connect import ClusterError
-
-
-@dataclass(frozen=True)
-class PackResources:
-    """What one trial (one pack) asks Ray for; fractions of a GPU let several packs share one."""
-
-    cpus: float = 1.0
-    gpus: float = 0.0
-
-    def as_tune(self) -> dict[str, float]:
-        return {"cpu": self.cpus, "gpu": self.gpus}
+from cluster.errors import ClusterError
+from sweeps.spec import PackResources
 
 
 def parallel_slots(resources: PackResources) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from cluster.connect import ClusterError
+from cluster.errors import ClusterError
 
 
 @ray.remote(num_cpus=0)

@@ -11,13 +11,10 @@ import os
 import sys
 from pathlib import Path
 
-from cluster.connect import ClusterError
-from cluster.placement import PackResources
-from sweeps.engine import DEFAULT_CHUNK_STEPS
-from sweeps.presets import preset_names, resolve_sweep
-from sweeps.runner import DEFAULT_CHECKPOINT_EVERY
-from sweeps.status import format_rate
-from sweeps.sweepfile import SweepError, cpu_only_tasks
+from cluster.errors import ClusterError
+from sweeps.results.status import format_rate
+from sweeps.spec import PackResources, SweepError, check_task_data, cpu_only_tasks, preset_names, resolve_sweep
+from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
 BAD_INPUT, FAILURE = 2, 1
 
@@ -105,7 +102,7 @@ def _require_results(results_dir: str) -> None:
 
 
 def _cmd_report(args) -> None:
-    from sweeps.report import write_report
+    from sweeps.results.report import write_report
 
     _require_results(args.results_dir)
     figures = write_report(args.results_dir, args.out, args.images)
@@ -113,7 +110,7 @@ def _cmd_report(args) -> None:
 
 
 def _cmd_table(args) -> None:
-    from sweeps.tables import table_text
+    from sweeps.results import table_text
 
     _require_results(args.results_dir)
     print(table_text(args.results_dir, args.kind, args.format).rstrip("\n"))
@@ -127,9 +124,6 @@ def _resources(args, sweep) -> PackResources:
 
 
 def _cmd_run(args) -> None:
-    from sweeps.runner import ExecutionOptions, check_task_data, run_sweep
-    from sweeps.tables import table_text
-
     sweep = resolve_sweep(args.sweep)
     check_task_data(sweep)
     resources = _resources(args, sweep)
@@ -141,6 +135,9 @@ def _cmd_run(args) -> None:
     if args.dry_run:
         _dry_run(args, sweep, resources)
         return
+    from sweeps.results import table_text
+    from sweeps.tune.driver import ExecutionOptions, run_sweep
+
     options = ExecutionOptions(
         address=args.address,
         num_cpus=args.num_cpus,
@@ -166,7 +163,7 @@ def _cmd_run(args) -> None:
     print(f"Results: {outcome.results_dir}\n")
     print(table_text(outcome.results_dir, "best", args.table_format).rstrip("\n"))
     if not args.no_report:
-        from sweeps.report import write_report
+        from sweeps.results.report import write_report
 
         report = outcome.results_dir / "report.html"
         figures = write_report(outcome.results_dir, report)
@@ -176,7 +173,7 @@ def _cmd_run(args) -> None:
 def _dry_run(args, sweep, resources: PackResources) -> None:
     from cluster.connect import connect
     from cluster.placement import parallel_slots
-    from sweeps.dryrun import describe_plan
+    from sweeps.tune.dryrun import describe_plan
 
     if args.address:
         connect(args.address)
@@ -201,8 +198,8 @@ def _cmd_submit(args) -> None:
 
 def _cmd_status(args) -> None:
     if args.target and Path(args.target).is_dir():
-        from sweeps.status import format_status, read_status
-        from sweeps.store import SCORES
+        from sweeps.results.status import format_status, read_status
+        from sweeps.results.store import SCORES
 
         status = read_status(args.target)
         if status is None:

@@ -10,11 +10,11 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeps import results, tables
-from sweeps.outcome import PackOutcome
-from sweeps.plan import Pack, make_config
-from sweeps.store import write_pack
-from sweeps.sweepfile import parse_sweep
+from sweeps import results
+from sweeps.results import tables
+from sweeps.packs import PackOutcome
+from sweeps.spec import Pack, make_config, parse_sweep
+from sweeps.results.store import write_pack
 
 SWEEP = {
     "name": "known",
@@ -117,7 +117,7 @@ def test_exports_parse_back(store):
 
 
 def test_curves_summary_downsamples_and_bands(store):
-    from sweeps.report import summarise_curves
+    from sweeps.results.report import summarise_curves
 
     best = tables.best_table(store)
     fade_id = best.filter(pl.col("optimizer") == "fade")["config_id"][0]

@@ -19,9 +19,8 @@ import yaml
 
 from cluster.local import start_local_cluster, stop_local_cluster
 from sweeps import results
-from sweeps.engine import make_runner
-from sweeps.plan import Pack, make_config
-from sweeps.sweepfile import parse_sweep
+from sweeps.packs import make_runner
+from sweeps.spec import Pack, make_config, parse_sweep
 
 # Long enough packs (coupled learner, float64) to be interrupted mid-run; 4 packs of 3 runs.
 SWEEP = {

@@ -83,13 +83,30 @@ def test_diverged_runs_recorded_and_never_selected(finished, capsys):
     assert math.isclose(sgd["std"], expected.std(ddof=1), rel_tol=1e-12)
 
 
-def test_markdown_and_latex_tables(finished, capsys):
+def _best_method_by_hand(scores: pl.DataFrame) -> tuple[str, float]:
+    """The method whose best non-diverged configuration has the lowest mean score."""
+    means = {}
+    for (optimizer, config_id), group in scores.group_by("optimizer", "config_id"):
+        if not group["diverged"].any():
+            means.setdefault(optimizer, []).append(group["score"].mean())
+    return min(((o, min(m)) for o, m in means.items()), key=lambda pair: pair[1])
+
+
+def test_markdown_and_latex_tables_mark_the_best_method(finished, capsys):
     _, results_dir = finished
+    best, best_mean = _best_method_by_hand(results.scores(results_dir).collect())
     assert main(["table", str(results_dir)]) == 0
     md = capsys.readouterr().out
-    assert "| method | score | seeds |" in md and "ddof=1" in md and md.count("**") == 4
+    assert "| method | score | seeds |" in md and "ddof=1" in md
+    rows = [line.split("|")[1:-1] for line in md.splitlines() if line.startswith("| ") and "method" not in line]
+    bold = [[c.strip() for c in row] for row in rows if row[0].strip().startswith("**")]
+    assert len(bold) == 1 and bold[0][0] == f"**{best}**", md
+    assert float(bold[0][1].strip("*").split(" ± ")[0]) == pytest.approx(best_mean, rel=1e-3)
+    others = [row[0].strip() for row in rows if not row[0].strip().startswith("**")]
+    assert others == [o for o in sorted(CONFIGS) if o != best]
     assert main(["table", str(results_dir), "--format", "latex"]) == 0
-    assert r"\toprule" in capsys.readouterr().out
+    latex = capsys.readouterr().out
+    assert r"\toprule" in latex and rf"\textbf{{{best}}}" in latex and latex.count(r"\textbf{") == 2
 
 
 def test_rerun_without_resume_is_refused(finished, capsys):

@@ -51,6 +51,21 @@ def test_nonlinear_sweep_lands_in_the_store(local_ray, tmp_path, capsys):
     one = scores.filter(pl.col("optimizer") == "fade_sgd").row(0, named=True)
     bins = curves.filter((pl.col("config_id") == one["config_id"]) & (pl.col("seed") == one["seed"])).sort("step")
     assert math.isclose(bins["mse"].tail(2).mean(), one["score"], rel_tol=1e-9), "score = MSE over the final 400 steps"
+    # per-bin values: the MSE is the mean of the 20 outputs' MSEs, groups are 6/7/7 of them,
+    # theta_lambda = 0 keeps every head decay at exp(gamma0), the norm adds the layers' squares
+    per_output = bins["output_mse"].to_numpy()
+    assert per_output.shape == (6, 20) and (per_output >= 0).all()
+    assert bins["mse"].to_numpy() == pytest.approx(per_output.mean(axis=1), rel=1e-12)
+    group_mean = (6 * bins["mse_stable"] + 7 * bins["mse_fast"] + 7 * bins["mse_slow"]) / 20
+    assert group_mean.to_numpy() == pytest.approx(bins["mse"].to_numpy(), rel=1e-9)
+    fixed = fade.join(scores.filter(pl.col("theta_lambda") == 0).select("config_id").unique(), on="config_id")
+    for group in ("stable", "fast", "slow"):
+        assert fixed[f"decay_{group}"].to_numpy() == pytest.approx(math.exp(-4.6), rel=1e-6)
+    adapted = fade.join(scores.filter(pl.col("theta_lambda") == 2).select("config_id").unique(), on="config_id")
+    assert (adapted["decay_fast"] != adapted["decay_stable"]).any(), "theta_lambda = 2 adapts the decays"
+    norms = bins.select(pl.col("^weight_norm_layer.*$")).to_numpy()
+    assert bins["weight_norm"].to_numpy() == pytest.approx(((norms**2).sum(axis=1)) ** 0.5, rel=1e-12)
+    assert ((bins["dead_units_layer1"] >= 0) & (bins["dead_units_layer1"] <= 1)).all()
     assert main(["table", str(results_dir), "--format", "csv"]) == 0
     table = pl.read_csv(capsys.readouterr().out.encode())
     assert set(table["optimizer"]) == {"sgd", "fade_sgd"}
@@ -76,8 +91,22 @@ def test_emnist_sweep_lands_in_the_store(local_ray, tmp_path, capsys):
     assert scores.height == 3 * 2 and curves.height == 3 * 2 * 4
     assert ((scores["score"] > 0) & (scores["score"] < 1)).all() and not scores["diverged"].any()
     assert set(scores["stable_classes"]) == {24}
-    for column in ("accuracy", "dead_units_layer1", "dead_units_layer2", "weight_norm_layer3", "decay_head"):
-        assert column in curves.columns
+    # the score is the online accuracy over all steps: the mean of the four equal bins
+    per_run = curves.group_by("config_id", "seed").agg(pl.col("accuracy").mean().alias("from_bins"))
+    joined = scores.join(per_run, on=["config_id", "seed"])
+    assert joined["score"].to_numpy() == pytest.approx(joined["from_bins"].to_numpy(), rel=1e-12)
+    assert curves["accuracy"].is_between(0, 1).all() and (curves["loss"] > 0).all()
+    assert (curves["accuracy"] * 150).round(6).to_numpy() == pytest.approx((curves["accuracy"] * 150).round().to_numpy())
+    fixed = curves.join(scores.filter(pl.col("theta_lambda") == 0).select("config_id").unique(), on="config_id")
+    assert fixed["decay_head"].to_numpy() == pytest.approx(math.exp(-6.9), rel=1e-6)
+    assert curves.filter(pl.col("optimizer") == "sgd_wclip")["decay_head"].is_null().all()
+    for layer in (1, 2):
+        assert curves[f"dead_units_layer{layer}"].is_between(0, 1).all()
+    assert (curves["weight_norm_layer3"] > 0).all()
+    assert main(["table", str(results_dir), "--format", "csv"]) == 0
+    table = pl.read_csv(capsys.readouterr().out.encode())
+    best_fade = scores.filter(pl.col("optimizer") == "fade_sgd").group_by("config_id").agg(pl.col("score").mean())
+    assert table.filter(pl.col("optimizer") == "fade_sgd")["mean"][0] == pytest.approx(best_fade["score"].max(), rel=1e-12)
     assert main(["table", str(results_dir)]) == 0
     assert "average online accuracy over all steps, higher is better" in capsys.readouterr().out
 

@@ -8,9 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from sweeps.engine import make_runner
-from sweeps.plan import Pack, make_config
-from sweeps.sweepfile import SweepError, parse_sweep
+from sweeps.packs import make_runner
+from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 from tasks.emnist import CLASSES, DatasetError, EmnistSettings, LabelPermutedStream, PartialEmnistSettings, load_emnist
 from tasks.nonlinear_tracking import GROUP_SIZES, NonlinearTrackingSettings, NonlinearTrackingStream
 from tests.emnist_fixture import write_idx_dataset

@@ -4,9 +4,8 @@ import numpy as np
 import pytest
 import torch
 
-from sweeps.engine import make_runner
-from sweeps.plan import Pack, make_config
-from sweeps.sweepfile import parse_sweep
+from sweeps.packs import make_runner
+from sweeps.spec import Pack, make_config, parse_sweep
 
 
 def _experiment(optimizer, grid):
@@ -66,7 +65,7 @@ def test_resume_from_state_dict_is_exact(tmp_path):
     next(progress), next(progress), next(progress)  # 300 of 700 steps
     torch.save(first.state_dict(), tmp_path / "ckpt.pt")
     resumed = make_runner(pack, 100)
-    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=False))
+    resumed.load_state_dict(torch.load(tmp_path / "ckpt.pt", weights_only=True))
     assert resumed.steps_done == 300
     for _ in resumed.run():
         pass

@@ -11,7 +11,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sweeps.store import write_bytes_atomic
+from sweeps.results.store import write_bytes_atomic
 
 STATUS_FILE = "status.json"
 

@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.outcome import PackOutcome
-from sweeps.plan import Pack
+from sweeps.packs.outcome import PackOutcome
+from sweeps.spec import Pack
 
 SCORES, CURVES = "scores", "curves"
 

@@ -10,11 +10,9 @@ from dataclasses import replace
 import numba
 import torch
 
-from cluster.placement import PackResources
-from sweeps.engine import make_runner
-from sweeps.plan import Pack, make_config, plan_packs
-from sweeps.status import format_rate
-from sweeps.sweepfile import Experiment, Sweep
+from sweeps.packs import make_runner
+from sweeps.results.status import format_rate
+from sweeps.spec import Experiment, Pack, PackResources, Sweep, make_config, plan_packs
 from tasks import get_task
 
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}

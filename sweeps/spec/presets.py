@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sweeps.sweepfile import Sweep, SweepError, load_sweep
+from sweeps.spec.sweepfile import Sweep, SweepError, load_sweep
 
 PRESETS_DIR = Path(__file__).with_name("presets")
 

@@ -19,10 +19,10 @@ from typing import Any, Iterator
 
 import yaml
 
-from cluster.placement import PackResources
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.learners import optimizer_hyperparameters, optimizers_for
-from tasks import TASKS
+from sweeps.spec.learners import optimizer_hyperparameters, optimizers_for
+from sweeps.spec.resources import PackResources
+from tasks import TASKS, get_task
 
 
 class SweepError(ValueError):
@@ -202,3 +202,13 @@ def _parse_grid(task, optimizer: str, grid: Any, key: str, fail) -> tuple[tuple[
         axes.append((name, tuple(float(v) for v in values)))
     return tuple(axes)
 
+
+def check_task_data(sweep: Sweep) -> None:
+    """Fail before anything starts if a task's dataset is missing or unreadable."""
+    for experiment in sweep.experiments:
+        check = get_task(experiment.task).check_data
+        if check is not None:
+            try:
+                check(experiment.settings)
+            except ValueError as err:
+                raise SweepError(f"{sweep.source}: task_settings: {err}") from None

@@ -1,11 +1,10 @@
-"""Run one pack of a neural task (nonlinear tracking, label-permuted EMNIST) on CPU or CUDA.
+"""A pack of a neural task (nonlinear tracking, label-permuted EMNIST) on CPU or CUDA.
 
-All R = configs x seeds runs advance together through `NeuralRuns.step`: one fixed
-sequence of batched tensor ops per step, whatever R is. Each seed's stream is produced
-once per segment and shared by that seed's configurations (run r reads slot
-r % n_seeds). Metrics are accumulated per step into float64 per-bin sums on the device,
-in step order, so binned values do not depend on chunking; a bin's summary (group
-MSE, accuracy, decay rates, dead units, weight norms) is taken when the bin ends.
+All R = configs x seeds runs advance together through `NeuralRuns.advance` (the
+compiled kernel on CPU, batched torch ops elsewhere). Metrics are accumulated per step
+into float64 per-bin sums on the device, in step order, so binned values do not depend
+on chunking; a bin's summary (group MSE, accuracy, decay rates, dead units, weight
+norms) is taken when the bin ends.
 
 On CUDA, blocks of GRAPH_STEPS steps are captured once as a CUDA graph and replayed,
 so the step loop is not bound by kernel-launch overhead.
@@ -15,47 +14,35 @@ from __future__ import annotations
 
 import copy
 import functools
-import math
-import time
 import warnings
-from collections.abc import Iterator
 
 import numpy as np
 import torch
 
 from fade_core.neural import NeuralRuns, StepSums, get_neural_learner, make_runs
-from sweeps.outcome import ChunkProgress, PackOutcome
-from sweeps.plan import Pack
-from tasks import get_task
+from sweeps.packs.outcome import PackOutcome
+from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
+from sweeps.spec import Pack
 
 GRAPH_STEPS = 50  # steps per captured CUDA graph
 
 
-class NeuralPackRunner:
-    """Runs a pack of a neural task; same protocol as the linear runner (run, outcome, state_dict)."""
+class NeuralPackRunner(PackRunner):
+    """Runs a pack of a neural task on the CPU or one CUDA device."""
 
-    def __init__(self, pack: Pack, chunk_steps: int, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
-        experiment = pack.experiment
-        self.pack = pack
-        self.task = get_task(experiment.task)
-        self.settings = experiment.settings
-        self.chunk_steps = chunk_steps
+    def __init__(self, pack: Pack, chunk_steps: int = DEFAULT_CHUNK_STEPS, dtype: torch.dtype = torch.float32,
+                 device: str | torch.device = "cpu"):
+        super().__init__(pack, chunk_steps, dtype)
         self.device = torch.device(device)
-        self.dtype = dtype
-        self.streams = [self.task.make_stream(self.settings, s) for s in pack.seeds]
-        n_seeds = len(pack.seeds)
-        self.run_slot = (torch.arange(pack.runs) % n_seeds).to(self.device)
-        learner = get_neural_learner(experiment.optimizer)
-        hp = {n: [dict(c.hyperparameters)[n] for c in pack.configs for _ in pack.seeds] for n in learner.hyperparameters}
-        seeds = [pack.seeds[r % n_seeds] for r in range(pack.runs)]
-        self.runs: NeuralRuns = make_runs(learner.name, self.task.architecture, seeds, hp, self.task.loss, self.device, dtype)
+        self.run_slot = self.run_slot.to(self.device)
+        learner = get_neural_learner(pack.experiment.optimizer)
+        seeds = [pack.seeds[r % len(pack.seeds)] for r in range(pack.runs)]
+        self.runs: NeuralRuns = make_runs(learner.name, self.task.architecture, seeds,
+                                          self.hyperparameter_columns(learner.hyperparameters), self.task.loss,
+                                          self.device, dtype)
         self.regression = self.task.loss == "squared_error"
-        steps, bin_ = self.settings.steps, self.settings.bin
-        self.bin_end = np.minimum(np.arange(1, math.ceil(steps / bin_) + 1) * bin_, steps)
         self.sums = StepSums.zeros(pack.runs, self.task.architecture, self.task.loss, self.device)
         self.curves = self._empty_curves()
-        self.steps_done = 0
-        self.wall_seconds = 0.0
         self._graph: tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor] | None = None  # graph, its inputs
         self._use_graphs = self.device.type == "cuda"
 
@@ -88,10 +75,10 @@ class NeuralPackRunner:
             masks[group] = per_seed[slots]
         return masks
 
-    def _record_bin(self, b: int, steps_in_bin: int) -> None:
+    def close_bin(self, bin_index: int) -> None:
         """Summaries at a bin's end. They are computed per run in NumPy (row-wise reductions),
         so a run's values never depend on how many runs share its pack."""
-        c = self.curves
+        c, b, steps_in_bin = self.curves, bin_index, int(self.bin_len[bin_index])
         if self.regression:
             out_mse = self.sums.sq_error.cpu().numpy() / steps_in_bin
             c["output_mse"][:, b] = out_mse
@@ -124,12 +111,28 @@ class NeuralPackRunner:
         self.sums.reset()
 
     # -- stepping ------------------------------------------------------------------------
-    def _segment(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs [n, S, in] and targets [n, S, ...] of every seed, on the device."""
+    def load(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Every seed's chunk as the streams give it ([n, S, ...]: inputs, or image indices for
+        EMNIST); targets on the device. Inputs are made per piece in `advance`."""
         pieces = [s.chunk(start, n) for s in self.streams]
-        x = torch.stack([s.inputs(p[0], self.device, self.dtype) for s, p in zip(self.streams, pieces)], dim=1)
+        x = torch.stack([p[0] for p in pieces], dim=1)
         y = torch.stack([p[1] for p in pieces], dim=1).to(self.device)
         return x, (y.to(self.dtype) if self.regression else y)
+
+    def advance(self, batch: tuple[torch.Tensor, torch.Tensor], lo: int, hi: int, bin_index: int) -> None:
+        raw, y = batch
+        x = torch.stack([s.inputs(raw[lo:hi, i], self.device, self.dtype) for i, s in enumerate(self.streams)], dim=1)
+        y = y[lo:hi]
+        t, n = 0, hi - lo
+        if self._use_graphs:
+            try:
+                while n - t >= GRAPH_STEPS:
+                    self._graph_steps(x[t : t + GRAPH_STEPS], y[t : t + GRAPH_STEPS])
+                    t += GRAPH_STEPS
+            except RuntimeError as err:  # e.g. an op the installed CUDA cannot capture
+                warnings.warn(f"CUDA graph capture failed ({err}); stepping eagerly", stacklevel=2)
+                self._use_graphs = False
+        self._steps(x[t:], y[t:])
 
     def _steps(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.runs.advance(x, y, self.run_slot, self.sums)
@@ -163,59 +166,13 @@ class NeuralPackRunner:
             for mine, old in zip(self.sums.tensors(), saved[1]):
                 mine.copy_(old)
 
-    def _advance(self, start: int, n: int) -> None:
-        x, y = self._segment(start, n)
-        t = 0
-        if self._use_graphs:
-            try:
-                while n - t >= GRAPH_STEPS:
-                    self._graph_steps(x[t : t + GRAPH_STEPS], y[t : t + GRAPH_STEPS])
-                    t += GRAPH_STEPS
-            except RuntimeError as err:  # e.g. an op the installed CUDA cannot capture
-                warnings.warn(f"CUDA graph capture failed ({err}); stepping eagerly", stacklevel=2)
-                self._use_graphs = False
-        self._steps(x[t:], y[t:])
-
-    def run(self) -> Iterator[ChunkProgress]:
-        """Advance to the end of the stream, yielding a summary after each chunk."""
-        start_time = time.perf_counter() - self.wall_seconds
-        total, bin_ = self.settings.steps, self.settings.bin
-        while self.steps_done < total:
-            chunk_end = min(self.steps_done + self.chunk_steps, total)
-            while self.steps_done < chunk_end:
-                b = self.steps_done // bin_
-                end = min(chunk_end, int(self.bin_end[b]))
-                self._advance(self.steps_done, end - self.steps_done)
-                self.steps_done = end
-                if end == self.bin_end[b]:
-                    self._record_bin(b, int(self.bin_end[b] - b * bin_))
-            self.wall_seconds = time.perf_counter() - start_time
-            done = self._completed_bins()
-            latest = self.curves[self._loss_curve][:, done - 1] if done else np.full(self.pack.runs, np.nan)
-            finite = np.isfinite(latest)
-            yield ChunkProgress(
-                steps_done=self.steps_done,
-                total_steps=total,
-                runs=self.pack.runs,
-                mean_loss=float(latest[finite].mean()) if finite.any() else math.nan,
-                diverged=int((~self._finite_so_far()).sum()),
-            )
-
-    @property
-    def _loss_curve(self) -> str:
-        return "mse" if self.regression else "loss"
-
-    def _completed_bins(self) -> int:
-        return int(np.searchsorted(self.bin_end, self.steps_done, side="right"))
-
-    def _finite_so_far(self) -> np.ndarray:
-        """Runs whose loss stayed finite in every completed bin (the others diverged)."""
-        return np.isfinite(self.curves[self._loss_curve][:, : self._completed_bins()]).all(axis=1)
+    def loss_curve(self) -> np.ndarray:
+        return self.curves["mse" if self.regression else "loss"]
 
     # -- results and checkpoints ---------------------------------------------------------
     def outcome(self) -> PackOutcome:
         """Scores and curves; call after `run` is exhausted."""
-        bin_len = np.diff(np.concatenate([[0], self.bin_end]))
+        bin_len = self.bin_len
         if self.regression:
             first = (self.settings.steps - self.settings.score_window) // self.settings.bin
             mse = self.curves["mse"][:, first:]
@@ -225,25 +182,12 @@ class NeuralPackRunner:
         curves: dict[str, np.ndarray | None] = dict(self.curves)
         if self.runs.head_decay() is None:
             curves.update({k: None for k in curves if k.startswith("decay_")})
-        return PackOutcome(score=score, diverged=~self._finite_so_far(), bin_end=self.bin_end, curves=curves, wall_seconds=self.wall_seconds)
+        return PackOutcome(score=score, diverged=self.diverged(), bin_end=self.bin_end, curves=curves,
+                           wall_seconds=self.wall_seconds)
 
-    def state_dict(self) -> dict:
+    def state_tensors(self) -> dict[str, torch.Tensor]:
         return {
-            "pack_id": self.pack.pack_id,
-            "steps_done": self.steps_done,
-            "wall_seconds": self.wall_seconds,
-            "runs": self.runs.state_dict(),
-            "sums": self.sums.tensors(),
-            "curves": self.curves,
+            **{f"runs.{k}": v for k, v in self.runs.state_dict().items()},
+            **{f"sums.{i}": v for i, v in enumerate(self.sums.tensors())},
+            **{f"curve.{k}": torch.from_numpy(v) for k, v in self.curves.items()},
         }
-
-    def load_state_dict(self, saved: dict) -> None:
-        if saved["pack_id"] != self.pack.pack_id:
-            raise ValueError(f"checkpoint of pack {saved['pack_id']} cannot resume pack {self.pack.pack_id}")
-        self.runs.load_state_dict(saved["runs"])
-        for mine, tensor in zip(self.sums.tensors(), saved["sums"]):
-            mine.copy_(tensor)
-        for name, values in saved["curves"].items():
-            self.curves[name][...] = values
-        self.steps_done = saved["steps_done"]
-        self.wall_seconds = saved["wall_seconds"]

@@ -9,8 +9,8 @@ from pathlib import Path
 from ray.tune import Callback
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from sweeps.plan import Pack
-from sweeps.status import SweepStatus, TrialStatus, format_rate
+from sweeps.results.status import SweepStatus, TrialStatus, format_rate
+from sweeps.spec import Pack
 
 WRITE_EVERY_SECONDS = 1.0
 

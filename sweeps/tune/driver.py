@@ -18,21 +18,18 @@ import yaml
 from ray import tune
 
 from cluster.connect import connect
-from cluster.placement import PackResources, parallel_slots
+from cluster.placement import parallel_slots
 from cluster.storage import check_storage
-from sweeps.engine import DEFAULT_CHUNK_STEPS
-from sweeps.plan import MAX_PACK_RUNS, Pack, plan_packs
-from sweeps.progress import SweepProgress
-from sweeps.status import read_status
-from sweeps.store import finished_runs, has_results, write_bytes_atomic
-from sweeps.sweepfile import Sweep, SweepError
-from sweeps.trainable import pack_trainable
-from tasks import get_task
+from sweeps.results.status import read_status
+from sweeps.results.store import finished_runs, has_results, write_bytes_atomic
+from sweeps.spec import Pack, PackResources, Sweep, SweepError, check_task_data, plan_packs
+from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS, MAX_PACK_RUNS
+from sweeps.tune.progress import SweepProgress
+from sweeps.tune.trainable import pack_trainable
 
 SWEEP_RECORD = "sweep.yaml"  # the sweep as run, beside its results
 PACKS_RECORD = "packs.pkl"  # inside a Tune experiment: what its pack ids mean, for Tuner.restore
 TUNE_PREFIX = "tune-"
-DEFAULT_CHECKPOINT_EVERY = 10  # chunks
 
 
 @dataclass(frozen=True)
@@ -76,17 +73,6 @@ class SweepRun:
         if tune_seconds <= 0 or self.slots <= 0:
             return 0.0
         return max(0.0, 1.0 - self.compute_seconds / (tune_seconds * min(self.slots, max(self.packs, 1))))
-
-
-def check_task_data(sweep: Sweep) -> None:
-    """Fail before anything starts if a task's dataset is missing or unreadable."""
-    for experiment in sweep.experiments:
-        check = get_task(experiment.task).check_data
-        if check is not None:
-            try:
-                check(experiment.settings)
-            except ValueError as err:
-                raise SweepError(f"{sweep.source}: task_settings: {err}") from None
 
 
 def results_dir_for(sweep: Sweep, storage: str | Path) -> Path:

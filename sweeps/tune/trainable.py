@@ -16,10 +16,9 @@ import ray
 import torch
 from ray import tune
 
-from sweeps.engine import make_runner
-from sweeps.outcome import ChunkProgress
-from sweeps.plan import Pack
-from sweeps.store import pack_written, write_pack
+from sweeps.packs import ChunkProgress, make_runner
+from sweeps.results.store import pack_written, write_pack
+from sweeps.spec import Pack
 
 CHECKPOINT_FILE = "pack_state.pt"
 
@@ -61,7 +60,7 @@ def pack_trainable(
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
-            runner.load_state_dict(torch.load(Path(directory) / CHECKPOINT_FILE, weights_only=False))
+            runner.load_state_dict(torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=True))
     restored_from = runner.steps_done
     last = None
     for chunk, last in enumerate(runner.run(), start=1):

@@ -16,11 +16,13 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
-from sweeps.sweepfile import Experiment, Sweep
+from sweeps.spec.sweepfile import Experiment, Sweep
 
 MIN_PACK_RUNS = 100  # below this the batched kernel no longer hides per-chunk overhead
 MAX_PACK_RUNS = 2000  # above this a pack's stream and loss buffers outgrow the caches
 PACKS_PER_CPU = 6  # enough packs that the CPUs finish together (a short idle tail)
+DEFAULT_CHUNK_STEPS = 10_000  # steps a pack advances between two reports to Tune
+DEFAULT_CHECKPOINT_EVERY = 10  # chunks between two checkpoints of a pack
 
 
 def _digest(payload: object) -> str:

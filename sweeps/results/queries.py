@@ -2,7 +2,6 @@
 aggregations every table needs (per-cell mean, std with ddof=1, standard error, seed
 count, diverged seeds; best configuration per method).
 
-    import polars as pl
     from sweeps import results
     cells = results.cells(results.scores("results/linear-noise0")).collect()
     best = results.best_configs(results.cells(results.scores("results/linear-noise0"))).collect()
@@ -18,9 +17,8 @@ import pyarrow as pa
 import yaml
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.plan import Pack, make_config
-from sweeps.store import curves_glob, has_results, run_keys, scores_glob
-from sweeps.sweepfile import Sweep, parse_sweep
+from sweeps.results.store import curves_glob, has_results, run_keys, scores_glob
+from sweeps.spec import Pack, Sweep, make_config, parse_sweep
 from tasks import get_task
 
 DDOF = 1  # sample standard deviation across seeds

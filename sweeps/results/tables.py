@@ -19,8 +19,8 @@ from pathlib import Path
 
 import polars as pl
 
-from sweeps import results
-from sweeps.plan import LOCATION_SETTINGS
+from sweeps.results import queries
+from sweeps.spec import LOCATION_SETTINGS
 from tasks import get_task
 
 FORMATS = ("md", "latex", "csv", "html")
@@ -28,7 +28,7 @@ KINDS = ("best", "sensitivity")
 
 
 def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataFrame | None:
-    missing = results.missing_runs(results_dir)
+    missing = queries.missing_runs(results_dir)
     if missing.height == 0:
         return None
     return missing.group_by(keys).agg(pl.len().alias(name))
@@ -36,16 +36,16 @@ def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataF
 
 def best_table(results_dir: str | Path) -> pl.DataFrame:
     """One row per (task, settings, optimizer): the best configuration and its statistics."""
-    frame = results.scores(results_dir)
-    variant = results.variant_columns(frame)
-    best = results.best_configs(results.cells(frame)).collect()
+    frame = queries.scores(results_dir)
+    variant = queries.variant_columns(frame)
+    best = queries.best_configs(queries.cells(frame)).collect()
     missing = _missing_by(results_dir, [*variant, "optimizer"], "missing_runs")
     if missing is None:
         best = best.with_columns(missing_runs=pl.lit(0, pl.UInt32))
     else:
         best = best.join(missing, on=[*variant, "optimizer"], how="left", nulls_equal=True)
         best = best.with_columns(pl.col("missing_runs").fill_null(0))
-    winners = best.filter(~pl.col("all_diverged")).with_columns(_key=results.ranking_key()).sort("_key")
+    winners = best.filter(~pl.col("all_diverged")).with_columns(_key=queries.ranking_key()).sort("_key")
     best_method = winners.group_by(variant, maintain_order=True).agg(pl.col("optimizer").first().alias("_best"))
     return (
         best.join(best_method, on=variant, how="left", nulls_equal=True)
@@ -71,13 +71,13 @@ def sensitivity_tables(results_dir: str | Path) -> list[SensitivityTable]:
     The grid's axes come from the recorded sweep (so cells with no runs show as
     missing) and from the results themselves.
     """
-    frame = results.scores(results_dir)
-    variant = results.variant_columns(frame)
+    frame = queries.scores(results_dir)
+    variant = queries.variant_columns(frame)
     keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
-    observed = results.cells(frame).select(*keys, "mean", "std", "sem", "seeds", "diverged_seeds").collect()
-    sweep = results.recorded_sweep(results_dir)
+    observed = queries.cells(frame).select(*keys, "mean", "std", "sem", "seeds", "diverged_seeds").collect()
+    sweep = queries.recorded_sweep(results_dir)
     if sweep is not None:
-        expected = results.expected_runs(sweep).select(keys).unique()
+        expected = queries.expected_runs(sweep).select(keys).unique()
         observed = expected.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
     grid = observed.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).sort(
         [*variant, "optimizer", "alpha"], descending=[*([False] * len(variant)), False, True], nulls_last=True
@@ -95,7 +95,7 @@ def sensitivity_tables(results_dir: str | Path) -> list[SensitivityTable]:
             .otherwise(pl.lit("ok")),
             task=pl.lit(group_key[0]),
         )
-        ranked = full.filter(pl.col("status") == "ok").with_columns(_key=results.ranking_key()).sort("_key")
+        ranked = full.filter(pl.col("status") == "ok").with_columns(_key=queries.ranking_key()).sort("_key")
         best_pair = ranked.select("gamma0", "theta_lambda").head(1).rows()
         full = full.with_columns(
             best=pl.struct("gamma0", "theta_lambda").map_elements(
@@ -135,7 +135,7 @@ def _score_note(task_name: str) -> str:
     task = get_task(task_name)
     return (
         f"Score: {task.score}, {'higher' if task.higher_is_better else 'lower'} is better; "
-        f"mean ± std over seeds (std with ddof={results.DDOF})."
+        f"mean ± std over seeds (std with ddof={queries.DDOF})."
     )
 
 
@@ -201,7 +201,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str]) -> list[_Grid]:
         rows, marked = [], set()
         for i, r in enumerate(group.to_dicts()):
             score = "all diverged" if r["all_diverged"] else mean_std(r["mean"], r["std"])
-            chosen = ", ".join(f"{n}={r[n]:g}" for n in results.HYPERPARAMETER_COLUMNS if r.get(n) is not None)
+            chosen = ", ".join(f"{n}={r[n]:g}" for n in queries.HYPERPARAMETER_COLUMNS if r.get(n) is not None)
             rows.append([r["optimizer"], score, str(r["seeds"]), chosen, f"{r['diverged_configs']}/{r['configs']}", str(r["missing_runs"])])
             if r["best_method"]:
                 marked |= {(i, 0), (i, 1)}
@@ -256,7 +256,7 @@ def table_text(results_dir: str | Path, kind: str = "best", fmt: str = "md") -> 
         table = best_table(results_dir)
         if fmt == "csv":
             return _csv(table)
-        grids = _best_grids(table, results.variant_columns(results.scores(results_dir)))
+        grids = _best_grids(table, queries.variant_columns(queries.scores(results_dir)))
     else:
         tables = sensitivity_tables(results_dir)
         if not tables:

@@ -23,8 +23,8 @@ import plotly.io as pio
 import polars as pl
 from plotly.offline import get_plotlyjs
 
-from sweeps import results, tables
-from sweeps.store import write_bytes_atomic
+from sweeps.results import queries, tables
+from sweeps.results.store import write_bytes_atomic
 from tasks import get_task
 
 MAX_POINTS = 400
@@ -37,7 +37,7 @@ def summarise_curves(results_dir: str | Path, config_ids: list[str], metrics: li
     Each seed's bins are first averaged within the bucket; the band is the std across seeds
     (ddof=1) of those averages.
     """
-    frame = results.curves(results_dir).filter(pl.col("config_id").is_in(config_ids)).select("config_id", "seed", "step", *metrics)
+    frame = queries.curves(results_dir).filter(pl.col("config_id").is_in(config_ids)).select("config_id", "seed", "step", *metrics)
     max_step = frame.select(pl.col("step").max()).collect().item()
     n_bins = frame.filter(pl.col("config_id") == config_ids[0]).select(pl.col("step").n_unique()).collect().item()
     width = max(1, math.ceil(n_bins / MAX_POINTS)) * math.ceil(max_step / max(n_bins, 1))
@@ -49,7 +49,7 @@ def summarise_curves(results_dir: str | Path, config_ids: list[str], metrics: li
         .agg(
             pl.col("step").max(),
             *(pl.col(m).mean().alias(f"{m}_mean") for m in metrics),
-            *(pl.col(m).std(ddof=results.DDOF).fill_null(0).alias(f"{m}_std") for m in metrics),
+            *(pl.col(m).std(ddof=queries.DDOF).fill_null(0).alias(f"{m}_std") for m in metrics),
         )
         .sort("config_id", "step")
         .collect()
@@ -105,10 +105,10 @@ def _figures_for_variant(results_dir, best: pl.DataFrame, variant: dict, columns
 
 def _group_mse_figures(results_dir, usable: pl.DataFrame, group_mse: list[str], title: str) -> list[tuple[str, go.Figure]]:
     """FADE's best config vs the same config with theta_lambda = 0 (fixed decay), per output group."""
-    cells = results.cells(results.scores(results_dir)).collect()
+    cells = queries.cells(queries.scores(results_dir)).collect()
     figures = []
     for row in usable.filter(pl.col("theta_lambda").is_not_null() & (pl.col("theta_lambda") > 0)).iter_rows(named=True):
-        same = [n for n in results.HYPERPARAMETER_COLUMNS if n != "theta_lambda" and row.get(n) is not None]
+        same = [n for n in queries.HYPERPARAMETER_COLUMNS if n != "theta_lambda" and row.get(n) is not None]
         fixed = cells.filter(
             (pl.col("optimizer") == row["optimizer"]) & (pl.col("theta_lambda") == 0) & (pl.col("task") == row["task"]),
             *(pl.col(n) == row[n] for n in same),
@@ -147,10 +147,10 @@ def _heatmap(table: tables.SensitivityTable) -> go.Figure:
 
 def build_figures(results_dir: str | Path) -> list[tuple[str, go.Figure]]:
     """Every figure of the report, as (kind, figure)."""
-    frame = results.scores(results_dir)
-    variant_cols = results.variant_columns(frame)
+    frame = queries.scores(results_dir)
+    variant_cols = queries.variant_columns(frame)
     best = tables.best_table(results_dir)
-    curve_columns = [c for c in results.curves(results_dir).collect_schema().names()
+    curve_columns = [c for c in queries.curves(results_dir).collect_schema().names()
                      if c not in ("step",) and c not in frame.collect_schema().names()]
     figures = []
     for key, group in best.group_by(variant_cols, maintain_order=True):

@@ -1,0 +1,35 @@
+"""What to run: sweep files and presets, validated into a typed `Sweep`, and planned into packs.
+
+No Ray here: `fade-sweep presets`, validation and the results side use this layer alone.
+"""
+
+from sweeps.spec.plan import LOCATION_SETTINGS, Config, Pack, make_config, plan_packs
+from sweeps.spec.presets import preset_names, resolve_sweep
+from sweeps.spec.resources import PackResources
+from sweeps.spec.sweepfile import (
+    Experiment,
+    Sweep,
+    SweepError,
+    check_task_data,
+    cpu_only_tasks,
+    load_sweep,
+    parse_sweep,
+)
+
+__all__ = [
+    "LOCATION_SETTINGS",
+    "Config",
+    "Experiment",
+    "Pack",
+    "PackResources",
+    "Sweep",
+    "SweepError",
+    "check_task_data",
+    "cpu_only_tasks",
+    "load_sweep",
+    "make_config",
+    "parse_sweep",
+    "plan_packs",
+    "preset_names",
+    "resolve_sweep",
+]

@@ -1,0 +1,176 @@
+"""The layering of docs/architecture.md, enforced: each layer imports only the layers below
+it, there is no import cycle between modules, and the commands that need no cluster
+(`presets`, validation, `table`, `report`) never import Ray."""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+# Lowest first: a module may import its own layer and the layers before it.
+LAYERS = ("fade_core", "tasks", "sweeps.spec", "sweeps.packs", "sweeps.results", "cluster", "sweeps.tune", "sweeps.cli")
+RAY_FREE = ("fade_core", "tasks", "sweeps.spec", "sweeps.packs", "sweeps.results")
+PROJECT = ("fade_core", "tasks", "sweeps", "cluster")
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in PROJECT:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _layer(module: str) -> int | None:
+    for rank, layer in enumerate(LAYERS):
+        if module == layer or module.startswith(layer + "."):
+            return rank
+    return None  # the bare `sweeps` package: a docstring only
+
+
+def _imports(module: str, path: Path) -> list[tuple[str, int]]:
+    """(imported name, line) of every import in the file, top level or not; `from X import Y`
+    counts as importing the module X.Y when that is a module."""
+    names = []
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names += [(alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                names.append((sub if sub in MODULES else base, node.lineno))
+    return names
+
+
+def _project_edges() -> dict[str, set[str]]:
+    edges: dict[str, set[str]] = {m: set() for m in MODULES}
+    for module, path in MODULES.items():
+        for name, _ in _imports(module, path):
+            target = next((m for m in sorted(MODULES, key=len, reverse=True) if name == m or name.startswith(m + ".")), None)
+            if target is not None and target != module:
+                edges[module].add(target)
+    return edges
+
+
+def test_every_module_imports_only_its_layer_and_below():
+    wrong = []
+    for module, path in MODULES.items():
+        rank = _layer(module)
+        for name, line in _imports(module, path):
+            if name.split(".")[0] not in PROJECT:
+                continue
+            target = _layer(name)
+            if rank is None or (target is not None and target > rank):
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({LAYERS[rank] if rank is not None else module}) imports {name}")
+    assert not wrong, "layering broken:\n" + "\n".join(wrong)
+
+
+def test_ray_is_imported_only_by_the_cluster_and_tune_layers():
+    wrong = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for module, path in MODULES.items()
+        if module.startswith(RAY_FREE)
+        for name, line in _imports(module, path)
+        if name == "ray" or name.startswith("ray.")
+    ]
+    assert not wrong, "Ray imported below the tune/cluster layers: " + ", ".join(wrong)
+
+
+def test_no_import_cycles():
+    edges = _project_edges()
+    state: dict[str, int] = {}  # 1: on the stack, 2: done
+    stack: list[str] = []
+
+    def visit(module: str) -> list[str] | None:
+        state[module] = 1
+        stack.append(module)
+        for target in sorted(edges[module]):
+            if state.get(target) == 1:
+                return stack[stack.index(target):] + [target]
+            if target not in state and (cycle := visit(target)):
+                return cycle
+        stack.pop()
+        state[module] = 2
+        return None
+
+    for module in sorted(edges):
+        if module not in state and (cycle := visit(module)):
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+
+
+def test_the_checker_sees_a_violation(tmp_path):
+    """The checks above are not vacuous: they parse imports where they are, inside functions too."""
+    source = tmp_path / "fake.py"
+    source.write_text("def f():\n    from sweeps.tune import driver\n    import ray\n")
+    names = [n for n, _ in _imports("fade_core.fake", source)]
+    assert "sweeps.tune.driver" in names and "ray" in names
+    assert _layer("sweeps.tune.driver") > _layer("fade_core.fake")
+
+
+# ---------------------------------------------------------------- no Ray at run time
+_PROBE = """
+import json, sys
+from sweeps.cli import main
+codes = [main(argv) for argv in json.loads(sys.argv[1])]
+print(json.dumps({"codes": codes, "ray": sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))}))
+"""
+
+
+@pytest.fixture(scope="module")
+def small_store(tmp_path_factory) -> Path:
+    """A real store of a tiny linear sweep, written without Ray (packs + results layers)."""
+    from sweeps.packs import make_runner
+    from sweeps.results.store import write_pack
+    from sweeps.spec import parse_sweep, plan_packs
+
+    document = {"name": "tiny", "task": "linear_tracking", "task_settings": {"steps": 400, "bin": 100}, "seeds": 2,
+                "optimizers": {"sgd": {"alpha": [0.01, 0.05]},
+                               "fade": {"alpha": 0.05, "theta_lambda": [0.0, 0.01], "gamma0": [-2.3, -4.6]}}}
+    results_dir = tmp_path_factory.mktemp("store") / "tiny"
+    for pack in plan_packs(parse_sweep(document, "test"), cpus=1):
+        runner = make_runner(pack)
+        for _ in runner.run():
+            pass
+        write_pack(results_dir, pack, runner.outcome())
+    (results_dir / "sweep.yaml").write_text(yaml.safe_dump(document))
+    return results_dir
+
+
+@pytest.mark.parametrize("what", ["presets", "validation", "table", "report"])
+def test_commands_without_a_cluster_never_import_ray(what, small_store, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\ntask: linear_tracking\noptimizers: {sgd: {alpha: -1}}\n")
+    argv = {
+        "presets": [["presets"]],
+        "validation": [["run", str(bad)]],
+        "table": [["table", str(small_store)], ["table", str(small_store), "--kind", "sensitivity", "--format", "csv"]],
+        "report": [["report", str(small_store), "--out", str(tmp_path / "r.html")]],
+    }[what]
+    done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
+    probe = json.loads(done.stdout.strip().splitlines()[-1])
+    assert probe["codes"] == ([2] if what == "validation" else [0] * len(argv)), done.stderr
+    assert probe["ray"] == [], f"`fade-sweep {argv[0][0]}` imported {probe['ray'][:3]}"
+
+
+def test_the_store_of_the_probe_is_real(small_store):
+    import polars as pl
+
+    scores = pl.read_parquet(small_store / "scores" / "**" / "*.parquet")
+    assert scores.height == 2 * 2 + 4 * 2 and np.isfinite(scores["score"].to_numpy()).all()
