@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 
+import numba
 import numpy as np
 import pytest
 import torch
 
-from fade_core.linear import LINEAR_LEARNERS, initial_weights, run_linear
+from fade_core.linear import LINEAR_LEARNERS, LinearLearner, get_linear_learner, initial_weights, run_linear
 
 
 def reference(name: str, hp: dict[str, float], x: np.ndarray, y: np.ndarray, w0: np.ndarray, clamp=(-math.inf, math.inf)):
@@ -157,3 +158,27 @@ def test_bad_hyperparameters_rejected():
         run_linear("fade", {"alpha": 0.1, "theta_lambda": 0.1, "gamma0": -1.0, "theta": 1.0}, x, y)
     with pytest.raises(ValueError, match="unknown linear learner 'adam'"):
         run_linear("adam", {"alpha": 0.1}, x, y)
+
+
+def test_unknown_learner_is_a_value_error():
+    with pytest.raises(ValueError, match="unknown linear learner 'fade_sgd'; choose one of sgd, sgd_wd, "):
+        get_linear_learner("fade_sgd")
+
+
+def test_hyperparameters_come_from_the_rule():
+    """A rule's trailing parameters are the learner's hyperparameters, in order (`lam` is
+    `lambda`); a name outside HYPERPARAMETERS is refused when the learner is registered."""
+    assert {name: learner.hyperparameters for name, learner in LINEAR_LEARNERS.items()} == {
+        "sgd": ("alpha",), "sgd_wd": ("alpha", "lambda"), "idbd": ("theta_alpha", "beta0"),
+        "idbd_wd": ("theta_alpha", "beta0", "lambda"), "fade": ("alpha", "theta_lambda", "gamma0"),
+        "fade_idbd": ("theta", "beta0", "gamma0"), "coupled": ("theta", "beta0", "gamma0"),
+    }
+    assert [n for n, s in LINEAR_LEARNERS.items() if s.adapts_step_size] == ["idbd", "idbd_wd", "fade_idbd", "coupled"]
+    assert [n for n, s in LINEAR_LEARNERS.items() if s.adapts_decay] == ["fade", "fade_idbd", "coupled"]
+
+    @numba.njit
+    def misspelt(x, delta, w, beta, h, gamma, g, lo, hi, alpah):
+        return w + alpah * delta * x, beta, h, gamma, g
+
+    with pytest.raises(ValueError, match="alpah not in HYPERPARAMETERS"):
+        LinearLearner("misspelt", misspelt, "a typo")

@@ -16,7 +16,7 @@ import torch
 from torch import nn
 
 from fade_core.mlp import Architecture, BatchedMLP, default_init
-from fade_core.neural import NEURAL_LEARNERS, StepSums, make_runs
+from fade_core.neural import NEURAL_LEARNERS, NeuralLearner, StepSums, get_neural_learner, make_runs
 from tasks.emnist import EmnistSettings, LabelPermutedStream, PartialEmnistSettings, pixels_to_inputs
 from tasks.nonlinear_tracking import STUDENT as NONLINEAR
 from tasks.nonlinear_tracking import NonlinearTrackingSettings, NonlinearTrackingStream
@@ -228,13 +228,14 @@ def test_fade_head_curvature_and_trace_regression_and_classification():
         torch.testing.assert_close(runs.trace[3], gb1 * (1 - decay - 0.3 * factor).clamp(min=0) - decay * b1)
 
 
-def test_gamma_is_clamped_to_minus_15_and_0():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_gamma_is_clamped_to_minus_15_and_0(engine):
     arch = Architecture((5, 4, 3))
     torch.manual_seed(1)
     hp = {"alpha": [0.1, 0.1], "theta_lambda": [1e4, 1e4], "gamma0": [-14.9, -0.1]}
-    runs = make_runs("fade_sgd", arch, [0, 0], hp, "squared_error", dtype=torch.float64)
-    for _ in range(20):
-        runs.step(torch.randn(2, 5, dtype=torch.float64), torch.randn(2, 3, dtype=torch.float64))
+    runs = make_runs("fade_sgd", arch, [0, 0], hp, "squared_error", dtype=torch.float64, compiled_cpu=ENGINES[engine])
+    x, y = torch.randn(20, 2, 5, dtype=torch.float64), torch.randn(20, 2, 3, dtype=torch.float64)
+    runs.advance(x, y, torch.arange(2), StepSums.zeros(2, arch, "squared_error", "cpu"))
     gamma = runs.gamma[2]
     assert gamma.min() >= -15.0 and gamma.max() <= 0.0
     assert (gamma == -15.0).any() and (gamma == 0.0).any(), "a huge meta step must drive some rates onto both bounds"
@@ -298,16 +299,51 @@ def test_default_init_and_state_dict_round_trip():
     torch.testing.assert_close(net.forward(x).output[0], module(x[0]))
 
 
-def test_a_diverging_run_does_not_touch_its_neighbours():
+@pytest.mark.parametrize("engine", ENGINES)
+def test_a_diverging_run_does_not_touch_its_neighbours(engine):
+    """Run 0 diverges to inf/NaN; run 1, sharing its batch and stream, stays bit-identical
+    to the same run alone (losses and final weights)."""
     arch = NONLINEAR
-    data = nonlinear_data(3)
-    runs = make_runs("sgd", arch, [3, 3], {"alpha": [1e4, 0.01]}, "squared_error", dtype=torch.float32)
-    alone = make_runs("sgd", arch, [3], {"alpha": [0.01]}, "squared_error", dtype=torch.float32)
-    for t in range(50):
-        out = runs.step(data[0][t].expand(2, -1), data[1][t].expand(2, -1))
-        ref = alone.step(data[0][t : t + 1], data[1][t : t + 1])
-    assert not torch.isfinite(out.loss[0])
-    torch.testing.assert_close(out.loss[1:], ref.loss, rtol=0, atol=0)
+    x, y = (t[:50].unsqueeze(1).float() for t in nonlinear_data(3))  # [T, 1 slot, ...]
+    compiled = ENGINES[engine]
+    runs = make_runs("sgd", arch, [3, 3], {"alpha": [1e4, 0.01]}, "squared_error", compiled_cpu=compiled)
+    alone = make_runs("sgd", arch, [3], {"alpha": [0.01]}, "squared_error", compiled_cpu=compiled)
+    sums, sums_alone = StepSums.zeros(2, arch, "squared_error", "cpu"), StepSums.zeros(1, arch, "squared_error", "cpu")
+    runs.advance(x, y, torch.zeros(2, dtype=torch.int64), sums)
+    alone.advance(x, y, torch.zeros(1, dtype=torch.int64), sums_alone)
+    assert not torch.isfinite(sums.loss[0]) and not torch.isfinite(runs.net.flat[0]).all()
+    for got, want in zip(sums.tensors(), sums_alone.tensors()):
+        assert torch.equal(got[1:], want)
+    assert torch.equal(runs.net.flat[1:], alone.net.flat)
+
+
+# ---------------------------------------------------------------- the registry
+@pytest.mark.parametrize("parts", [{"weight_decay": "coupled"}, {"weight_decay": "decoupled"}, {"clip": True}])
+@pytest.mark.parametrize("fade", ["head", "all"])
+def test_registry_refuses_fade_with_weight_decay_or_clipping(fade, parts):
+    """The compiled kernel's FADE rows apply neither, so such a learner must not exist."""
+    with pytest.raises(ValueError, match="FADE cannot be combined with weight decay or clipping"):
+        NeuralLearner("fade_mixed", "sgd", fade=fade, **parts)
+
+
+def test_registry_refuses_unknown_parts_and_names():
+    with pytest.raises(ValueError, match="base must be one of sgd, adam, not 'rmsprop'"):
+        NeuralLearner("rmsprop", "rmsprop")
+    with pytest.raises(ValueError, match="fade must be one of"):
+        NeuralLearner("fade_body", "sgd", fade="body")
+    with pytest.raises(ValueError, match="unknown neural optimizer 'fade'; choose one of sgd, "):
+        get_neural_learner("fade")
+    with pytest.raises(ValueError, match="unknown neural optimizer 'idbd'"):
+        make_runs("idbd", Architecture((5, 4, 3)), [0], {"alpha": [0.1]}, "squared_error")
+
+
+def test_hyperparameters_follow_from_the_parts():
+    assert {name: learner.hyperparameters for name, learner in NEURAL_LEARNERS.items()} == {
+        "sgd": ("alpha",), "sgd_wd": ("alpha", "lambda"), "adam": ("alpha",), "adamw": ("alpha", "lambda"),
+        "sgd_wclip": ("alpha", "kappa"), "adam_wclip": ("alpha", "kappa"),
+        "fade_sgd": ("alpha", "theta_lambda", "gamma0"), "fade_adam": ("alpha", "theta_lambda", "gamma0"),
+        "fade_sgd_all": ("alpha", "theta_lambda", "gamma0"),
+    }
 
 
 def test_pixels_are_normalised_to_minus_one_one():

@@ -7,21 +7,75 @@ loss, backward, every update of algorithms.md §2 and the metric sums, step afte
 Runs are spread over threads (prange); a run's arithmetic does not depend on which
 other runs share the call, so pack invariance is exact.
 
-The rules are those of fade_core.neural (the torch implementation used on CUDA), per
-element; tests check both against the same plain PyTorch reference.
+The rules are those of fade_core.neural.torch_ops (the batched implementation used on
+CUDA), per element; tests check both against the same plain PyTorch reference.
+
+`run_segment` takes its arrays as named tuples (numba compiles them as structs), so a
+caller cannot pass one run array where another belongs without naming it.
 """
 
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numba
 import numpy as np
 
-from fade_core.neural import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN
+from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN, WD_COUPLED, WD_DECOUPLED
 
-WD_NONE, WD_COUPLED, WD_DECOUPLED = 0, 1, 2
-WEIGHT_DECAY_MODES = {"none": WD_NONE, "coupled": WD_COUPLED, "decoupled": WD_DECOUPLED}  # NeuralLearner.weight_decay
+
+class Setup(NamedTuple):
+    """What a segment runs: the network's shape, the loss, the learner's parts."""
+
+    sizes: np.ndarray  # (L+1,) int64 layer widths, input first
+    starts: np.ndarray  # (2L+1,) int64 offsets of [W0, b0, W1, ...] in a run's flat parameters, then n
+    negative_slope: float  # of the hidden activation (0: ReLU)
+    classification: bool  # cross-entropy on labels (else half squared error on values)
+    adam: bool  # base step Adam (else SGD)
+    weight_decay: int  # rules.WD_NONE | WD_COUPLED | WD_DECOUPLED
+    clip: bool
+    fade_start: int  # first flat parameter FADE covers (n: none)
+    adam_steps: int  # Adam steps taken before this segment
+
+
+class RunHyperparameters(NamedTuple):
+    """Per-run hyperparameters, each (R,) in the parameters' dtype (0 where unused)."""
+
+    alpha: np.ndarray
+    lam: np.ndarray  # lambda
+    kappa: np.ndarray
+    theta_lambda: np.ndarray
+
+
+class RunState(NamedTuple):
+    """Per-run state, updated in place."""
+
+    params: np.ndarray  # (R, n) flat parameters
+    adam_m: np.ndarray  # (R, n) first moments ((R, 0) without Adam)
+    adam_v: np.ndarray  # (R, n) second moments ((R, 0) without Adam)
+    gamma: np.ndarray  # (R, n - fade_start) FADE's log decay rates
+    trace: np.ndarray  # (R, n - fade_start) FADE's trace g
+
+
+class Stream(NamedTuple):
+    """The segment's data; run r reads slot run_slot[r]."""
+
+    run_slot: np.ndarray  # (R,) int64
+    x: np.ndarray  # (T, S, in)
+    y_values: np.ndarray  # (T, S, out) regression targets ((0, 0, 0) for classification)
+    y_labels: np.ndarray  # (T, S) int64 labels ((0, 0) for regression)
+
+
+class Sums(NamedTuple):
+    """Per-run sums over the steps, accumulated in place (float64, in step order)."""
+
+    loss: np.ndarray  # (R,)
+    sq_error: np.ndarray  # (R, out) regression; (R, 0) otherwise
+    correct: np.ndarray  # (R,) classification
+    active: np.ndarray  # (R, hidden units) bool: positive pre-activation at least once
+
+
 # As in fade_core.linear: reassociation and FMA let LLVM vectorise the inner loops;
 # IEEE NaN/inf semantics stay (no 'nnan'/'ninf'), so a diverging run shows as NaN/inf.
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
@@ -206,18 +260,15 @@ def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, theta, wd_mode, ada
 
 
 @numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)
-def run_segment(sizes, starts, slope, classification, adam, wd_mode, clip, fade_start,
-                alpha, lam, kappa, theta, adam_steps,
-                params, adam_m, adam_v, gamma, trace,
-                run_slot, x, y_values, y_labels,
-                loss_sum, sq_error, correct, active):
-    """Advance R runs by x.shape[0] steps; run r reads stream slot run_slot[r].
-
-    sizes (L+1,), starts (2L+1,): the architecture and its flat parameter offsets.
-    params/adam_m/adam_v (R, n); gamma/trace (R, n - fade_start). x (T, S, in);
-    y_values (T, S, out) for regression, y_labels (T, S) for classification.
-    Sums (float64) and `active` (hidden units that fired) accumulate in place.
-    """
+def run_segment(setup, hp, state, data, sums):
+    """Advance R runs by data.x.shape[0] steps: `Setup`, `RunHyperparameters`,
+    `RunState` (updated in place), `Stream`, `Sums` (accumulated in place)."""
+    sizes, starts, slope, classification = setup.sizes, setup.starts, setup.negative_slope, setup.classification
+    adam, wd_mode, clip, fade_start, adam_steps = setup.adam, setup.weight_decay, setup.clip, setup.fade_start, setup.adam_steps
+    alpha, lam, kappa, theta = hp.alpha, hp.lam, hp.kappa, hp.theta_lambda
+    params, adam_m, adam_v, gamma, trace = state.params, state.adam_m, state.adam_v, state.gamma, state.trace
+    run_slot, x, y_values, y_labels = data.run_slot, data.x, data.y_values, data.y_labels
+    loss_sum, sq_error, correct, active = sums.loss, sums.sq_error, sums.correct, sums.active
     layers = sizes.shape[0] - 1
     units = sizes[1:].sum()
     n_in = sizes[0]

@@ -1,15 +1,11 @@
-"""The neural-network learners of algorithms.md §2, batched over runs.
-
-Every learner is a combination of four independent parts, so each rule is written once:
-  base step      sgd | adam (torch.optim conventions, betas 0.9/0.999, eps 1e-8)
-  weight decay   none | coupled (L2 in the gradient, SGD's weight_decay) | decoupled (AdamW)
-  clipping       every Linear's weight and bias clamped to +-kappa/sqrt(fan_in) after the step
-  FADE           none | head | all: per-parameter decay exp(gamma) adapted by the meta-gradient
-                 trace g, applied (decay first) before the base step
+"""The batched torch path of the neural learners: R runs, one step as a fixed sequence of
+tensor ops, and the `NeuralRuns` state that both execution paths update.
 
 Hyperparameters are per run ([R] tensors), so one pack holds many grid cells. A step
-runs forward, backward and every update for all R runs with a fixed sequence of tensor
-ops and no host synchronisation, so on CUDA a block of steps can be captured in a graph.
+runs forward, backward and every update of algorithms.md §2 for all R runs with no
+host synchronisation, so on CUDA a block of steps can be captured in a graph. On CPU,
+`NeuralRuns.advance` hands whole segments to the compiled kernel (cpu_kernel) instead:
+batched ops stream every run's weights through memory once per op and step there.
 """
 
 from __future__ import annotations
@@ -22,52 +18,10 @@ import numpy as np
 import torch
 
 from fade_core.mlp import Architecture, BatchedMLP, ForwardCache
-
-GAMMA_MIN, GAMMA_MAX = -15.0, 0.0
-BETA1, BETA2, EPS = 0.9, 0.999, 1e-8
+from fade_core.neural import cpu_kernel
+from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN, WEIGHT_DECAY_MODES, NeuralLearner, get_neural_learner
 
 Loss = Literal["squared_error", "cross_entropy"]
-
-
-@dataclass(frozen=True)
-class NeuralLearner:
-    """One optimizer of algorithms.md §2 as its parts."""
-
-    name: str
-    hyperparameters: tuple[str, ...]
-    base: Literal["sgd", "adam"]
-    weight_decay: Literal["none", "coupled", "decoupled"] = "none"
-    clip: bool = False
-    fade: Literal["none", "head", "all"] = "none"
-
-    @property
-    def adapts_decay(self) -> bool:
-        return self.fade != "none"
-
-
-_FADE_HP = ("alpha", "theta_lambda", "gamma0")
-
-NEURAL_LEARNERS: dict[str, NeuralLearner] = {
-    learner.name: learner
-    for learner in (
-        NeuralLearner("sgd", ("alpha",), "sgd"),
-        NeuralLearner("sgd_wd", ("alpha", "lambda"), "sgd", weight_decay="coupled"),
-        NeuralLearner("adam", ("alpha",), "adam"),
-        NeuralLearner("adamw", ("alpha", "lambda"), "adam", weight_decay="decoupled"),
-        NeuralLearner("sgd_wclip", ("alpha", "kappa"), "sgd", clip=True),
-        NeuralLearner("adam_wclip", ("alpha", "kappa"), "adam", clip=True),
-        NeuralLearner("fade_sgd", _FADE_HP, "sgd", fade="head"),
-        NeuralLearner("fade_adam", _FADE_HP, "adam", fade="head"),
-        NeuralLearner("fade_sgd_all", _FADE_HP, "sgd", fade="all"),
-    )
-}
-
-
-def get_neural_learner(name: str) -> NeuralLearner:
-    try:
-        return NEURAL_LEARNERS[name]
-    except KeyError:
-        raise ValueError(f"unknown neural optimizer {name!r}; choose one of {', '.join(NEURAL_LEARNERS)}") from None
 
 
 def _per_run(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -175,8 +129,8 @@ class NeuralRuns:
         """x.shape[0] steps; run r reads slot run_slot[r] of x ([T, S, in]) and target
         ([T, S, out] values or [T, S] labels). Sums accumulate in `sums`.
 
-        On CPU the whole segment is one compiled call (fade_core.neural_cpu); elsewhere it
-        is one batched `step` per step.
+        On CPU the whole segment is one compiled call (cpu_kernel, unless compiled_cpu is
+        False); elsewhere it is one batched `step` per step.
         """
         if self.net.flat.device.type == "cpu" and self.compiled_cpu:
             self._advance_compiled(x, target, run_slot, sums)
@@ -185,24 +139,37 @@ class NeuralRuns:
             sums.add(self.step(x[t].index_select(0, run_slot), target[t].index_select(0, run_slot)))
 
     def _advance_compiled(self, x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: StepSums) -> None:
-        from fade_core import neural_cpu  # compiled on first use only
-
         learner, arch = self.learner, self.net.arch
         classification = self.loss == "cross_entropy"
         zeros = torch.zeros(self.net.runs, dtype=self.net.flat.dtype)
-        hp = {k: self.hp.get(k, zeros).contiguous().numpy() for k in ("alpha", "lambda", "kappa", "theta_lambda")}
-        empty_values = np.zeros((0, 0, 0), dtype=self.net.flat.numpy().dtype)
-        neural_cpu.run_segment(
-            np.array(arch.sizes, dtype=np.int64), np.array(arch.offsets(), dtype=np.int64), float(arch.negative_slope),
-            classification, learner.base == "adam", neural_cpu.WEIGHT_DECAY_MODES[learner.weight_decay],
-            learner.clip, self.fade_start,
-            hp["alpha"], hp["lambda"], hp["kappa"], hp["theta_lambda"], int(self.adam_steps.item()),
-            self.net.flat.numpy(), self.adam_m_flat.numpy(), self.adam_v_flat.numpy(),
-            self.gamma_flat.numpy(), self.trace_flat.numpy(),
-            run_slot.numpy(), x.contiguous().numpy(),
-            empty_values if classification else target.contiguous().numpy(),
-            target.contiguous().numpy() if classification else np.zeros((0, 0), dtype=np.int64),
-            sums.loss.numpy(), sums.sq_error.numpy(), sums.correct.numpy(), sums.active.numpy(),
+
+        def column(name: str) -> np.ndarray:
+            return self.hp.get(name, zeros).contiguous().numpy()
+
+        target = target.contiguous().numpy()
+        cpu_kernel.run_segment(
+            cpu_kernel.Setup(
+                sizes=np.array(arch.sizes, dtype=np.int64), starts=np.array(arch.offsets(), dtype=np.int64),
+                negative_slope=float(arch.negative_slope), classification=classification,
+                adam=learner.base == "adam", weight_decay=WEIGHT_DECAY_MODES[learner.weight_decay], clip=learner.clip,
+                fade_start=self.fade_start, adam_steps=int(self.adam_steps.item()),
+            ),
+            cpu_kernel.RunHyperparameters(
+                alpha=column("alpha"), lam=column("lambda"), kappa=column("kappa"), theta_lambda=column("theta_lambda")
+            ),
+            cpu_kernel.RunState(
+                params=self.net.flat.numpy(), adam_m=self.adam_m_flat.numpy(), adam_v=self.adam_v_flat.numpy(),
+                gamma=self.gamma_flat.numpy(), trace=self.trace_flat.numpy(),
+            ),
+            cpu_kernel.Stream(
+                run_slot=run_slot.numpy(), x=x.contiguous().numpy(),
+                y_values=np.zeros((0, 0, 0), dtype=self.net.flat.numpy().dtype) if classification else target,
+                y_labels=target if classification else np.zeros((0, 0), dtype=np.int64),
+            ),
+            cpu_kernel.Sums(
+                loss=sums.loss.numpy(), sq_error=sums.sq_error.numpy(), correct=sums.correct.numpy(),
+                active=sums.active.numpy(),
+            ),
         )
         if learner.base == "adam":
             self.adam_steps += x.shape[0]
