@@ -1,13 +1,14 @@
 """`fade-sweep`: run sweeps on Ray Tune (locally or on a cluster), follow them, print tables and reports.
 
 Exit codes (interface.md): 0 ok, 2 bad input (one line on stderr, nothing written),
-1 failure.
+1 failure, 130 interrupted (Ctrl-C or SIGTERM; finished packs are kept, `--resume` continues).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from sweeps.results.status import format_rate
 from sweeps.spec import PackResources, SweepError, check_task_data, cpu_only_tasks, preset_names, resolve_sweep
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
-BAD_INPUT, FAILURE = 2, 1
+BAD_INPUT, FAILURE, INTERRUPTED = 2, 1, 130
 
 
 class UserError(Exception):
@@ -124,6 +125,10 @@ def _resources(args, sweep) -> PackResources:
 
 
 def _cmd_run(args) -> None:
+    if not args.address and os.environ.get("RAY_ADDRESS"):
+        from cluster.connect import announce_environment_address
+
+        announce_environment_address()  # the first line: this run attaches to a cluster, not an embedded Ray
     sweep = resolve_sweep(args.sweep)
     check_task_data(sweep)
     resources = _resources(args, sweep)
@@ -151,6 +156,8 @@ def _cmd_run(args) -> None:
     outcome = run_sweep(sweep, args.storage, resume=args.resume, options=options)
     if outcome.skipped_runs:
         print(f"Resumed: {outcome.skipped_runs:,} runs were already in the store and were not re-run.")
+    if outcome.resumed_packs:
+        print(f"Resumed: {outcome.resumed_packs} interrupted packs continued from their checkpoints.")
     if outcome.packs:
         print(
             f"Done: {outcome.packs} packs, {outcome.run_steps:.3e} run-steps in {outcome.wall_seconds:.1f} s wall "
@@ -228,6 +235,17 @@ def _cmd_logs(args) -> None:
         raise UserError(f"{args.job_id}: no such job on this cluster ({err})") from None
 
 
+def _interrupted_message(args, err: KeyboardInterrupt) -> str:
+    """`interrupted: N of M packs done; continue with `fade-sweep run ... --resume``, for a run."""
+    what = str(err) if str(err).startswith("interrupted") else "interrupted"
+    if args.command != "run":
+        return what
+    command = ["fade-sweep", "run", args.sweep, "--storage", args.storage]
+    if args.address:
+        command += ["--address", args.address]
+    return f"{what}; continue with `{shlex.join([*command, '--resume'])}`"
+
+
 COMMANDS = {
     "run": _cmd_run,
     "submit": _cmd_submit,
@@ -251,9 +269,9 @@ def main(argv: list[str] | None = None) -> int:
     except (SweepError, UserError, ClusterError) as err:
         print(f"fade-sweep: error: {err}", file=sys.stderr)
         return BAD_INPUT
-    except KeyboardInterrupt:
-        print("fade-sweep: interrupted; finished packs are saved, continue with --resume", file=sys.stderr)
-        return FAILURE
+    except KeyboardInterrupt as err:  # Ctrl-C / SIGTERM; a stopped sweep raises SweepInterrupted (a KeyboardInterrupt)
+        print(f"fade-sweep: {_interrupted_message(args, err)}", file=sys.stderr)
+        return INTERRUPTED
     except Exception as err:  # noqa: BLE001 - one line for the user; FADE_SWEEP_DEBUG=1 shows the traceback
         if os.environ.get("FADE_SWEEP_DEBUG"):
             raise

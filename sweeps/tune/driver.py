@@ -1,42 +1,62 @@
 """Run a sweep to completion on Ray Tune: plan packs, launch one trial per pack, report.
 
 Driver side only. What is finished lives in the store: a fresh run plans every
-(config, seed) without a score. `resume` first restores the last interrupted Tune
-experiment (Tuner.restore: finished trials stay finished, unfinished ones continue from
-their last checkpoint), then plans whatever the store still misses.
+(config, seed) without a score. `resume` trusts only the store and the pack checkpoints
+(tensors, read with weights_only=True), never Tune's own experiment state (pickles): each
+Tune experiment of the sweep records its packs as JSON (`tune-*/packs.json`); an
+unfinished pack with a checkpoint continues from its newest one, and whatever else the
+store misses is planned afresh. Everything runs as one new Tune experiment, reporting to
+the folder being run (a copied results folder resumes into the copy).
+
+Interrupts are honest: SIGINT (Ctrl-C) or SIGTERM stops Tune's trials, finished packs stay
+in the store, status.json says `interrupted`, and `run_sweep` raises `SweepInterrupted`
+(the command exits 130) instead of returning as if the sweep were done.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import os
-import pickle
+import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 from ray import tune
 
 from cluster.connect import connect
 from cluster.placement import parallel_slots
 from cluster.storage import check_storage
-from sweeps.results.status import read_status
-from sweeps.results.store import finished_runs, has_results, write_bytes_atomic
-from sweeps.spec import Pack, PackResources, Sweep, SweepError, check_task_data, plan_packs
+from sweeps.results.lock import store_lock
+from sweeps.results.record import check_and_record, print_notices, sweep_pairs
+from sweeps.results.store import finished_runs, has_results, remove_orphans, write_bytes_atomic
+from sweeps.spec import Config, Experiment, Pack, PackResources, Sweep, SweepError, check_task_data, make_config, plan_packs
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS, MAX_PACK_RUNS
 from sweeps.tune.progress import SweepProgress
-from sweeps.tune.trainable import pack_trainable
+from sweeps.tune.trainable import CHECKPOINT_FILE, CHECKPOINT_META, pack_trainable
 
 SWEEP_RECORD = "sweep.yaml"  # the sweep as run, beside its results
-PACKS_RECORD = "packs.pkl"  # inside a Tune experiment: what its pack ids mean, for Tuner.restore
+PACKS_RECORD = "packs.json"  # inside a Tune experiment: what its pack ids mean (JSON, never a pickle)
+PACKS_RECORD_FORMAT = 1
 TUNE_PREFIX = "tune-"
+
+
+class SweepInterrupted(KeyboardInterrupt):
+    """The sweep was stopped (SIGINT / SIGTERM) before every pack finished; finished packs are saved."""
+
+    def __init__(self, packs_done: int, packs_total: int, results_dir: Path):
+        super().__init__(f"interrupted: {packs_done} of {packs_total} packs done")
+        self.packs_done, self.packs_total, self.results_dir = packs_done, packs_total, results_dir
 
 
 @dataclass(frozen=True)
 class ExecutionOptions:
     """How to run a sweep (not what): where, how big the chunks, how often to checkpoint."""
 
-    address: str | None = None  # None: embedded local Ray
+    address: str | None = None  # None: embedded local Ray (or $RAY_ADDRESS when set)
     num_cpus: int | None = None  # of the embedded Ray
     chunk_steps: int = DEFAULT_CHUNK_STEPS
     dtype: str = "float32"
@@ -61,6 +81,7 @@ class SweepRun:
     slots: int  # packs the cluster runs at once
     nodes: frozenset[str]  # Ray node ids that ran packs
     dashboard_url: str | None
+    resumed_packs: int = 0  # packs that continued from a checkpoint of an interrupted run
 
     @property
     def tune_overhead_fraction(self) -> float:
@@ -79,7 +100,8 @@ def results_dir_for(sweep: Sweep, storage: str | Path) -> Path:
     return Path(storage).expanduser().absolute() / sweep.name
 
 
-def _trainable(packs: dict[str, Pack], results_dir: Path, options: ExecutionOptions, resources: PackResources):
+def _trainable(packs: dict[str, Pack], results_dir: Path, options: ExecutionOptions, resources: PackResources,
+               resume_from: dict[str, str]):
     return tune.with_resources(
         tune.with_parameters(
             pack_trainable,
@@ -88,6 +110,7 @@ def _trainable(packs: dict[str, Pack], results_dir: Path, options: ExecutionOpti
             chunk_steps=options.chunk_steps,
             dtype=options.dtype,
             checkpoint_every=options.checkpoint_every,
+            resume_from=resume_from,
         ),
         resources.as_tune(),
     )
@@ -102,36 +125,114 @@ def _run_config(name: str, results_dir: Path, options: ExecutionOptions, progres
         verbose=0,
         callbacks=[progress],
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
-        # Keep only the newest checkpoint; Tune then also snapshots the experiment state at each
-        # one, so a killed driver resumes from the latest checkpoints (hence checkpoints every
-        # few chunks, not every chunk).
+        # Keep only the newest checkpoint of each trial: what a retry, or a resumed sweep, continues from.
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
     )
 
 
-def _restorable_experiment(results_dir: Path) -> Path | None:
-    """The newest Tune experiment of this sweep that Tune can restore, if any."""
-    for path in sorted(results_dir.glob(f"{TUNE_PREFIX}*"), reverse=True):
-        if (path / PACKS_RECORD).is_file() and tune.Tuner.can_restore(str(path)):
-            return path
-    return None
+# ---------------------------------------------------------------- the packs record (JSON)
 
 
-def _fit(tuner: tune.Tuner, packs: dict[str, Pack]) -> float:
-    """Run the trials; returns the engine seconds summed over them. Raises if any pack failed."""
-    grid = tuner.fit()
-    failed = [r.config.get("pack_id") for r in grid if r.error]
-    if failed:
-        raise RuntimeError(
-            f"{len(failed)} of {len(packs)} packs failed ({', '.join(failed)}) after retries; the others are saved: "
-            f"fix the cause and rerun with --resume. First error: {grid.errors[0]}"
-        )
-    return sum(r.metrics.get("compute_seconds", 0.0) for r in grid if r.metrics)
+def _pack_record(pack: Pack) -> dict:
+    e = pack.experiment
+    return {
+        "experiment": {
+            "task": e.task,
+            "settings": dataclasses.asdict(e.settings),
+            "optimizer": e.optimizer,
+            "grid": {name: list(values) for name, values in e.grid},
+        },
+        "configs": [{"config_id": c.config_id, "hyperparameters": dict(c.hyperparameters)} for c in pack.configs],
+        "seeds": list(pack.seeds),
+    }
+
+
+def packs_document(sweep: Sweep, packs: list[Pack]) -> bytes:
+    document = {"format": PACKS_RECORD_FORMAT, "sweep": sweep.name, "packs": {p.pack_id: _pack_record(p) for p in packs}}
+    return json.dumps(document, indent=1, default=str).encode()
+
+
+def recorded_packs(results_dir: Path, sweep: Sweep) -> dict[str, Pack]:
+    """Packs recorded by earlier Tune experiments of this sweep, rebuilt from the sweep itself.
+
+    A record only selects: each pack is rebuilt from the current sweep's own experiments and
+    configs (sweeps.spec), kept only if every config id is one of the sweep's, its seeds are
+    the sweep's, and the rebuilt pack has the recorded id. Nothing in the record is executed.
+    """
+    index: dict[str, tuple[Experiment, Config]] = {}
+    for experiment in sweep.experiments:
+        for values in experiment.configs():
+            config = make_config(experiment, values)
+            index[config.config_id] = (experiment, config)
+    packs: dict[str, Pack] = {}
+    for path in sorted(results_dir.glob(f"{TUNE_PREFIX}*/{PACKS_RECORD}")):
+        try:
+            document = json.loads(path.read_bytes())
+            entries = document["packs"].items()
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            print(f"{path}: unreadable pack record; its packs are planned afresh")
+            continue
+        for pack_id, entry in entries:
+            try:
+                ids = [c["config_id"] for c in entry["configs"]]
+                seeds = tuple(int(s) for s in entry["seeds"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            if not ids or any(i not in index for i in ids) or not set(seeds) <= set(sweep.seeds):
+                continue
+            experiments = {id(index[i][0]) for i in ids}
+            if len(experiments) != 1:
+                continue
+            pack = Pack(index[ids[0]][0], tuple(index[i][1] for i in ids), seeds)
+            if pack.pack_id == pack_id:
+                packs[pack_id] = pack
+    return packs
+
+
+def newest_checkpoints(results_dir: Path, dtype: str) -> dict[str, tuple[int, Path]]:
+    """pack id -> (steps done, checkpoint directory): the most advanced checkpoint of each pack.
+
+    Found from the files alone (each checkpoint's pack.json), whatever state Tune's
+    experiment files are in."""
+    newest: dict[str, tuple[int, Path]] = {}
+    for meta in results_dir.glob(f"{TUNE_PREFIX}*/*/checkpoint_*/{CHECKPOINT_META}"):
+        try:
+            record = json.loads(meta.read_bytes())
+            pack_id, steps, kind = str(record["pack_id"]), int(record["steps_done"]), record["dtype"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if kind != dtype or not (meta.parent / CHECKPOINT_FILE).is_file():
+            continue
+        if pack_id not in newest or steps > newest[pack_id][0]:
+            newest[pack_id] = (steps, meta.parent)
+    return newest
+
+
+def _resumable(results_dir: Path, sweep: Sweep, finished: set, dtype: str) -> tuple[list[Pack], dict[str, str]]:
+    """Unfinished recorded packs with a checkpoint (disjoint, most advanced first), and their checkpoints."""
+    recorded = recorded_packs(results_dir, sweep)
+    checkpoints = newest_checkpoints(results_dir, dtype)
+    candidates = sorted(
+        ((checkpoints[pid][0], recorded[pid]) for pid in checkpoints if pid in recorded),
+        key=lambda item: (-item[0], item[1].pack_id),
+    )
+    taken: set[tuple[str, int]] = set(finished)
+    packs = []
+    for _, pack in candidates:
+        runs = {(c.config_id, s) for c in pack.configs for s in pack.seeds}
+        if runs & taken:
+            continue
+        taken |= runs
+        packs.append(pack)
+    return packs, {p.pack_id: str(checkpoints[p.pack_id][1]) for p in packs}
+
+
+# ---------------------------------------------------------------- running
 
 
 @dataclass(frozen=True)
 class _Phase:
-    """What one Tune experiment of a sweep did."""
+    """What the Tune experiment of this run did."""
 
     packs: int
     run_steps: int
@@ -139,46 +240,105 @@ class _Phase:
     nodes: frozenset[str]
 
 
-def _continue_interrupted(results_dir: Path, options: ExecutionOptions, resources: PackResources) -> _Phase | None:
-    """Restore the newest interrupted Tune experiment and finish it (None if there is none)."""
-    experiment = _restorable_experiment(results_dir)
-    if experiment is None:
-        return None
-    packs = pickle.loads((experiment / PACKS_RECORD).read_bytes())
-    finished_before = finished_runs(results_dir)
-    try:
-        # The restored RunConfig brings back its SweepProgress callback, which rewrites status.json.
-        tuner = tune.Tuner.restore(str(experiment), trainable=_trainable(packs, results_dir, options, resources), resume_errored=True)
-    except Exception as err:  # noqa: BLE001 - e.g. an experiment state cut short by the crash
-        print(f"Cannot restore {experiment.name} ({type(err).__name__}: {err}); unfinished packs restart from the store.")
-        return None
-    compute = _fit(tuner, packs)
-    unfinished = [p for p in packs.values() if any((c.config_id, s) not in finished_before for c in p.configs for s in p.seeds)]
-    return _Phase(len(unfinished), sum(p.run_steps for p in unfinished), compute, frozenset(read_status(results_dir).nodes))
+def _new_experiment(results_dir: Path) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        name = f"{TUNE_PREFIX}{stamp}" + (f"-{n}" if n else "")
+        try:
+            (results_dir / name).mkdir()
+        except FileExistsError:
+            continue
+        return name
+    raise RuntimeError(f"cannot create a new Tune experiment folder in {results_dir}")
 
 
-def _run_plan(sweep: Sweep, plan: list[Pack], results_dir: Path, options: ExecutionOptions, resources: PackResources) -> _Phase:
-    """Run the planned packs as a new Tune experiment."""
+class _QuietTune(logging.Filter):
+    """Drops Tune's advice that does not apply here (Tuner.restore: resuming is `--resume`) and its
+    complaints about trials it stopped before their first result."""
+
+    HIDDEN = ("Tuner.restore", "Failed to fetch metrics")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(h in record.getMessage() for h in self.HIDDEN)
+
+
+for _name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
+    logging.getLogger(_name).addFilter(_QuietTune())
+
+
+class _Signals:
+    """While packs run, SIGTERM stops the sweep as SIGINT does (during fit: Tune's handler, which
+    stops the trials and returns); afterwards both handlers are restored (Tune leaves its own)."""
+
+    def __enter__(self):
+        self._active = threading.current_thread() is threading.main_thread()
+        if self._active:
+            self._sigint, self._sigterm = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    @staticmethod
+    def _on_sigterm(signum, frame) -> None:
+        handler = signal.getsignal(signal.SIGINT)  # Tune's while it runs: stop the trials, return from fit
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        if self._active:
+            signal.signal(signal.SIGINT, self._sigint)  # Tune leaves its handler installed
+            signal.signal(signal.SIGTERM, self._sigterm)
+
+
+def _run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], results_dir: Path,
+               options: ExecutionOptions, resources: PackResources) -> _Phase:
+    """Run the packs as one new Tune experiment; raises SweepInterrupted or RuntimeError unless all finish."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(results_dir / SWEEP_RECORD, yaml.safe_dump(sweep.document, sort_keys=False).encode())
-    name = f"{TUNE_PREFIX}{time.strftime('%Y%m%d-%H%M%S')}"
-    packs = {p.pack_id: p for p in plan}
-    (results_dir / name).mkdir()
-    write_bytes_atomic(results_dir / name / PACKS_RECORD, pickle.dumps(packs))
-    progress = SweepProgress(sweep.name, plan, results_dir, options.show_progress)
-    tuner = tune.Tuner(
-        _trainable(packs, results_dir, options, resources),
-        param_space={"pack_id": tune.grid_search(list(packs))},
-        tune_config=tune.TuneConfig(reuse_actors=True),
-        run_config=_run_config(name, results_dir, options, progress),
-    )
-    compute = _fit(tuner, packs)
-    return _Phase(len(plan), sum(p.run_steps for p in plan), compute, frozenset(read_status(results_dir).nodes))
+    name = _new_experiment(results_dir)
+    write_bytes_atomic(results_dir / name / PACKS_RECORD, packs_document(sweep, packs))
+    by_id = {p.pack_id: p for p in packs}
+    progress = SweepProgress(sweep.name, packs, results_dir, options.show_progress)
+    grid = None
+    try:
+        tuner = tune.Tuner(
+            _trainable(by_id, results_dir, options, resources, resume_from),
+            param_space={"pack_id": tune.grid_search(list(by_id))},
+            tune_config=tune.TuneConfig(reuse_actors=True),
+            run_config=_run_config(name, results_dir, options, progress),
+        )
+        grid = tuner.fit()
+    except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
+        pass
+    done = finished_runs(results_dir)
+    written = {p.pack_id for p in packs if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
+    failed = [] if grid is None else [r.config.get("pack_id") for r in grid if r.error and r.config.get("pack_id") not in written]
+    unfinished = [pid for pid in by_id if pid not in written and pid not in failed]
+    if grid is None or unfinished:
+        progress.finish("interrupted", written)
+        raise SweepInterrupted(len(written), len(packs), results_dir)
+    if failed:
+        progress.finish("failed", written)
+        raise RuntimeError(
+            f"{len(failed)} of {len(packs)} packs failed ({', '.join(failed)}) after retries; the others are saved: "
+            f"fix the cause and rerun with --resume. First error: {grid.errors[0]}"
+        )
+    progress.finish("finished", written)
+    compute = sum(r.metrics.get("compute_seconds", 0.0) for r in grid if r.metrics)
+    return _Phase(len(packs), sum(p.run_steps for p in packs), compute, frozenset(progress.status.nodes))
 
 
 def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = False, options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
-    """Run every pending (config, seed) of `sweep`; results land under <storage>/<name>."""
+    """Run every pending (config, seed) of `sweep`; results land under <storage>/<name>.
+
+    Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
+    and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     results_dir = results_dir_for(sweep, storage)
+    with store_lock(results_dir):  # one writer per results folder, for the whole run
+        return _run_sweep_locked(sweep, results_dir, resume, options)
+
+
+def _run_sweep_locked(sweep: Sweep, results_dir: Path, resume: bool, options: ExecutionOptions) -> SweepRun:
     if has_results(results_dir) and not resume:
         raise SweepError(
             f"{results_dir} already holds results of sweep {sweep.name}; pass --resume to finish it, "
@@ -186,6 +346,11 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
         )
     resources = options.resources or sweep.resources
     check_task_data(sweep)
+    # The store records the sweep it holds (refusing a dtype or settings change under stored runs).
+    print_notices(check_and_record(results_dir, sweep, options.dtype))
+    removed = remove_orphans(results_dir)  # files of interrupted writes: no manifest names them
+    if removed:
+        print(f"Removed {len(removed)} orphan files of interrupted writes from {results_dir}")
     started = time.perf_counter()
     dashboard_url = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started
@@ -193,26 +358,26 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
         print(f"Ray dashboard: {dashboard_url}")
     slots = parallel_slots(resources)
     check_storage(results_dir)
-    skipped = len(finished_runs(results_dir)) if resume else 0
+    finished = finished_runs(results_dir) & sweep_pairs(sweep) if resume else set()  # runs outside the sweep: ignored
 
-    phases = []
-    if resume:
-        phases.append(_continue_interrupted(results_dir, options, resources))
+    resumed, resume_from = _resumable(results_dir, sweep, finished, options.dtype) if resume else ([], {})
+    covered = set(finished).union(*({(c.config_id, s) for c in p.configs for s in p.seeds} for p in resumed))
     # On GPUs a pack fills the device; on CPUs packs are sized to keep every slot busy.
     runs_per_pack = options.runs_per_pack or (MAX_PACK_RUNS if resources.gpus > 0 else None)
-    plan = plan_packs(sweep, slots, finished_runs(results_dir) if resume else (), runs_per_pack)
-    if plan:
-        phases.append(_run_plan(sweep, plan, results_dir, options, resources))
-    phases = [p for p in phases if p is not None]
+    plan = plan_packs(sweep, slots, covered, runs_per_pack)
+    packs = resumed + plan
+    with _Signals():
+        phase = _run_packs(sweep, packs, resume_from, results_dir, options, resources) if packs else None
     return SweepRun(
         results_dir=results_dir,
-        packs=sum(p.packs for p in phases),
-        run_steps=sum(p.run_steps for p in phases),
-        skipped_runs=skipped,
+        packs=phase.packs if phase else 0,
+        run_steps=phase.run_steps if phase else 0,
+        skipped_runs=len(finished),
         wall_seconds=time.perf_counter() - started,
         ray_start_seconds=ray_start,
-        compute_seconds=sum(p.compute_seconds for p in phases),
+        compute_seconds=phase.compute_seconds if phase else 0.0,
         slots=slots,
-        nodes=frozenset().union(*(p.nodes for p in phases)),
+        nodes=phase.nodes if phase else frozenset(),
         dashboard_url=dashboard_url,
+        resumed_packs=len(resumed),
     )

@@ -1,18 +1,25 @@
 """Driver-side progress of a sweep: a rich progress bar (packs done, run-steps per second,
-ETA) and the status.json file that `fade-sweep status` reads."""
+ETA) and the status.json file that `fade-sweep status` reads.
+
+The callback is created by the driver for the folder it runs (never restored from a Tune
+experiment: a copied results folder reports into the copy). Tune calls `on_step_begin`
+about ten times a second, which keeps status.json's heartbeat (`updated_at`) fresh.
+"""
 
 from __future__ import annotations
 
+import os
+import socket
 import time
 from pathlib import Path
 
 from ray.tune import Callback
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from sweeps.results.status import SweepStatus, TrialStatus, format_rate
+from sweeps.results.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate
 from sweeps.spec import Pack
 
-WRITE_EVERY_SECONDS = 1.0
+WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
 
 
 class SweepProgress(Callback):
@@ -38,6 +45,7 @@ class SweepProgress(Callback):
 
     def setup(self, **info) -> None:
         self.status.started_at = time.time()
+        self.status.driver_pid, self.status.host = os.getpid(), socket.gethostname()
         if self.show:
             self._progress = Progress(
                 TextColumn("[bold]sweep"),
@@ -67,12 +75,14 @@ class SweepProgress(Callback):
         entry.pid = result.get("pid", entry.pid)
         entry.restored_from_step = max(entry.restored_from_step, result.get("restored_from_step", 0))
         if result.get("written"):
-            entry.run_steps_done = entry.run_steps_total
+            entry.state, entry.run_steps_done = "done", entry.run_steps_total
         self._refresh()
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
+        # Tune also "completes" the trials it stops on an interrupt: only a written pack is done.
         entry = self._trial(trial)
-        entry.state, entry.run_steps_done = "done", entry.run_steps_total
+        if entry.state != "done":
+            entry.state = "pending"
         self._refresh(force=True)
 
     def on_trial_error(self, iteration, trials, trial, **info) -> None:
@@ -84,16 +94,27 @@ class SweepProgress(Callback):
         self._refresh(force=True)
 
     def on_step_begin(self, iteration, trials, **info) -> None:
-        # Trials finished before a restore report nothing again: take their state from Tune.
-        for trial in trials:
-            entry = self._trial(trial)
-            if trial.status == "TERMINATED" and entry.state != "done":
+        self._refresh()  # the heartbeat: Tune steps ~10 times a second, status.json is written once a second
+
+    def finish(self, state: str, written: set[str]) -> None:
+        """The final word of the driver: `state`, and every pack found in the store marked done.
+
+        After an interrupt Tune may not have seen the last report of a pack that was written."""
+        for pack_id, entry in self.status.trials.items():
+            if pack_id in written:
                 entry.state, entry.run_steps_done = "done", entry.run_steps_total
+            elif entry.state in ("running", "done"):
+                entry.state = "pending"  # stopped; it continues from its checkpoint on --resume
+        self.status.state = state
+        self._refresh(force=True)
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
 
     def on_experiment_end(self, trials, **info) -> None:
-        self.on_step_begin(0, trials)
-        failed = any(t.status == "ERROR" for t in trials)
-        unfinished = any(t.status != "TERMINATED" for t in trials)
+        # Provisional: the driver's `finish` has the last word, from the store.
+        failed = self.status.count("failed") > 0
+        unfinished = self.status.count("done") < len(self.status.trials)
         self.status.state = "failed" if failed else "interrupted" if unfinished else "finished"
         self._refresh(force=True)
         if self._progress is not None:

@@ -4,10 +4,14 @@ Tune sees a short summary per chunk (for its dashboard and our progress display)
 full per-seed curves and scores go to the Parquet store, not through Tune. Every
 `checkpoint_every` chunks the pack's whole state (weights, traces, metrics so far,
 stream position) goes into a Tune checkpoint, so a retried trial continues from there.
+Beside the tensors, `pack.json` names the pack and its progress: a resumed sweep finds
+the newest checkpoint of each unfinished pack from the files alone (no Tune state, no
+pickle), and hands its path in `resume_from`.
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
@@ -20,7 +24,8 @@ from sweeps.packs import ChunkProgress, make_runner
 from sweeps.results.store import pack_written, write_pack
 from sweeps.spec import Pack
 
-CHECKPOINT_FILE = "pack_state.pt"
+CHECKPOINT_FILE = "pack_state.pt"  # tensors only, loaded with weights_only=True
+CHECKPOINT_META = "pack.json"  # {"pack_id", "steps_done", "total_steps", "dtype"}
 
 
 def _summary(progress: ChunkProgress) -> dict:
@@ -42,8 +47,12 @@ def pack_trainable(
     chunk_steps: int,
     dtype: str,
     checkpoint_every: int,
+    resume_from: dict[str, str] | None = None,
 ) -> None:
-    """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results."""
+    """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results.
+
+    The last checkpoint is this trial's own (a retry), else the one `resume_from` names for
+    the pack (a checkpoint directory of an earlier, interrupted experiment of the sweep)."""
     pack = packs[config["pack_id"]]
     if pack_written(results_dir, pack):
         # Finished before an interruption that Tune's experiment state did not record yet.
@@ -61,6 +70,8 @@ def pack_trainable(
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             runner.load_state_dict(torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=True))
+    elif resume_from and pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, Path(resume_from[pack.pack_id])):
+        runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device)  # half-loaded state: start clean
     restored_from = runner.steps_done
     last = None
     for chunk, last in enumerate(runner.run(), start=1):
@@ -70,6 +81,8 @@ def pack_trainable(
         if checkpoint_every and chunk % checkpoint_every == 0:
             with tempfile.TemporaryDirectory() as directory:
                 torch.save(runner.state_dict(), Path(directory) / CHECKPOINT_FILE)
+                meta = {"pack_id": pack.pack_id, "steps_done": last.steps_done, "total_steps": last.total_steps, "dtype": dtype}
+                (Path(directory) / CHECKPOINT_META).write_text(json.dumps(meta))
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
         else:
             tune.report(metrics)
@@ -78,3 +91,16 @@ def pack_trainable(
     # The final report comes after the write, so a finished trial means written results.
     final = _summary(last) if last is not None else {}
     tune.report({**final, "restored_from_step": restored_from, "compute_seconds": outcome.wall_seconds, "written": True})
+
+
+def _load_earlier_checkpoint(runner, directory: Path) -> bool:
+    """Continue from an interrupted experiment's checkpoint; False (start over) if it is unreadable.
+
+    Runs are deterministic, so starting over costs time, never correctness."""
+    try:
+        state = torch.load(directory / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+        runner.load_state_dict(state)
+    except Exception as err:  # noqa: BLE001 - a checkpoint cut short by a kill, or not a tensor file
+        print(f"checkpoint {directory} unreadable ({type(err).__name__}: {err}); the pack starts over")
+        return False
+    return True
