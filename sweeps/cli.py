@@ -1,12 +1,14 @@
 """`fade-sweep`: run sweeps on Ray Tune (locally or on a cluster), follow them, print tables and reports.
 
 Exit codes (interface.md): 0 ok, 2 bad input (one line on stderr, nothing written),
-1 failure, 130 interrupted (Ctrl-C or SIGTERM; finished packs are kept, `--resume` continues).
+1 failure, 130 interrupted (Ctrl-C or SIGTERM; finished packs are kept, `--resume` continues),
+141 when the reader of stdout went away (`fade-sweep presets | head -1`: quiet, as `cat` would be).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import shlex
 import sys
@@ -24,18 +26,36 @@ class UserError(Exception):
     """Bad input from the command line; printed as one line, exit code 2."""
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text}")
-    return value
+def _int_at_least(low: int, what: str):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+
+    return parse
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be a positive number, got {text}")
-    return value
+def _float_above(low: float, inclusive: bool, what: str):
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text!r}") from None
+        if not (math.isfinite(value) and (value >= low if inclusive else value > low)):
+            raise argparse.ArgumentTypeError(f"must be {what}, got {text}")
+        return value
+
+    return parse
+
+
+_positive_int = _int_at_least(1, "a positive integer")
+_nonnegative_int = _int_at_least(0, "an integer >= 0")
+_positive_float = _float_above(0.0, False, "a positive number")
+_nonnegative_float = _float_above(0.0, True, "a number >= 0")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -50,10 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--dry-run", action="store_true", help="print the plan and an estimated wall time, run nothing")
     run.add_argument("--num-cpus", type=_positive_int, help="CPUs of the embedded local Ray (default: all)")
     run.add_argument("--cpus-per-pack", type=_positive_float, help="CPUs per trial (default: the sweep file's, else 1)")
-    run.add_argument("--gpus-per-pack", type=float, help="GPUs per trial; a fraction packs several trials per GPU")
+    run.add_argument("--gpus-per-pack", type=_nonnegative_float, help="GPUs per trial; a fraction packs several trials per GPU")
     run.add_argument("--chunk-steps", type=_positive_int, default=DEFAULT_CHUNK_STEPS, help="steps per compiled chunk")
-    run.add_argument("--checkpoint-every", type=int, default=DEFAULT_CHECKPOINT_EVERY, help="chunks between checkpoints (0: never)")
-    run.add_argument("--max-failures", type=int, default=3, help="retries of a failed pack, each from its last checkpoint")
+    run.add_argument("--checkpoint-every", type=_nonnegative_int, default=DEFAULT_CHECKPOINT_EVERY, help="chunks between checkpoints (0: never)")
+    run.add_argument("--max-failures", type=_nonnegative_int, default=3, help="retries of a failed pack, each from its last checkpoint")
     run.add_argument("--runs-per-pack", type=_positive_int, help="override the automatic pack size")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--table-format", choices=("md", "latex", "csv"), default="md", help="format of the closing table")
@@ -86,6 +106,9 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("results_dir", help="STORAGE/<sweep name>")
     report.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
     report.add_argument("--images", help="also write a PNG per figure into this folder (needs kaleido)")
+
+    verify = commands.add_parser("verify", help="check a results store: schema, duplicates, orphans, corrupt files, missing runs")
+    verify.add_argument("results_dir", help="STORAGE/<sweep name>")
     return parser
 
 
@@ -115,6 +138,18 @@ def _cmd_table(args) -> None:
 
     _require_results(args.results_dir)
     print(table_text(args.results_dir, args.kind, args.format).rstrip("\n"))
+
+
+def _cmd_verify(args) -> int:
+    """One line per problem, then a summary; exit 0 clean, 1 problems, 2 not a store."""
+    from sweeps.results.verify import NotAStore, format_verification, verify_store
+
+    try:
+        verification = verify_store(args.results_dir)
+    except NotAStore as err:
+        raise UserError(str(err)) from None
+    print(format_verification(verification))
+    return 0 if verification.clean else FAILURE
 
 
 def _resources(args, sweep) -> PackResources:
@@ -254,7 +289,41 @@ COMMANDS = {
     "presets": _cmd_presets,
     "table": _cmd_table,
     "report": _cmd_report,
+    "verify": _cmd_verify,
 }
+
+
+CLOSED_PIPE = 141  # 128 + SIGPIPE: what `cat`, `grep`, ... return when their reader goes away
+
+
+def _stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone (`fade-sweep presets | head -1`)."""
+    try:
+        import select
+
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows) or no real stdout
+        return True
+
+
+def _run_command(args) -> int:
+    """Run the command; a closed stdout ends it quietly with CLOSED_PIPE (the Python docs' recipe:
+    stdout goes to devnull so the interpreter's last flush cannot fail again). A broken pipe that
+    is not stdout's is a real failure and propagates."""
+    try:
+        code = COMMANDS[args.command](args)  # None: 0; a command may return its exit code
+        sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_closed():
+            raise
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        if args.command == "run":
+            print("fade-sweep: stdout was closed, the sweep stopped; finished packs are kept, --resume continues", file=sys.stderr)
+        return CLOSED_PIPE
+    return code or 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -265,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.run_args = passthrough
     try:
-        COMMANDS[args.command](args)
+        status = _run_command(args)
     except (SweepError, UserError, ClusterError) as err:
         print(f"fade-sweep: error: {err}", file=sys.stderr)
         return BAD_INPUT
@@ -277,7 +346,7 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"fade-sweep: failed: {type(err).__name__}: {err} (FADE_SWEEP_DEBUG=1 shows the traceback)", file=sys.stderr)
         return FAILURE
-    return 0
+    return status
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 """End to end through Ray Tune on a tiny sweep, sharing one local Ray for the module."""
 
+import json
 import math
 
 import polars as pl
@@ -118,12 +119,13 @@ def test_rerun_without_resume_is_refused(finished, capsys):
 def test_resume_runs_only_missing_and_reproduces_them(finished, tmp_path):
     sweep, results_dir = finished
     before = results.scores(results_dir).collect().sort("config_id", "seed")
-    # Simulate an interrupted sweep: one pack's results never landed.
-    victim = sorted((results_dir / "scores").glob("**/*.parquet"))[0]
+    # Simulate an interrupted sweep: one pack's data files were written but its manifest (the commit) never landed.
+    manifest = sorted((results_dir / "manifests").glob("*.json"))[0]
+    victim = results_dir / json.loads(manifest.read_text())["files"]["scores"]["path"]
     lost = pl.read_parquet(victim).height
-    victim.unlink()
-    (results_dir / "curves" / victim.relative_to(results_dir / "scores")).unlink()
-    untouched = {p: p.stat().st_mtime_ns for p in (results_dir / "scores").glob("**/*.parquet")}
+    manifest.unlink()
+    assert results.scores(results_dir).collect().height == before.height - lost  # uncommitted: never read
+    untouched = {p: p.stat().st_mtime_ns for p in (results_dir / "scores").glob("**/*.parquet") if p != victim}
     assert main(["run", str(sweep), "--storage", str(results_dir.parent), "--resume"]) == 0
     after = results.scores(results_dir).collect().sort("config_id", "seed")
     assert after.height == before.height
@@ -132,4 +134,5 @@ def test_resume_runs_only_missing_and_reproduces_them(finished, tmp_path):
     # the lost runs (one optimizer, all seeds) come back as one new pack at the automatic size
     assert 0 < lost < 100
     assert len(list((results_dir / "scores").glob("**/*.parquet"))) == len(untouched) + 1
+    assert not victim.exists()  # the orphan of the interrupted write is removed by --resume
     assert results.missing_runs(results_dir).height == 0

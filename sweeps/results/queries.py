@@ -14,11 +14,11 @@ from pathlib import Path
 
 import polars as pl
 import pyarrow as pa
-import yaml
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.results.store import curves_glob, has_results, run_keys, scores_glob
-from sweeps.spec import Pack, Sweep, make_config, parse_sweep
+from sweeps.results.record import recorded_pairs, recorded_sweep
+from sweeps.results.store import CURVES, SCORES, Selection, notice_once, read_manifests, run_keys, scan_selection, select
+from sweeps.spec import Pack, Sweep, make_config
 from tasks import get_task
 
 DDOF = 1  # sample standard deviation across seeds
@@ -28,16 +28,31 @@ HYPERPARAMETER_COLUMNS = tuple(HYPERPARAMETERS)
 METHOD_KEYS = ("task", "optimizer")
 
 
-def scores(results_dir: str | Path) -> pl.LazyFrame:
-    """One row per (config, seed); hive partitions task/optimizer included."""
-    if not has_results(results_dir):
-        raise FileNotFoundError(f"no scores under {results_dir}/scores: run a sweep first (`fade-sweep run ...`)")
-    return pl.scan_parquet(scores_glob(results_dir))
+def selection(results_dir: str | Path, all_runs: bool = False) -> Selection:
+    """Which committed rows a reader reads: each (config, seed) once (from the newest manifest that
+    holds it), and, unless `all_runs`, only the pairs of the store's current sweep (sweep.yaml)."""
+    wanted = None if all_runs else recorded_pairs(results_dir)
+    chosen = select(read_manifests(results_dir), wanted)
+    notice_once(results_dir, chosen.outside)
+    return chosen
 
 
-def curves(results_dir: str | Path) -> pl.LazyFrame:
-    """One row per (config, seed, bin)."""
-    return pl.scan_parquet(curves_glob(results_dir))
+def _frame(results_dir: str | Path, kind: str, all_runs: bool) -> pl.LazyFrame:
+    frame = scan_selection(results_dir, selection(results_dir, all_runs), kind)
+    if frame is None:
+        raise FileNotFoundError(f"no {kind} under {results_dir}/{kind}: run a sweep first (`fade-sweep run ...`)")
+    return frame
+
+
+def scores(results_dir: str | Path, *, all_runs: bool = False) -> pl.LazyFrame:
+    """One row per (config, seed) of the current sweep (every stored run with `all_runs=True`);
+    task and optimizer (the hive partitions) first. Only committed packs are read."""
+    return _frame(results_dir, SCORES, all_runs)
+
+
+def curves(results_dir: str | Path, *, all_runs: bool = False) -> pl.LazyFrame:
+    """One row per (config, seed, bin), of the same runs as `scores`."""
+    return _frame(results_dir, CURVES, all_runs)
 
 
 def config_curves(results_dir: str | Path, config_id: str) -> pl.LazyFrame:
@@ -94,14 +109,6 @@ def best_configs(cell_frame: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
-def recorded_sweep(results_dir: str | Path) -> Sweep | None:
-    """The sweep as run (sweep.yaml beside the results), if present."""
-    path = Path(results_dir) / "sweep.yaml"
-    if not path.is_file():
-        return None
-    return parse_sweep(yaml.safe_load(path.read_text()), str(path))
-
-
 def expected_runs(sweep: Sweep) -> pl.DataFrame:
     """The key columns (as in scores/) of every (config, seed) the sweep asks for."""
     frames = []
@@ -114,9 +121,14 @@ def expected_runs(sweep: Sweep) -> pl.DataFrame:
 
 
 def missing_runs(results_dir: str | Path) -> pl.DataFrame:
-    """Runs the recorded sweep asks for that have no score yet (empty without a record)."""
+    """Runs of the recorded sweep with no committed score yet (key columns as in scores/);
+    empty when no sweep is recorded. Reads the manifests only."""
     sweep = recorded_sweep(results_dir)
-    present = scores(results_dir).select("config_id", "seed").collect()
     if sweep is None:
-        return present.clear()
-    return expected_runs(sweep).join(present, on=["config_id", "seed"], how="anti")
+        return pl.DataFrame(schema={"config_id": pl.String, "seed": pl.Int64})
+    done = {pair for m in read_manifests(results_dir) for pair in m.pairs()}
+    expected = expected_runs(sweep)
+    present = pl.DataFrame(
+        {"config_id": [c for c, _ in done], "seed": [s for _, s in done]}, schema={"config_id": pl.String, "seed": pl.Int64}
+    )
+    return expected.join(present, on=["config_id", "seed"], how="anti")

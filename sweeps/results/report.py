@@ -66,7 +66,7 @@ def _band(fig: go.Figure, x, mean, std, name: str, color: str, dash: str | None 
 
 def _figures_for_variant(results_dir, best: pl.DataFrame, variant: dict, columns: list[str]) -> list[tuple[str, go.Figure]]:
     title = tables.variant_title(variant)
-    usable = best.filter(~pl.col("all_diverged"))
+    usable = best.filter(pl.col("status") == "ok")  # not all diverged, not missing
     if usable.height == 0:
         return []
     metric = get_task(variant["task"]).curve_metric

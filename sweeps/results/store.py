@@ -1,20 +1,47 @@
-"""The Parquet results store of interface.md.
+"""The Parquet results store of interface.md: data files, per-pack manifests, the commit rule.
 
 Layout under RESULTS_DIR (= <storage>/<sweep name>):
-  scores/task=<task>/optimizer=<opt>/pack-<id>.parquet   one row per (config, seed)
-  curves/task=<task>/optimizer=<opt>/pack-<id>.parquet   one row per (config, seed, bin)
-Every file carries every hyperparameter column (null where the optimizer does not take
-it) and the task's settings, so files of different optimizers concatenate.
 
-A pack's files are written to a hidden temporary name and renamed into place (atomic
-on POSIX); curves first, scores last, so a scores file marks a finished pack. A retried
-pack writes the same names, replacing rather than duplicating its rows.
+    sweep.yaml                 the current sweep (canonical document; see record.py)
+    store.json                 store format, dtype, package version, sweep history
+    history/sweep-<time>.yaml  earlier sweep records, kept when a resume changed the sweep
+    writer.lock                held by the one process writing the store (see lock.py)
+    scores/task=<task>/optimizer=<opt>/pack-<pack id>-<write id>.parquet   one row per (config, seed)
+    curves/task=<task>/optimizer=<opt>/pack-<pack id>-<write id>.parquet   one row per (config, seed, bin)
+    manifests/pack-<pack id>-<write id>.json                             the commit record of one pack
+
+Data files do not contain `task` and `optimizer`: they are hive partitions, read from the
+path (so pyarrow.dataset(partitioning="hive"), pandas, DuckDB and polars agree). Every file
+carries every hyperparameter column (null where the optimizer does not take it) and the
+task's settings, so files of different optimizers concatenate.
+
+Commit protocol. A pack's data files get write-once names (the write id is new for every
+write) and are written under a hidden temporary name, fsynced and renamed into place; the
+pack's manifest is written the same way LAST. The manifest is the commit: readers read only
+files named by manifests, so a crash never shows half a pack and a file no manifest names
+(an orphan) is never read; `fade-sweep run --resume` deletes orphans. If two manifests
+claim the same (config, seed) (a pack written twice), readers take each (config, seed)
+from the NEWEST manifest (by `written_at`, then write id) and ignore older copies.
+
+Manifest (JSON, format 1):
+
+    {"format": 1, "pack_id": "...", "write_id": "...", "written_at": 1714000000.123,
+     "task": "linear_tracking", "optimizer": "fade",
+     "configs": ["<config id>", ...], "seeds": [0, 1, 2],      # the pack's runs: every config x every seed
+     "files": {"scores": {"path": "scores/task=.../pack-....parquet", "rows": 6, "bytes": 4242, "sha256": "..."},
+               "curves": {"path": "curves/task=.../pack-....parquet", "rows": 12, "bytes": 5151, "sha256": "..."}}}
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
+import sys
+import time
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +54,18 @@ from sweeps.packs.outcome import PackOutcome
 from sweeps.spec import Pack
 
 SCORES, CURVES = "scores", "curves"
+KINDS = (SCORES, CURVES)
+MANIFESTS = "manifests"
+MANIFEST_FORMAT = 1
+PARTITIONS = ("task", "optimizer")  # hive partitions: in the path, never inside a file
+HIVE_SCHEMA = {"task": pl.String, "optimizer": pl.String}
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be read as it is (a damaged manifest); `fade-sweep verify` says more."""
+
+
+# ---------------------------------------------------------------- tables of a pack
 
 
 def _settings_columns(pack: Pack) -> dict[str, object]:
@@ -54,6 +93,7 @@ def run_keys(pack: Pack, repeat: int = 1) -> dict[str, pa.Array]:
 
 
 def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
+    """The pack's scores as read back (partition columns included)."""
     columns = run_keys(pack)
     columns["score"] = pa.array(outcome.score, pa.float64())
     columns["diverged"] = pa.array(outcome.diverged, pa.bool_())
@@ -63,6 +103,7 @@ def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
 
 
 def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
+    """The pack's curves as read back (partition columns included)."""
     bins = len(outcome.bin_end)
     columns = run_keys(pack, bins)
     columns["step"] = pa.array(np.tile(outcome.bin_end, pack.runs), pa.int64())
@@ -77,57 +118,295 @@ def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     return pa.table(columns)
 
 
-def _pack_path(results_dir: Path, kind: str, pack: Pack) -> Path:
-    e = pack.experiment
-    return results_dir / kind / f"task={e.task}" / f"optimizer={e.optimizer}" / f"pack-{pack.pack_id}.parquet"
+# ---------------------------------------------------------------- atomic writes
 
 
 def _temporary_beside(path: Path) -> Path:
-    """A hidden name in the same directory: os.replace from it is atomic on POSIX."""
+    """A hidden name in the same directory (ignored by every reader): os.replace from it is atomic on POSIX."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    return path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
 
 
-def _write_atomic(table: pa.Table, path: Path) -> None:
-    tmp = _temporary_beside(path)
-    pq.write_table(table, tmp)
-    os.replace(tmp, path)
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
+def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
     """Write a small file so that readers see the old or the new content, never a part."""
+    path = Path(path)
     tmp = _temporary_beside(path)
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        if durable:
+            _fsync(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
-def write_pack(results_dir: str | Path, pack: Pack, outcome: PackOutcome) -> None:
-    """Write a finished pack's curves, then its scores (the completion mark)."""
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _write_data_file(table: pa.Table, results_dir: Path, relative: str) -> dict:
+    """Write one data file under its final (write-once) name; returns its manifest entry."""
+    path = results_dir / relative
+    tmp = _temporary_beside(path)
+    try:
+        pq.write_table(table.drop_columns(list(PARTITIONS)), tmp)
+        _fsync(tmp)
+        entry = {"path": relative, "rows": table.num_rows, "bytes": tmp.stat().st_size, "sha256": _sha256(tmp)}
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return entry
+
+
+def new_write_id() -> str:
+    """Unique and time-ordered: <UTC time to the microsecond>-<random>."""
+    now = time.time()
+    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 1_000_000:06d}-{uuid.uuid4().hex[:8]}"
+
+
+def write_pack(results_dir: str | Path, pack: Pack, outcome: PackOutcome) -> Path:
+    """Commit a finished pack: its curves and scores files, then its manifest (the commit). Returns the manifest."""
     results_dir = Path(results_dir)
-    _write_atomic(curves_table(pack, outcome), _pack_path(results_dir, CURVES, pack))
-    _write_atomic(scores_table(pack, outcome), _pack_path(results_dir, SCORES, pack))
+    e = pack.experiment
+    write_id = new_write_id()
+    stem = f"pack-{pack.pack_id}-{write_id}"
+    partition = f"task={e.task}/optimizer={e.optimizer}"
+    files = {
+        CURVES: _write_data_file(curves_table(pack, outcome), results_dir, f"{CURVES}/{partition}/{stem}.parquet"),
+        SCORES: _write_data_file(scores_table(pack, outcome), results_dir, f"{SCORES}/{partition}/{stem}.parquet"),
+    }
+    manifest = {
+        "format": MANIFEST_FORMAT,
+        "pack_id": pack.pack_id,
+        "write_id": write_id,
+        "written_at": time.time(),
+        "task": e.task,
+        "optimizer": e.optimizer,
+        "configs": [c.config_id for c in pack.configs],
+        "seeds": [int(s) for s in pack.seeds],
+        "files": files,
+    }
+    path = results_dir / MANIFESTS / f"{stem}.json"
+    write_bytes_atomic(path, json.dumps(manifest, indent=1).encode(), durable=True)
+    return path
 
 
-def pack_written(results_dir: str | Path, pack: Pack) -> bool:
-    """Whether a pack's results are already in the store (its scores file marks completion)."""
-    return _pack_path(Path(results_dir), SCORES, pack).is_file()
+# ---------------------------------------------------------------- manifests
 
 
-def scores_glob(results_dir: str | Path) -> str:
-    return str(Path(results_dir) / SCORES / "**" / "*.parquet")
+@dataclass(frozen=True)
+class Manifest:
+    """One committed pack write."""
+
+    name: str  # file name under manifests/
+    pack_id: str
+    write_id: str
+    written_at: float
+    task: str
+    optimizer: str
+    configs: tuple[str, ...]
+    seeds: tuple[int, ...]
+    files: dict  # kind -> {"path", "rows", "bytes", "sha256"}
+
+    @property
+    def order(self) -> tuple[float, str]:
+        """Newer manifests sort later; ties broken by write id (deterministic)."""
+        return (self.written_at, self.write_id)
+
+    def pairs(self) -> list[tuple[str, int]]:
+        return [(c, s) for c in self.configs for s in self.seeds]
 
 
-def curves_glob(results_dir: str | Path) -> str:
-    return str(Path(results_dir) / CURVES / "**" / "*.parquet")
+def parse_manifest(name: str, raw: bytes) -> Manifest:
+    """A manifest from its JSON; ValueError (with what is wrong) if it is not one."""
+    try:
+        doc = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise ValueError(f"not valid JSON ({err})") from None
+    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"not a format-{MANIFEST_FORMAT} manifest")
+    try:
+        files = doc["files"]
+        for kind in KINDS:
+            entry = files[kind]
+            if not (isinstance(entry["path"], str) and entry["path"].startswith(f"{kind}/") and ".." not in entry["path"]):
+                raise ValueError(f"files.{kind}.path {entry['path']!r} is not under {kind}/")
+            int(entry["rows"]), int(entry["bytes"]), str(entry["sha256"])
+        return Manifest(
+            name, str(doc["pack_id"]), str(doc["write_id"]), float(doc["written_at"]), str(doc["task"]),
+            str(doc["optimizer"]), tuple(str(c) for c in doc["configs"]), tuple(int(s) for s in doc["seeds"]), files,
+        )
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"missing or mistyped field {err}") from None
+
+
+_MANIFEST_CACHE: dict[tuple[str, int, int], Manifest] = {}  # manifests are write-once: cache by path, mtime, size
+
+
+def _manifest_entries(results_dir: Path) -> list[os.DirEntry]:
+    try:
+        with os.scandir(results_dir / MANIFESTS) as it:
+            return sorted((e for e in it if e.name.endswith(".json") and not e.name.startswith(".")), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+
+
+def read_manifests(results_dir: str | Path) -> list[Manifest]:
+    """Every committed pack write, oldest first. StoreError names a damaged manifest."""
+    results_dir = Path(results_dir)
+    manifests = []
+    for entry in _manifest_entries(results_dir):
+        stat = entry.stat()
+        key = (entry.path, stat.st_mtime_ns, stat.st_size)
+        manifest = _MANIFEST_CACHE.get(key)
+        if manifest is None:
+            try:
+                manifest = parse_manifest(entry.name, Path(entry.path).read_bytes())
+            except ValueError as err:
+                raise StoreError(
+                    f"{entry.path}: damaged manifest ({err}); run `fade-sweep verify {results_dir}`"
+                ) from None
+            if len(_MANIFEST_CACHE) > 100_000:
+                _MANIFEST_CACHE.clear()
+            _MANIFEST_CACHE[key] = manifest
+        manifests.append(manifest)
+    return sorted(manifests, key=lambda m: m.order)
 
 
 def has_results(results_dir: str | Path) -> bool:
-    return any((Path(results_dir) / SCORES).glob("**/*.parquet"))
+    """Whether any pack is committed."""
+    return bool(_manifest_entries(Path(results_dir)))
 
 
 def finished_runs(results_dir: str | Path) -> set[tuple[str, int]]:
-    """(config_id, seed) of every run with a score in the store."""
-    if not has_results(results_dir):
-        return set()
-    frame = pl.scan_parquet(scores_glob(results_dir)).select("config_id", "seed").collect()
-    return set(frame.iter_rows())
+    """(config_id, seed) of every committed run (from the manifests; no Parquet is read)."""
+    return {pair for m in read_manifests(results_dir) for pair in m.pairs()}
+
+
+def pack_written(results_dir: str | Path, pack: Pack) -> bool:
+    """Whether every run of the pack is committed (by this pack or others)."""
+    done = finished_runs(results_dir)
+    return all((c.config_id, s) in done for c in pack.configs for s in pack.seeds)
+
+
+# ---------------------------------------------------------------- what readers read
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The committed files a reader reads, after the newest-wins rule and the current sweep's filter."""
+
+    whole: tuple[Manifest, ...]  # read every row of these
+    partial: tuple[tuple[Manifest, frozenset[tuple[str, int]]], ...]  # read only these (config, seed) rows
+    outside: int  # stored (config, seed) pairs not in the wanted set (ignored)
+    superseded: int  # (config, seed) pairs also held by a newer manifest (ignored copies)
+
+    @property
+    def runs(self) -> int:
+        return sum(len(m.configs) * len(m.seeds) for m in self.whole) + sum(len(k) for _, k in self.partial)
+
+
+def select(manifests: list[Manifest], wanted: set[tuple[str, int]] | frozenset | None = None) -> Selection:
+    """Each (config, seed) from the newest manifest holding it, and only the `wanted` ones (None: all)."""
+    owner: dict[tuple[str, int], int] = {}
+    for i, m in enumerate(manifests):  # oldest first: later (newer) manifests overwrite
+        for pair in m.pairs():
+            owner[pair] = i
+    superseded = sum(len(m.configs) * len(m.seeds) for m in manifests) - len(owner)
+    outside = 0 if wanted is None else sum(1 for pair in owner if pair not in wanted)
+    whole, partial = [], []
+    for i, m in enumerate(manifests):
+        pairs = m.pairs()
+        keep = [p for p in pairs if owner[p] == i and (wanted is None or p in wanted)]
+        if len(keep) == len(pairs):
+            whole.append(m)
+        elif keep:
+            partial.append((m, frozenset(keep)))
+    return Selection(tuple(whole), tuple(partial), outside, superseded)
+
+
+def _scan(results_dir: Path, manifests: list[Manifest], kind: str) -> list[pl.LazyFrame]:
+    """One lazy scan per task (tasks differ in their settings columns), partitions from the paths."""
+    by_task: dict[str, list[str]] = {}
+    for m in manifests:
+        path = results_dir / m.files[kind]["path"]
+        if not path.is_file():
+            raise StoreError(f"{path}: missing, but {MANIFESTS}/{m.name} names it; run `fade-sweep verify {results_dir}`")
+        by_task.setdefault(m.task, []).append(str(path))
+    return [
+        pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE_SCHEMA, try_parse_hive_dates=False)
+        for paths in by_task.values()
+    ]
+
+
+def scan_selection(results_dir: str | Path, selection: Selection, kind: str) -> pl.LazyFrame | None:
+    """A LazyFrame over the selected rows of `kind` (scores or curves); task and optimizer first. None if empty."""
+    results_dir = Path(results_dir)
+    frames = _scan(results_dir, list(selection.whole), kind)
+    for manifest, keep in selection.partial:
+        rows = pl.DataFrame({"config_id": [c for c, _ in keep], "seed": [s for _, s in keep]},
+                            schema={"config_id": pl.String, "seed": pl.Int64})
+        frames.extend(f.join(rows.lazy(), on=["config_id", "seed"], how="semi") for f in _scan(results_dir, [manifest], kind))
+    if not frames:
+        return None
+    frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
+    names = frame.collect_schema().names()
+    return frame.select(*PARTITIONS, *(n for n in names if n not in PARTITIONS))
+
+
+def committed_files(results_dir: str | Path, kind: str = SCORES) -> list[Path]:
+    """The data files of `kind` that manifests name (what any other reader should read)."""
+    results_dir = Path(results_dir)
+    return [results_dir / m.files[kind]["path"] for m in read_manifests(results_dir)]
+
+
+def _referenced(results_dir: Path) -> set[str]:
+    return {m.files[k]["path"] for m in read_manifests(results_dir) for k in KINDS}
+
+
+def orphans(results_dir: str | Path) -> list[Path]:
+    """Files under scores/, curves/ and manifests/ that are not part of a commit (left by an interrupted write)."""
+    results_dir = Path(results_dir)
+    named = _referenced(results_dir)
+    found = []
+    for kind in KINDS:
+        base = results_dir / kind
+        if base.is_dir():
+            found.extend(p for p in sorted(base.rglob("*")) if p.is_file() and p.relative_to(results_dir).as_posix() not in named)
+    manifests = results_dir / MANIFESTS
+    if manifests.is_dir():
+        found.extend(p for p in sorted(manifests.iterdir()) if p.is_file() and p.name.startswith("."))
+    return found
+
+
+def remove_orphans(results_dir: str | Path) -> list[Path]:
+    """Delete the orphans (only while holding the store's writer lock); returns what was removed."""
+    removed = orphans(results_dir)
+    for path in removed:
+        path.unlink(missing_ok=True)
+    return removed
+
+
+_REPORTED: set[tuple[str, int]] = set()
+
+
+def notice_once(results_dir: str | Path, outside: int) -> None:
+    """Say once per process and store that stored runs outside the current sweep are ignored."""
+    key = (str(Path(results_dir).absolute()), outside)
+    if outside and key not in _REPORTED:
+        _REPORTED.add(key)
+        print(f"{outside} stored runs are not in the current sweep; ignored", file=sys.stderr)

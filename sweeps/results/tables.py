@@ -6,7 +6,9 @@
   one alpha; one table per (task settings, optimizer, alpha) present.
 
 Std is across seeds with ddof=1 (the CSV adds the standard error and the seed count).
-Diverged configurations are never selected; missing and diverged cells are shown as such.
+Diverged configurations are never selected; missing and diverged cells are shown as such, and
+every method of the recorded sweep has a row in the best table ("missing" when none of its
+runs finished). Only the (config, seed) pairs of the store's current sweep are counted.
 """
 
 from __future__ import annotations
@@ -35,17 +37,36 @@ def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataF
 
 
 def best_table(results_dir: str | Path) -> pl.DataFrame:
-    """One row per (task, settings, optimizer): the best configuration and its statistics."""
+    """One row per (task, settings, optimizer) of the recorded sweep: the best configuration and its statistics.
+
+    `status` is "ok", "all diverged" (no configuration usable) or "missing" (no run of the
+    method finished: a row of nulls, so a method never silently vanishes from the table).
+    """
     frame = queries.scores(results_dir)
     variant = queries.variant_columns(frame)
     best = queries.best_configs(queries.cells(frame)).collect()
+    best = best.with_columns(status=pl.when(pl.col("all_diverged")).then(pl.lit("all diverged")).otherwise(pl.lit("ok")))
+    sweep = queries.recorded_sweep(results_dir)
+    if sweep is not None:  # every method of the sweep gets a row, "missing" where no run finished
+        methods = (
+            queries.expected_runs(sweep)
+            .group_by([*variant, "optimizer"])
+            .agg(configs=pl.col("config_id").n_unique())
+        )
+        absent = methods.join(best.select(*variant, "optimizer"), on=[*variant, "optimizer"], how="anti", nulls_equal=True)
+        if absent.height:
+            absent = absent.with_columns(
+                status=pl.lit("missing"), all_diverged=pl.lit(False), seeds=pl.lit(0, pl.UInt32),
+                diverged_configs=pl.lit(0, pl.UInt32),
+            )
+            best = pl.concat([best, absent], how="diagonal_relaxed")
     missing = _missing_by(results_dir, [*variant, "optimizer"], "missing_runs")
     if missing is None:
         best = best.with_columns(missing_runs=pl.lit(0, pl.UInt32))
     else:
         best = best.join(missing, on=[*variant, "optimizer"], how="left", nulls_equal=True)
         best = best.with_columns(pl.col("missing_runs").fill_null(0))
-    winners = best.filter(~pl.col("all_diverged")).with_columns(_key=queries.ranking_key()).sort("_key")
+    winners = best.filter(pl.col("status") == "ok").with_columns(_key=queries.ranking_key()).sort("_key")
     best_method = winners.group_by(variant, maintain_order=True).agg(pl.col("optimizer").first().alias("_best"))
     return (
         best.join(best_method, on=variant, how="left", nulls_equal=True)
@@ -200,7 +221,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str]) -> list[_Grid]:
     for _, group in table.group_by(variant, maintain_order=True):
         rows, marked = [], set()
         for i, r in enumerate(group.to_dicts()):
-            score = "all diverged" if r["all_diverged"] else mean_std(r["mean"], r["std"])
+            score = r["status"] if r["status"] != "ok" else mean_std(r["mean"], r["std"])
             chosen = ", ".join(f"{n}={r[n]:g}" for n in queries.HYPERPARAMETER_COLUMNS if r.get(n) is not None)
             rows.append([r["optimizer"], score, str(r["seeds"]), chosen, f"{r['diverged_configs']}/{r['configs']}", str(r["missing_runs"])])
             if r["best_method"]:

@@ -1,0 +1,210 @@
+"""`fade-sweep verify RESULTS_DIR`: an integrity check of a results store.
+
+Checks the records (store.json, sweep.yaml), every manifest (readable; its files present,
+of the recorded size and sha256, readable Parquet with the recorded row count, the
+expected columns and types, exactly the manifest's (config, seed) pairs), duplicates (a
+(config, seed) held by two manifests or twice in one file), orphans (files no manifest
+names) and the runs of the current sweep that have no result. One line per problem, then
+a summary; `verify_store` returns them for programs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fade_core.hyperparameters import HYPERPARAMETERS
+from sweeps.results.record import STORE_RECORD, SWEEP_RECORD, recorded_pairs, recorded_sweep
+from sweeps.results.store import (
+    CURVES,
+    KINDS,
+    MANIFESTS,
+    PARTITIONS,
+    SCORES,
+    Manifest,
+    _manifest_entries,
+    orphans,
+    parse_manifest,
+)
+from sweeps.spec import make_config
+
+KEY_TYPES = {"config_id": pa.string(), "seed": pa.int64()}
+EXPECTED_TYPES = {
+    SCORES: {**KEY_TYPES, "score": pa.float64(), "diverged": pa.bool_(), "steps": pa.int64(),
+             "wall_seconds": pa.float64(), **{h: pa.float64() for h in HYPERPARAMETERS}},
+    CURVES: {**KEY_TYPES, "step": pa.int64(), **{h: pa.float64() for h in HYPERPARAMETERS}},
+}
+
+
+class NotAStore(ValueError):
+    """The folder holds no results store."""
+
+
+@dataclass
+class Verification:
+    results_dir: Path
+    problems: list[tuple[str, str]] = field(default_factory=list)  # (kind, line)
+    notes: list[str] = field(default_factory=list)
+    packs: int = 0
+    runs: int = 0  # distinct (config, seed) pairs stored
+    files: int = 0  # data files checked
+    missing: int = 0
+
+    @property
+    def clean(self) -> bool:
+        return not self.problems
+
+    def add(self, kind: str, line: str) -> None:
+        self.problems.append((kind, line))
+
+    def summary(self) -> str:
+        what = f"{self.packs} packs, {self.runs} runs stored, {self.files} data files checked, {self.missing} runs missing"
+        if self.clean:
+            return f"{self.results_dir}: clean ({what})"
+        kinds = Counter(kind for kind, _ in self.problems)
+        listed = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        return f"{self.results_dir}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''} ({listed}); {what}"
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 22):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _check_file(v: Verification, results_dir: Path, m: Manifest, kind: str) -> None:
+    entry = m.files[kind]
+    rel = entry["path"]
+    path = results_dir / rel
+    where = f"{MANIFESTS}/{m.name}"
+    if not path.is_file():
+        v.add("missing file", f"{rel}: missing (named by {where})")
+        return
+    v.files += 1
+    expected_partition = f"{kind}/task={m.task}/optimizer={m.optimizer}/"
+    if not rel.startswith(expected_partition):
+        v.add("misplaced", f"{rel}: not under {expected_partition} as {where} says (task {m.task}, optimizer {m.optimizer})")
+    size = path.stat().st_size
+    if size != int(entry["bytes"]):
+        v.add("size mismatch", f"{rel}: {size} bytes, {where} says {entry['bytes']} (changed or truncated)")
+    elif _sha256(path) != entry["sha256"]:
+        v.add("hash mismatch", f"{rel}: sha256 differs from {where} (the file changed after it was committed)")
+    try:
+        parquet = pq.ParquetFile(path)
+        schema = parquet.schema_arrow
+        keys = parquet.read(columns=[c for c in ("config_id", "seed") if c in schema.names])
+    except Exception as err:  # noqa: BLE001 - pyarrow raises several types for damaged files
+        v.add("corrupt", f"{rel}: corrupt or truncated Parquet file ({type(err).__name__}: {err})")
+        return
+    if parquet.metadata.num_rows != int(entry["rows"]):
+        v.add("row count", f"{rel}: {parquet.metadata.num_rows} rows, {where} says {entry['rows']}")
+    inside = [c for c in PARTITIONS if c in schema.names]
+    if inside:
+        v.add("schema", f"{rel}: stores the partition column(s) {', '.join(inside)} inside (they belong in the path)")
+    for name, dtype in EXPECTED_TYPES[kind].items():
+        if name not in schema.names:
+            v.add("schema", f"{rel}: column {name} missing")
+        elif schema.field(name).type != dtype:
+            v.add("schema", f"{rel}: column {name} is {schema.field(name).type}, expected {dtype}")
+    if "config_id" not in keys.column_names or "seed" not in keys.column_names:
+        return
+    counts = Counter(zip(keys["config_id"].to_pylist(), keys["seed"].to_pylist()))
+    pairs = set(m.pairs())
+    if set(counts) != pairs:
+        extra, lacking = len(set(counts) - pairs), len(pairs - set(counts))
+        v.add("content", f"{rel}: holds {extra} runs {where} does not list and lacks {lacking} it lists")
+    if kind == SCORES:
+        twice = [pair for pair, n in counts.items() if n > 1]
+        if twice:
+            config_id, seed = twice[0]
+            v.add("duplicate", f"{rel}: {len(twice)} runs appear more than once (e.g. config {config_id} seed {seed})")
+    elif len(set(counts.values())) > 1:
+        v.add("content", f"{rel}: runs have different numbers of curve bins")
+
+
+def verify_store(results_dir: str | Path) -> Verification:
+    """Check a store; NotAStore if `results_dir` is not one."""
+    results_dir = Path(results_dir)
+    if not any((results_dir / p).exists() for p in (MANIFESTS, SCORES, CURVES, SWEEP_RECORD, STORE_RECORD)):
+        raise NotAStore(
+            f"{results_dir}: not a results store (no {MANIFESTS}/, {SCORES}/ or {SWEEP_RECORD}); give STORAGE/<sweep name>"
+        )
+    v = Verification(results_dir)
+
+    store_record = results_dir / STORE_RECORD
+    if not store_record.is_file():
+        v.add("record", f"{STORE_RECORD}: missing (the store does not record its dtype and package version)")
+    else:
+        try:
+            record = json.loads(store_record.read_text())
+            if not isinstance(record, dict) or "dtype" not in record or "package_version" not in record:
+                v.add("record", f"{STORE_RECORD}: lacks dtype or package_version")
+        except ValueError as err:
+            v.add("record", f"{STORE_RECORD}: not valid JSON ({err})")
+    sweep, wanted = None, None
+    if not (results_dir / SWEEP_RECORD).is_file():
+        v.add("record", f"{SWEEP_RECORD}: missing (the store does not record its sweep; missing runs cannot be checked)")
+    else:
+        try:
+            sweep, wanted = recorded_sweep(results_dir), recorded_pairs(results_dir)
+        except Exception as err:  # noqa: BLE001 - a SweepError or a YAML error: either way unusable
+            v.add("record", f"{SWEEP_RECORD}: not a valid sweep ({err})")
+
+    manifests = []
+    for entry in _manifest_entries(results_dir):
+        try:
+            manifests.append(parse_manifest(entry.name, Path(entry.path).read_bytes()))
+        except ValueError as err:
+            v.add("damaged manifest", f"{MANIFESTS}/{entry.name}: damaged manifest ({err})")
+    manifests.sort(key=lambda m: m.order)
+    v.packs = len(manifests)
+    for m in manifests:
+        for kind in KINDS:
+            _check_file(v, results_dir, m, kind)
+
+    holders: dict[tuple[str, int], list[Manifest]] = defaultdict(list)
+    for m in manifests:
+        for pair in m.pairs():
+            holders[pair].append(m)
+    v.runs = len(holders)
+    shared: dict[tuple[str, ...], list[tuple[str, int]]] = defaultdict(list)
+    for pair, ms in holders.items():
+        if len(ms) > 1:
+            shared[tuple(m.name for m in ms)].append(pair)
+    for names, pairs in shared.items():
+        config_id, seed = pairs[0]
+        v.add(
+            "duplicate",
+            f"{len(pairs)} runs (e.g. config {config_id} seed {seed}) are held by {len(names)} manifests: "
+            f"{', '.join(f'{MANIFESTS}/{n}' for n in names)}; reads use the newest, {MANIFESTS}/{names[-1]}",
+        )
+
+    for path in orphans(results_dir):
+        v.add("orphan", f"{path.relative_to(results_dir)}: orphan (no manifest names it; `fade-sweep run --resume` removes it)")
+
+    if sweep is not None and wanted is not None:
+        outside = sum(1 for pair in holders if pair not in wanted)
+        if outside:
+            v.notes.append(f"{outside} stored runs are not in the current sweep; ignored")
+        lacking: Counter = Counter()
+        for e in sweep.experiments:
+            for values in e.configs():
+                config_id = make_config(e, values).config_id
+                lacking[(e.task, e.optimizer)] += sum((config_id, s) not in holders for s in sweep.seeds)
+        v.missing = sum(lacking.values())
+        for (task, optimizer), n in sorted(lacking.items()):
+            if n:
+                v.add("missing runs", f"{task}/{optimizer}: {n} runs of the current sweep have no result")
+    return v
+
+
+def format_verification(v: Verification) -> str:
+    return "\n".join([*(line for _, line in v.problems), *(f"note: {n}" for n in v.notes), v.summary()])

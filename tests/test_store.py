@@ -1,0 +1,436 @@
+"""The results store as a small database: every Arrow reader agrees, a manifest commits a pack,
+one writer at a time, the recorded sweep is the truth, tables say what is missing, verify."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import yaml
+
+from sweeps import results
+from sweeps.cli import main
+from sweeps.packs import PackOutcome
+from sweeps.results import store, tables
+from sweeps.results.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
+from sweeps.results.record import check_and_record
+from sweeps.results.verify import verify_store
+from sweeps.spec import Pack, SweepError, make_config, parse_sweep
+
+ROOT = Path(__file__).resolve().parents[1]
+SEEDS = 3
+SWEEP = {
+    "name": "db",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 4, "bin": 2},
+    "seeds": SEEDS,
+    "optimizers": {
+        "sgd": {"alpha": [0.1, 0.01]},
+        "fade": {"alpha": 0.1, "theta_lambda": [0.0, 0.5], "gamma0": [-1.0, -2.0]},
+    },
+}
+
+
+def _outcome(pack: Pack, offset: float = 0.0) -> PackOutcome:
+    score = np.arange(pack.runs, dtype=float) + offset
+    decays = pack.experiment.optimizer == "fade"
+    curves = {"mse": np.stack([score, score]).T, "decay_relevant": np.full((pack.runs, 2), 0.1) if decays else None,
+              "decay_irrelevant": np.full((pack.runs, 2), 0.2) if decays else None,
+              "step_size_relevant": None, "step_size_irrelevant": None}
+    return PackOutcome(score, np.zeros(pack.runs, bool), np.array([2, 4]), curves, 1.0)
+
+
+def _packs(document: dict = SWEEP, optimizers: tuple[str, ...] | None = None) -> list[Pack]:
+    """One pack per optimizer (all its configs x all seeds)."""
+    sweep = parse_sweep(document, "test")
+    return [
+        Pack(e, tuple(make_config(e, v) for v in e.configs()), sweep.seeds)
+        for e in sweep.experiments
+        if optimizers is None or e.optimizer in optimizers
+    ]
+
+
+def _build(results_dir: Path, document: dict = SWEEP, optimizers: tuple[str, ...] | None = None, dtype="float32") -> Path:
+    check_and_record(results_dir, parse_sweep(document, "test"), dtype)
+    for pack in _packs(document, optimizers):
+        store.write_pack(results_dir, pack, _outcome(pack))
+    return results_dir
+
+
+RUNS = (2 + 4) * SEEDS  # sgd: 2 configs, fade: 4 configs
+
+
+@pytest.fixture
+def full(tmp_path) -> Path:
+    return _build(tmp_path / "db")
+
+
+# ---------------------------------------------------------------- every Arrow reader
+
+
+def test_files_hold_no_partition_columns(full):
+    import pyarrow.parquet as pq
+
+    files = list((full / "scores").rglob("*.parquet")) + list((full / "curves").rglob("*.parquet"))
+    assert len(files) == 4
+    for path in files:
+        names = pq.ParquetFile(path).schema_arrow.names
+        assert "task" not in names and "optimizer" not in names and "config_id" in names
+
+
+@pytest.mark.parametrize("kind", ["scores", "curves"])
+def test_every_arrow_reader_agrees(full, kind):
+    import duckdb
+    import pandas as pd
+    import pyarrow.dataset as ds
+
+    rows = RUNS if kind == "scores" else RUNS * 2
+    arrow = ds.dataset(full / kind, format="parquet", partitioning="hive").to_table()
+    frame = pd.read_parquet(full / kind)
+    duck = duckdb.sql(f"select * from read_parquet('{full / kind}/**/*.parquet', hive_partitioning=true)").arrow()
+    if not isinstance(duck, type(arrow)):  # duckdb >= 1.4 returns a reader
+        duck = duck.read_all()
+    polars_dir = pl.scan_parquet(full / kind).collect()
+    polars_glob = pl.scan_parquet(f"{full / kind}/**/*.parquet", hive_partitioning=True).collect()
+    ours = getattr(results, kind)(full).collect()
+    for name, height in [("pyarrow", arrow.num_rows), ("pandas", len(frame)), ("duckdb", duck.num_rows),
+                         ("polars dir", polars_dir.height), ("polars glob", polars_glob.height), ("results", ours.height)]:
+        assert height == rows, name
+    # the same columns with the same types everywhere (pandas: partitions as categoricals of the same values)
+    reference = pl.from_arrow(arrow).select(sorted(arrow.column_names))
+    for name, other in [("duckdb", pl.from_arrow(duck)), ("polars dir", polars_dir), ("polars glob", polars_glob), ("results", ours)]:
+        other = other.select(sorted(other.columns))
+        assert other.schema == reference.schema, name
+        assert other.sort("config_id", "seed", *(["step"] if kind == "curves" else [])).equals(
+            reference.sort("config_id", "seed", *(["step"] if kind == "curves" else []))), name
+    assert sorted(frame.columns) == sorted(arrow.column_names)
+    assert sorted(frame["optimizer"].astype(str).unique()) == ["fade", "sgd"]
+    assert set(frame["task"].astype(str)) == {"linear_tracking"}
+    assert str(frame["seed"].dtype) == "int64" and str(frame["config_id"].dtype) in ("object", "string", "str")
+    assert str(frame["alpha"].dtype) == "float64"
+
+
+def test_public_query_api(full):
+    frame = results.scores(full).collect()
+    assert frame.columns[:3] == ["task", "optimizer", "config_id"]
+    assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
+    assert results.cells(results.scores(full)).collect()["seeds"].to_list() == [SEEDS] * 6
+    assert set(results.best_table(full)["optimizer"]) == {"sgd", "fade"}
+    assert results.missing_runs(full).height == 0
+    assert len(store.committed_files(full, "scores")) == 2
+
+
+# ---------------------------------------------------------------- the commit protocol
+
+
+def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypatch):
+    results_dir = _build(tmp_path / "db", optimizers=("sgd",))
+    (fade,) = _packs(optimizers=("fade",))
+    real = store.write_bytes_atomic
+
+    def crash_before_commit(path, data, **kw):
+        if Path(path).parent.name == store.MANIFESTS:
+            raise OSError("killed before the manifest")
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(store, "write_bytes_atomic", crash_before_commit)
+    with pytest.raises(OSError, match="killed before the manifest"):
+        store.write_pack(results_dir, fade, _outcome(fade))
+    monkeypatch.undo()
+    # its data files are there, but no reader sees them
+    assert len(list((results_dir / "scores").rglob("*.parquet"))) == 2
+    assert results.scores(results_dir).collect()["optimizer"].unique().to_list() == ["sgd"]
+    assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
+    assert store.finished_runs(results_dir) == {(c.config_id, s) for p in _packs(optimizers=("sgd",)) for c in p.configs for s in p.seeds}
+    assert not store.pack_written(results_dir, fade)
+    orphans = store.orphans(results_dir)
+    assert sorted(p.parent.name for p in orphans) == ["optimizer=fade", "optimizer=fade"]
+    assert store.remove_orphans(results_dir) == orphans and store.orphans(results_dir) == []
+    assert all(not p.exists() for p in orphans)
+
+
+def test_a_pack_written_twice_counts_each_run_once_newest_wins(full):
+    (sgd,) = _packs(optimizers=("sgd",))
+    store.write_pack(full, sgd, _outcome(sgd, offset=100.0))  # a retried pack, written again
+    assert len(store.read_manifests(full)) == 3
+    frame = results.scores(full).collect()
+    assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
+    assert frame.filter(pl.col("optimizer") == "sgd")["score"].min() == 100.0  # the newest write
+    assert results.cells(results.scores(full)).collect()["seeds"].to_list() == [SEEDS] * 6
+    assert results.curves(full).collect().height == RUNS * 2
+    assert tables.best_table(full).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
+
+
+def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
+    results_dir = tmp_path / "db"
+    check_and_record(results_dir, parse_sweep(SWEEP, "test"), "float32")
+    (sgd,) = _packs(optimizers=("sgd",))
+    store.write_pack(results_dir, sgd, _outcome(sgd))  # both configs: scores 0..5
+    second = Pack(sgd.experiment, sgd.configs[1:], sgd.seeds)
+    store.write_pack(results_dir, second, _outcome(second, offset=50.0))  # the second config again
+    frame = results.scores(results_dir).collect().sort("config_id", "seed")
+    assert frame.height == 2 * SEEDS
+    by_config = dict(frame.group_by("config_id").agg(pl.col("score").min()).iter_rows())
+    assert by_config[sgd.configs[0].config_id] == 0.0 and by_config[sgd.configs[1].config_id] == 50.0
+    assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
+
+
+# ---------------------------------------------------------------- one writer
+
+
+HOLD = textwrap.dedent("""
+    import sys, time
+    from sweeps.results.lock import StoreLock
+    lock = StoreLock(sys.argv[1]).acquire()
+    print("locked", flush=True)
+    time.sleep(float(sys.argv[2]))
+    lock.release()
+""")
+
+
+def _hold_lock(results_dir: Path, seconds: float = 60.0) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(results_dir), str(seconds)], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys):
+    holder = _hold_lock(full)
+    try:
+        body = json.loads((full / LOCK_FILE).read_text())
+        assert body["pid"] == holder.pid and lock_holder(full)["pid"] == holder.pid
+        with pytest.raises(StoreLocked, match=rf"{full} is being written by pid {holder.pid} on \S+ since \d{{4}}-"):
+            StoreLock(full).acquire()
+        sweep_file = tmp_path / "db.yaml"
+        sweep_file.write_text(yaml.safe_dump(SWEEP))
+        before = {p: p.stat().st_mtime_ns for p in full.rglob("*") if p.is_file()}
+        started = time.perf_counter()
+        assert main(["run", str(sweep_file), "--storage", str(full.parent), "--resume"]) == 2
+        assert time.perf_counter() - started < 10  # at once: before Ray
+        err = capsys.readouterr().err
+        assert f"{full} is being written by pid {holder.pid} on " in err
+        assert {p: p.stat().st_mtime_ns for p in full.rglob("*") if p.is_file()} == before  # nothing touched
+    finally:
+        holder.kill()
+        holder.wait()
+    # the holder was killed without releasing: the next writer takes over with a notice
+    with StoreLock(full):
+        assert lock_holder(full)["pid"] == os.getpid()
+    assert f"taking over the stale lock of pid {holder.pid}" in capsys.readouterr().err
+    assert lock_holder(full) is None and not (full / LOCK_FILE).exists()
+
+
+def test_stale_lock_held_by_an_heir_of_a_dead_writer_is_taken_over(tmp_path, capsys):
+    """The writer died but a child it forked still holds the flock (an inherited descriptor)."""
+    results_dir = tmp_path / "db"
+    script = textwrap.dedent("""
+        import os, sys, time
+        from sweeps.results.lock import StoreLock
+        lock = StoreLock(sys.argv[1]).acquire()
+        child = os.fork()
+        if child == 0:  # let go of the test's pipes, keep the lock's descriptor
+            null = os.open(os.devnull, os.O_RDWR)
+            os.dup2(null, 1); os.dup2(null, 2)
+            time.sleep(60); os._exit(0)
+        print(child, flush=True)
+        os._exit(0)  # the writer dies; its child keeps the descriptor and the flock
+    """)
+    proc = subprocess.run([sys.executable, "-c", script, str(results_dir)], capture_output=True, text=True, cwd=ROOT, check=True)
+    heir = int(proc.stdout.strip())
+    try:
+        dead = json.loads((results_dir / LOCK_FILE).read_text())["pid"]
+        with StoreLock(results_dir):
+            assert json.loads((results_dir / LOCK_FILE).read_text())["pid"] == os.getpid()
+        assert f"taking over the stale lock of pid {dead}" in capsys.readouterr().err
+    finally:
+        os.kill(heir, signal.SIGKILL)
+
+
+def test_two_concurrent_runs_one_refused_store_exact(tmp_path):
+    """Two `fade-sweep run` of one sweep at once: one runs, the other exits 2; the store holds each run once."""
+    document = {**SWEEP, "name": "race", "task_settings": {"steps": 20000, "bin": 5000}}
+    sweep_file = tmp_path / "race.yaml"
+    sweep_file.write_text(yaml.safe_dump(document))
+    command = [sys.executable, "-m", "sweeps.cli", "run", str(sweep_file), "--storage", str(tmp_path / "store"),
+               "--num-cpus", "1", "--no-report", "--chunk-steps", "1000"]
+    env = {**os.environ, "RAY_ENABLE_UV_RUN_RUNTIME_ENV": "0"}
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
+    results_dir = tmp_path / "store" / "race"
+    deadline = time.time() + 60
+    while lock_holder(results_dir) is None and first.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run([*command, "--resume"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    out, err = first.communicate(timeout=600)
+    assert first.returncode == 0, err[-3000:]
+    assert second.returncode == 2, second.stderr[-3000:]
+    assert f"{results_dir} is being written by pid {first.pid} on " in second.stderr
+    frame = results.scores(results_dir).collect()
+    assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
+    assert results.curves(results_dir).collect().height == RUNS * 4
+    assert verify_store(results_dir).clean, verify_store(results_dir).problems
+    assert not (results_dir / LOCK_FILE).exists()
+
+
+# ---------------------------------------------------------------- the recorded sweep
+
+
+def test_store_records_sweep_dtype_and_version(full):
+    record = json.loads((full / "store.json").read_text())
+    assert record["dtype"] == "float32" and record["package_version"] and record["history"] == []
+    assert yaml.safe_load((full / "sweep.yaml").read_text()) == SWEEP
+    assert not list(full.rglob("*.pkl")) and not list(full.rglob("*.pickle"))
+
+
+def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_sweep(full, capsys):
+    edited = {**SWEEP, "optimizers": {"sgd": {"alpha": [0.1, 0.001]}, "fade": SWEEP["optimizers"]["fade"]}}
+    notices = check_and_record(full, parse_sweep(edited, "edited"), "float32")
+    assert len(notices) == 1 and "3 stored runs outside it are ignored" in notices[0]
+    record = json.loads((full / "store.json").read_text())
+    (kept,) = record["history"]
+    assert yaml.safe_load((full / kept).read_text()) == SWEEP  # the old record, not overwritten
+    assert yaml.safe_load((full / "sweep.yaml").read_text()) == edited
+    capsys.readouterr()
+    frame = results.scores(full).collect()
+    assert frame.height == RUNS - SEEDS and 0.01 not in frame["alpha"].to_list()
+    assert capsys.readouterr().err.count("3 stored runs are not in the current sweep; ignored") == 1
+    results.scores(full).collect()
+    tables.best_table(full)
+    assert "stored runs are not in the current sweep" not in capsys.readouterr().err  # said once
+    missing = results.missing_runs(full)
+    assert missing.height == SEEDS and missing["alpha"].unique().to_list() == [0.001]
+    assert results.scores(full, all_runs=True).collect().height == RUNS
+    best = tables.best_table(full).filter(pl.col("optimizer") == "sgd").row(0, named=True)
+    assert best["alpha"] == 0.1 and best["missing_runs"] == SEEDS and best["configs"] == 1
+    # the planner runs only what the new sweep lacks
+    from sweeps.spec import plan_packs
+
+    (pack,) = plan_packs(parse_sweep(edited, "edited"), 1, store.finished_runs(full))
+    assert [dict(c.hyperparameters) for c in pack.configs] == [{"alpha": 0.001}]
+
+
+def test_a_change_of_dtype_or_task_settings_under_stored_runs_is_refused(full):
+    with pytest.raises(SweepError, match=r"^dtype: .* holds float32 runs and this run asks for float64"):
+        check_and_record(full, parse_sweep(SWEEP, "same"), "float64")
+    longer = {**SWEEP, "task_settings": {"steps": 8, "bin": 2}}
+    with pytest.raises(SweepError, match=r"task_settings\.steps: changed from 4 to 8 for linear_tracking/"):
+        check_and_record(full, parse_sweep(longer, "longer.yaml"), "float32")
+    assert yaml.safe_load((full / "sweep.yaml").read_text()) == SWEEP  # nothing recorded
+    assert not (full / "history").exists()
+    # adding a variant (new settings beside the old ones) is not a change of meaning
+    variants = {k: v for k, v in SWEEP.items() if k != "task_settings"}
+    variants["variants"] = [{"task_settings": {"steps": 4, "bin": 2}}, {"task_settings": {"steps": 4, "bin": 2, "noise": 1.0}}]
+    check_and_record(full, parse_sweep(variants, "variants"), "float32")
+
+
+def test_run_sweep_locks_records_and_removes_orphans_before_ray(tmp_path, monkeypatch, capsys):
+    from sweeps.tune import driver
+
+    results_dir = _build(tmp_path / "db", optimizers=("sgd",))
+    orphan = results_dir / "scores" / "task=linear_tracking" / "optimizer=fade" / "pack-x-y.parquet"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"half a file")
+
+    class ReachedRay(Exception):
+        pass
+
+    def connect(*args, **kwargs):
+        assert lock_holder(results_dir)["pid"] == os.getpid()  # held while running
+        raise ReachedRay
+
+    monkeypatch.setattr(driver, "connect", connect)
+    with pytest.raises(SweepError, match="dtype: "):
+        driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=driver.ExecutionOptions(dtype="float64"))
+    assert orphan.exists() and lock_holder(results_dir) is None  # refused before touching anything; lock released
+    with pytest.raises(ReachedRay):
+        driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True)
+    assert not orphan.exists() and lock_holder(results_dir) is None
+    assert "Removed 1 orphan files of interrupted writes" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- tables say what is missing
+
+
+def test_best_table_lists_every_method_of_the_sweep(tmp_path):
+    results_dir = _build(tmp_path / "db", optimizers=("sgd",))
+    best = tables.best_table(results_dir)
+    fade = best.filter(pl.col("optimizer") == "fade").row(0, named=True)
+    assert fade["status"] == "missing" and fade["mean"] is None and fade["missing_runs"] == 4 * SEEDS
+    assert fade["configs"] == 4 and not fade["best_method"]
+    assert best.filter(pl.col("optimizer") == "sgd")["best_method"].to_list() == [True]
+    md = tables.table_text(results_dir, "best", "md")
+    assert "| fade | missing | 0 |" in md
+    assert pl.read_csv(tables.table_text(results_dir, "best", "csv").encode()).height == 2
+
+
+# ---------------------------------------------------------------- verify
+
+
+def _verify(results_dir, capsys) -> tuple[int, str]:
+    code = main(["verify", str(results_dir)])
+    captured = capsys.readouterr()
+    return code, captured.out + captured.err
+
+
+def test_verify_clean_store(full, capsys):
+    code, out = _verify(full, capsys)
+    assert code == 0, out
+    assert out.strip() == f"{full}: clean (2 packs, {RUNS} runs stored, 4 data files checked, 0 runs missing)"
+
+
+def test_verify_not_a_store(tmp_path, capsys):
+    code, out = _verify(tmp_path, capsys)
+    assert code == 2 and "not a results store" in out
+
+
+def test_verify_finds_a_duplicated_run(full, capsys):
+    (sgd,) = _packs(optimizers=("sgd",))
+    store.write_pack(full, sgd, _outcome(sgd))
+    code, out = _verify(full, capsys)
+    assert code == 1
+    newest = store.read_manifests(full)[-1].name
+    assert f"{2 * SEEDS} runs (e.g. config " in out and f"reads use the newest, manifests/{newest}" in out
+    assert "1 problem (1 duplicate)" in out
+
+
+def test_verify_finds_a_truncated_file(full, capsys):
+    (victim,) = list((full / "curves" / "task=linear_tracking" / "optimizer=fade").glob("*.parquet"))
+    data = victim.read_bytes()
+    victim.write_bytes(data[: len(data) // 2])
+    code, out = _verify(full, capsys)
+    assert code == 1
+    rel = victim.relative_to(full)
+    assert f"{rel}: {len(data) // 2} bytes, manifests/" in out
+    assert f"{rel}: corrupt or truncated Parquet file" in out
+
+
+def test_verify_finds_a_changed_file_missing_file_and_missing_runs(full, capsys):
+    (scores_file,) = list((full / "scores" / "task=linear_tracking" / "optimizer=sgd").glob("*.parquet"))
+    data = bytearray(scores_file.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    scores_file.write_bytes(bytes(data))
+    (curves_file,) = list((full / "curves" / "task=linear_tracking" / "optimizer=fade").glob("*.parquet"))
+    curves_file.unlink()
+    code, out = _verify(full, capsys)
+    assert code == 1
+    assert f"{scores_file.relative_to(full)}: sha256 differs" in out
+    assert f"{curves_file.relative_to(full)}: missing (named by manifests/" in out
+
+
+def test_verify_finds_an_orphan_and_missing_runs(tmp_path, capsys):
+    results_dir = _build(tmp_path / "db", optimizers=("sgd",))
+    orphan = results_dir / "curves" / "task=linear_tracking" / "optimizer=sgd" / ".pack-1-2.parquet.123.tmp"
+    orphan.write_bytes(b"partial")
+    code, out = _verify(results_dir, capsys)
+    assert code == 1
+    assert f"{orphan.relative_to(results_dir)}: orphan (no manifest names it" in out
+    assert f"linear_tracking/fade: {4 * SEEDS} runs of the current sweep have no result" in out
+    assert "2 problems (1 missing runs, 1 orphan)" in out
