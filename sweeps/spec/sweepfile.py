@@ -7,20 +7,31 @@ the rest of the service never reads the YAML again.
 Beyond interface.md, a sweep may hold `variants`: a list of blocks that each override
 `task`, `task_settings` and/or `optimizers` (e.g. both noise levels of a preset, each
 with its own selected configurations).
+
+Reading follows what users of YAML 1.2 (and JSON) expect, not PyYAML's YAML 1.1: numbers
+such as `1e-2`, `5e-4` and `-1e3` are floats (1.1 reads them as strings); a key given
+twice in one mapping is an error (1.1 silently keeps the last one); the file must be
+UTF-8 text. Other scalars (booleans, null, ints, timestamps) read as `yaml.safe_load`
+reads them.
+
+The sweep's size is checked against `MAX_RUNS`, `MAX_RUN_STEPS` and `MAX_CURVE_ROWS`
+from the grid and seed counts alone, before any per-run structure (the seed tuple, the
+grid's cells, packs) is built, so a typo such as `seeds: 1000000000` fails at once.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import re
+import reprlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
-from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.spec.learners import optimizer_hyperparameters, optimizers_for
+from sweeps.spec.learners import hyperparameter_spec, optimizer_hyperparameters, optimizers_for
 from sweeps.spec.resources import PackResources
 from tasks import TASKS, get_task
 
@@ -34,6 +45,116 @@ RESOURCE_KEYS = ("cpus_per_pack", "gpus_per_pack")
 VARIANT_KEYS = ("task", "task_settings", "optimizers")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
+# Limits on one sweep, checked before anything is allocated (generous: the study's largest
+# preset is about 5,000 runs and 1e10 run-steps). Raise them here for a bigger cluster.
+MAX_RUNS = 10_000_000  # (config, seed) pairs: rows of scores/, and per-run state in the planner
+MAX_RUN_STEPS = 10**15  # runs x steps: about a year of a large cluster
+MAX_CURVE_ROWS = 2_000_000_000  # runs x logged bins: rows of curves/
+CURVE_ROW_BYTES = 100  # rough size of one curves/ row (keys, step, binned metrics), for messages
+MAX_FILE_BYTES = 16 * 2**20  # a sweep file is a few lines; refuse to parse anything near memory-sized
+
+
+class _SweepLoader(yaml.SafeLoader):
+    """`yaml.SafeLoader` with YAML 1.2 floats: `1e-2`, `5E-4`, `-1e3`, `1.5e3`, `-.5`."""
+
+
+# YAML 1.2 core floats that the 1.1 resolver misses (an exponent without a dot or without a
+# sign, a signed leading dot); the 1.1 float forms still resolve as before. A dot or an
+# exponent is required, so ints stay ints.
+_SweepLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(
+        r"""^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+
+            |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?)$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
+
+
+def _duplicate_key(node: yaml.Node, path: str = "", visited: set[int] | None = None) -> tuple[str, int, int] | None:
+    """The first key given twice in one mapping of the tree: (dotted key, line, first line).
+
+    Each node is visited once, so aliases (`*grid`) cannot make the walk exponential.
+    """
+    visited = set() if visited is None else visited
+    if id(node) in visited:
+        return None
+    visited.add(id(node))
+    if isinstance(node, yaml.MappingNode):
+        seen: dict[tuple[str, str], int] = {}
+        for key_node, value_node in node.value:
+            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "<complex key>"
+            where = f"{path}.{key}" if path else key
+            if isinstance(key_node, yaml.ScalarNode) and key != "<<":
+                ident = (key_node.tag, key)
+                if ident in seen:
+                    return where, key_node.start_mark.line + 1, seen[ident]
+                seen[ident] = key_node.start_mark.line + 1
+            found = _duplicate_key(value_node, where, visited)
+            if found:
+                return found
+    elif isinstance(node, yaml.SequenceNode):
+        for i, item in enumerate(node.value):
+            found = _duplicate_key(item, f"{path}[{i}]", visited)
+            if found:
+                return found
+    return None
+
+
+_REPR = reprlib.Repr()
+_REPR.maxstring, _REPR.maxother, _REPR.maxlist = 60, 60, 8
+
+
+def _short(value: Any) -> str:
+    """A bounded repr for messages (values may be huge or recursive through YAML aliases)."""
+    return _REPR.repr(value)
+
+
+def read_yaml(path: Path) -> Any:
+    """The sweep file as Python data; any problem is a one-line `SweepError`."""
+    try:
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise SweepError(f"{path}: {size:,} bytes is not a sweep file (the limit is {MAX_FILE_BYTES:,} bytes); give the YAML file")
+        raw = path.read_bytes()
+    except OSError as err:
+        raise SweepError(f"{path}: cannot read it: {err.strerror or err}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
+        hint = "it looks like UTF-16; save it as UTF-8" if utf16 else "is it a binary file? save the sweep file as UTF-8 text"
+        raise SweepError(f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); {hint}") from None
+    loader = None
+    try:
+        loader = _SweepLoader(text)
+        node = loader.get_single_node()
+        found = _duplicate_key(node) if node is not None else None
+        if found:
+            key, line, first = found
+            raise SweepError(
+                f"{path}: {key}: duplicate key at line {line} (first at line {first}); "
+                "YAML would keep only the last one, so merge them into one entry"
+            )
+        return loader.construct_document(node) if node is not None else None
+    except RecursionError:
+        raise SweepError(f"{path}: not valid YAML: nested too deeply for a sweep file") from None
+    except yaml.reader.ReaderError as err:
+        line = text.count("\n", 0, err.position) + 1
+        raise SweepError(
+            f"{path}: not valid YAML at line {line}: control character U+{err.character:04X} is not allowed "
+            "(is it a binary file?); save the sweep file as UTF-8 text"
+        ) from None
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        problem = " ".join(str(getattr(err, "problem", None) or err).split())
+        raise SweepError(f"{path}: not valid YAML{where}: {problem}") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
+
 
 @dataclass(frozen=True)
 class Experiment:
@@ -43,6 +164,11 @@ class Experiment:
     settings: Any  # the task's settings dataclass
     optimizer: str
     grid: tuple[tuple[str, tuple[float, ...]], ...]  # (hyperparameter, values), in the learner's order
+
+    @property
+    def size(self) -> int:
+        """Number of grid cells (configurations), without building them."""
+        return math.prod(len(values) for _, values in self.grid)
 
     def configs(self) -> list[dict[str, float]]:
         """The grid's cells, in a stable order (Cartesian product of the axes)."""
@@ -63,11 +189,11 @@ class Sweep:
 
     @property
     def runs(self) -> int:
-        return sum(len(e.configs()) for e in self.experiments) * len(self.seeds)
+        return sum(e.size for e in self.experiments) * len(self.seeds)
 
     @property
     def run_steps(self) -> int:
-        return sum(len(e.configs()) * e.settings.steps for e in self.experiments) * len(self.seeds)
+        return sum(e.size * e.settings.steps for e in self.experiments) * len(self.seeds)
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -75,13 +201,7 @@ def load_sweep(path: str | Path) -> Sweep:
     path = Path(path)
     if not path.is_file():
         raise SweepError(f"{path}: no such sweep file (give a YAML file or a preset name: `fade-sweep presets`)")
-    try:
-        document = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise SweepError(f"{path}: not valid YAML{where}: {getattr(err, 'problem', err)}") from None
-    return parse_sweep(document, str(path))
+    return parse_sweep(read_yaml(path), str(path))
 
 
 def parse_sweep(document: Any, source: str) -> Sweep:
@@ -97,8 +217,8 @@ def parse_sweep(document: Any, source: str) -> Sweep:
         raise fail(unknown[0], f"unknown key; allowed keys are {', '.join(TOP_LEVEL_KEYS)}")
     name = document.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise fail("name", f"must be a directory-safe name (letters, digits, . _ -), got {name!r}")
-    seeds = _parse_seeds(document.get("seeds", 1), fail)
+        raise fail("name", f"must be a directory-safe name (letters, digits, . _ -), got {_short(name)}")
+    seed_count = _count_seeds(document.get("seeds", 1), fail)
 
     blocks = document.get("variants")
     if blocks is None:
@@ -119,6 +239,8 @@ def parse_sweep(document: Any, source: str) -> Sweep:
     keys = [(e.task, e.settings, e.optimizer) for e in experiments]
     if len(set(keys)) != len(keys):
         raise fail("variants", "two variants run the same (task, task_settings, optimizer); merge their grids")
+    _check_size(experiments, seed_count, fail)
+    seeds = _make_seeds(document.get("seeds", 1))
     return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source, resources=resources, document=document)
 
 
@@ -137,19 +259,58 @@ def _parse_resources(value: Any, fail) -> PackResources:
     return PackResources(float(cpus), float(gpus))
 
 
-def _parse_seeds(value: Any, fail) -> tuple[int, ...]:
-    if isinstance(value, bool):
-        raise fail("seeds", f"must be a positive int n (seeds 0..n-1) or a list of distinct ints >= 0, got {value!r}")
-    if isinstance(value, int) and value > 0:
-        return tuple(range(value))
+def _count_seeds(value: Any, fail) -> int:
+    """How many seeds `seeds` names; checks its form without building the seeds."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
     if (
         isinstance(value, list)
         and value
         and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
         and len(set(value)) == len(value)
     ):
-        return tuple(value)
-    raise fail("seeds", f"must be a positive int n (seeds 0..n-1) or a list of distinct ints >= 0, got {value!r}")
+        return len(value)
+    raise fail("seeds", f"must be a positive int n (seeds 0..n-1) or a list of distinct ints >= 0, got {_short(value)}")
+
+
+def _make_seeds(value: int | list[int]) -> tuple[int, ...]:
+    """The seeds, once `_count_seeds` and `_check_size` have accepted them."""
+    return tuple(range(value)) if isinstance(value, int) else tuple(value)
+
+
+def _sci(number: float, digits: int = 1) -> str:
+    """4.0e9 rather than 4.0e+09."""
+    mantissa, exponent = f"{number:.{digits}e}".split("e")
+    return f"{mantissa}e{int(exponent)}"
+
+
+def _check_size(experiments: list[Experiment], seed_count: int, fail) -> None:
+    """Refuse a sweep beyond MAX_RUNS / MAX_RUN_STEPS / MAX_CURVE_ROWS, from counts alone."""
+    configs = sum(e.size for e in experiments)
+    runs = configs * seed_count
+    sizes = f"{seed_count:,} seed{'s' if seed_count != 1 else ''} x {configs:,} config{'s' if configs != 1 else ''}"
+    if runs > MAX_RUNS:
+        key = "seeds" if seed_count >= configs else "optimizers"
+        raise fail(
+            key,
+            f"{sizes} = {_sci(runs)} runs, more than the limit of {MAX_RUNS:,} runs "
+            "(sweeps.spec.sweepfile.MAX_RUNS); use fewer seeds or smaller grids",
+        )
+    run_steps = sum(e.size * e.settings.steps for e in experiments) * seed_count
+    if run_steps > MAX_RUN_STEPS:
+        raise fail(
+            "task_settings.steps",
+            f"{sizes} x steps = {_sci(run_steps)} run-steps, more than the limit of {_sci(MAX_RUN_STEPS, 0)} run-steps "
+            "(sweeps.spec.sweepfile.MAX_RUN_STEPS); use fewer steps, seeds or configs",
+        )
+    rows = sum(e.size * math.ceil(e.settings.steps / e.settings.bin) for e in experiments) * seed_count
+    if rows > MAX_CURVE_ROWS:
+        raise fail(
+            "task_settings.bin",
+            f"{sizes} x bins = {_sci(rows)} curve rows (about {rows * CURVE_ROW_BYTES / 1e9:,.0f} GB in the store), "
+            f"more than the limit of {MAX_CURVE_ROWS:,} rows (sweeps.spec.sweepfile.MAX_CURVE_ROWS); "
+            "use a larger bin, or fewer steps, seeds or configs",
+        )
 
 
 def _parse_block(document: dict, block: dict, prefix: str, fail) -> Iterator[Experiment]:
@@ -191,16 +352,24 @@ def _parse_grid(task, optimizer: str, grid: Any, key: str, fail) -> tuple[tuple[
     axes = []
     for name in takes:
         values = grid[name] if isinstance(grid[name], list) else [grid[name]]
-        spec = HYPERPARAMETERS[name]
+        spec, why = hyperparameter_spec(task, optimizer, name)
         if not values:
             raise fail(f"{key}.{name}", "empty list; give at least one value")
         for value in values:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not spec.accepts(float(value)):
-                raise fail(f"{key}.{name}", f"{value!r} is out of range; {name} ({spec.meaning}) must be {spec.allowed()}")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _accepts(spec, value):
+                scope = f" for {task.family} {optimizer} ({why})" if why else ""
+                raise fail(f"{key}.{name}", f"{_short(value)} is out of range; {name} ({spec.meaning}) must be {spec.allowed()}{scope}")
         if len(set(values)) != len(values):
             raise fail(f"{key}.{name}", "repeated value in the list")
         axes.append((name, tuple(float(v) for v in values)))
     return tuple(axes)
+
+
+def _accepts(spec, value: int | float) -> bool:
+    try:
+        return spec.accepts(float(value))
+    except OverflowError:  # an int beyond float range
+        return False
 
 
 def check_task_data(sweep: Sweep) -> None:
