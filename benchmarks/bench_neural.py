@@ -8,7 +8,11 @@ The pack is timed through the engine a sweep uses (streams, training, per-bin me
 after a short warm-up (compilation, data loading). The naive loop is the plain
 single-run PyTorch reference of tests/test_neural_learners.py (nn.Sequential, autograd,
 torch.optim, FADE written out) in float32 on one thread: what one process per run gets.
-Figures are run-steps per second (one run advanced by one step = one run-step).
+Figures are run-steps per second (one run advanced by one step = one run-step). On a
+GPU the rate is also given as a fraction of the HBM bandwidth: at batch size 1 per run,
+every run-step must at least read and write the run's own state once (weights, Adam
+moments, FADE's gamma and trace), so `state bytes x 2 x rate / peak` is the share of the
+memory system's limit the pack reaches.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from fade_core import get_neural_learner  # noqa: E402
 from sweeps.packs import make_runner  # noqa: E402
 from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
 from tests.test_neural_learners import reference  # noqa: E402  (the plain per-run loop)
@@ -68,6 +73,27 @@ def pack_rate(task: str, optimizer: str, runs: int, steps: int, data_dir: str, d
     return pack.run_steps / (time.perf_counter() - start), pack.runs
 
 
+PEAK_GBS = {"H100": 3350, "H200": 4800}  # HBM bandwidth, GB/s, by device name
+
+
+def state_bytes(task: str, optimizer: str, dtype_bytes: int = 4) -> int:
+    """Bytes of one run's state: parameters, Adam's two moments, FADE's gamma and trace."""
+    from tasks import get_task
+
+    arch = get_task(experiment(task, optimizer, 8, "").task).architecture
+    starts = arch.offsets()
+    learner = get_neural_learner(optimizer)
+    fade = {"none": 0, "head": starts[-1] - starts[-3], "all": starts[-1]}[learner.fade]
+    return dtype_bytes * (starts[-1] * (1 + 2 * (learner.base == "adam")) + 2 * fade)
+
+
+def peak_gbs(device: str) -> float | None:
+    if device != "cuda":
+        return None
+    name = torch.cuda.get_device_name()
+    return next((v for k, v in PEAK_GBS.items() if k in name), None)
+
+
 def naive_rate(task: str, optimizer: str, steps: int, data_dir: str) -> float:
     exp = experiment(task, optimizer, steps, data_dir)
     from tasks import get_task
@@ -93,15 +119,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--data-dir", default=os.environ.get("FADE_EMNIST_DIR", str(SHARED_EMNIST)))
+    parser.add_argument("--peak-gbs", type=float, help="HBM bandwidth for the fraction column (default: by GPU name)")
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive per-run loop")
     args = parser.parse_args()
-    print(f"device {args.device}, {args.threads} CPU threads, torch {torch.__version__}")
-    print(f"{'task':<10} {'optimizer':<13} {'pack runs':>9} {'pack run-steps/s':>17} {'naive steps/s':>14} {'speed-up':>9}")
+    peak = args.peak_gbs or peak_gbs(args.device)
+    where = torch.cuda.get_device_name() if args.device == "cuda" else f"{args.threads} CPU threads"
+    print(f"device {args.device} ({where}), torch {torch.__version__}")
+    print(f"{'task':<10} {'optimizer':<13} {'pack runs':>9} {'pack run-steps/s':>17} {'naive steps/s':>14} {'speed-up':>9}"
+          f" {'state MB/run':>12} {'HBM share':>9}")
     for task in (["nonlinear", "emnist"] if args.task == "both" else [args.task]):
         runs = args.runs or (240 if task == "nonlinear" else 100)
         steps = args.steps or (2000 if task == "nonlinear" else 1000)
         rate, packed = pack_rate(task, args.optimizer, runs, steps, args.data_dir, args.device, args.threads)
-        naive = naive_rate(task, args.optimizer, 300, args.data_dir)
-        print(f"{task:<10} {args.optimizer:<13} {packed:>9} {rate:>17,.0f} {naive:>14,.0f} {rate / naive:>8.0f}x")
+        naive = float("nan") if args.no_naive else naive_rate(task, args.optimizer, 300, args.data_dir)
+        mb = state_bytes(task, args.optimizer) / 1e6
+        share = f"{2 * mb * 1e6 * rate / (peak * 1e9):.1%}" if peak else "-"
+        print(f"{task:<10} {args.optimizer:<13} {packed:>9} {rate:>17,.0f} {naive:>14,.0f} {rate / naive:>8.1f}x"
+              f" {mb:>12.2f} {share:>9}")
 
 
 if __name__ == "__main__":

@@ -260,23 +260,3 @@ def test_nonlinear_score_is_mse_over_the_final_window():
     np.testing.assert_allclose(out.curves["mse"], out.curves["output_mse"].mean(axis=2))
     groups = runner.streams[0].groups
     np.testing.assert_allclose(out.curves["mse_fast"][0], out.curves["output_mse"][0][:, groups["fast"]].mean(axis=1))
-
-
-# ---------------------------------------------------------------- CUDA
-needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
-
-
-@needs_cuda
-@pytest.mark.parametrize("case", CASES)
-def test_cuda_runner_matches_cpu(case, emnist_dir):
-    task, settings = CASES[case]
-    if task.startswith("emnist"):
-        settings = {**settings, "data_dir": str(emnist_dir)}
-    experiment = _experiment(task, "fade_adam", {"alpha": [0.01, 0.003], "theta_lambda": [1.0], "gamma0": [-4.6]}, settings)
-    configs = experiment.configs()
-    cpu = _outcome(experiment, configs, [0, 1], 128)
-    gpu = _outcome(experiment, configs, [0, 1], 128, device="cuda")
-    for key in cpu:
-        np.testing.assert_allclose(gpu[key][0], cpu[key][0], rtol=1e-3)
-        for name, values in cpu[key][1].items():
-            np.testing.assert_allclose(gpu[key][1][name], values, rtol=2e-3, atol=1e-4, err_msg=name)

@@ -99,7 +99,9 @@ class NeuralRuns:
         self.adam_v_flat = torch.zeros_like(flat) if adam else flat.new_zeros(flat.shape[0], 0)
         self.adam_m = arch.views(self.adam_m_flat) if adam else []
         self.adam_v = arch.views(self.adam_v_flat) if adam else []
-        self.adam_steps = torch.zeros((), device=like.device, dtype=like.dtype)  # a tensor: graph-capture safe
+        # A float64 tensor: graph-capture safe, and Adam's bias corrections are computed in float64
+        # (as torch.optim.Adam does on the host) before they meet the run's dtype.
+        self.adam_steps = torch.zeros((), device=like.device, dtype=torch.float64)
         # FADE's gamma and trace cover the parameters from `fade_start` on: the head's, or all.
         starts = arch.offsets()
         self.fade_start = {"none": starts[-1], "head": starts[-3], "all": 0}[learner.fade]
@@ -210,6 +212,7 @@ class NeuralRuns:
         params = self.net.parameters()
         k = self.adam_steps  # Adam steps taken before this one
         k_now = k + 1
+        adam = self._adam_scalars(k) if learner.base == "adam" else None
         for index, param in enumerate(params):
             layer, is_bias = divmod(index, 2)
             delta = deltas[layer]
@@ -223,7 +226,7 @@ class NeuralRuns:
                 continue
             grad = delta if is_bias else torch.bmm(delta.unsqueeze(2), cache.inputs[layer].unsqueeze(1))
             if index in self.fade_index:
-                self._fade(index, param, grad, self._curvature(index, cache, head_factor), self._alpha_eff(index, alpha, k))
+                self._fade(index, param, grad, self._curvature(index, cache, head_factor), self._alpha_eff(index, alpha, adam))
             if learner.weight_decay == "coupled":
                 grad = grad + _per_run(hp["lambda"], param) * param
             elif learner.weight_decay == "decoupled":
@@ -231,19 +234,32 @@ class NeuralRuns:
             if learner.base == "sgd":
                 param.sub_(alpha * grad)
             else:
-                self._adam(index, param, grad, alpha, k_now)
+                self._adam(index, param, grad, adam)
         if learner.base == "adam":
             self.adam_steps.copy_(k_now)
         if learner.clip:
             self._clip()
 
-    def _alpha_eff(self, index: int, alpha: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    def _adam_scalars(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Adam's per-step scalars for the step after k, computed in float64 and then rounded to
+        the run's dtype (the CPU kernel's `_adam_constants` does the same): per run
+        alpha / (1 - beta1^(k+1)) [R, 1, ...], 1 / sqrt(1 - beta2^(k+1)), 1 / (1 - beta2^k) for
+        FADE's v_hat before the update, and whether an Adam step was taken before."""
+        dtype = self.net.flat.dtype
+        k_now = k + 1
+        step = (self.hp["alpha"].double() / (1 - BETA1**k_now)).to(dtype)
+        inv_sqrt_bc2 = (1 / (1 - BETA2**k_now).sqrt()).to(dtype)
+        inv_bc2_before = torch.where(k > 0, 1 / (1 - BETA2**k), 0.0).to(dtype)
+        return step, inv_sqrt_bc2, inv_bc2_before, k > 0
+
+    def _alpha_eff(self, index: int, alpha: torch.Tensor, adam: tuple | None) -> torch.Tensor:
         """alpha for SGD; for Adam alpha / (sqrt(v_hat) + eps) with v_hat as it stands before
         this step's update (alpha on the very first step, when there is no v_hat yet)."""
-        if self.learner.base == "sgd":
+        if adam is None:
             return alpha
-        v_hat = self.adam_v[index] / (1 - BETA2**k)
-        return torch.where(k > 0, alpha / (v_hat.sqrt() + EPS), alpha)
+        _, _, inv_bc2_before, started = adam
+        v_hat = self.adam_v[index] * inv_bc2_before
+        return torch.where(started, alpha / (v_hat.sqrt() + EPS), alpha)
 
     def _fade(self, index: int, param: torch.Tensor, grad: torch.Tensor, q: torch.Tensor, alpha_eff: torch.Tensor) -> None:
         """algorithms.md §2: gamma, decay, trace, then decay the parameter (the base step follows)."""
@@ -254,13 +270,13 @@ class NeuralRuns:
         trace.mul_(c).sub_(decay * param)
         param.mul_(1 - decay)
 
-    def _adam(self, index: int, param: torch.Tensor, grad: torch.Tensor, alpha: torch.Tensor, k: torch.Tensor) -> None:
-        """torch.optim.Adam's step with a per-run learning rate; k counts this step (1 on the first)."""
+    def _adam(self, index: int, param: torch.Tensor, grad: torch.Tensor, adam: tuple) -> None:
+        """torch.optim.Adam's step with a per-run learning rate (scalars from `_adam_scalars`)."""
+        step, inv_sqrt_bc2, _, _ = adam
         m, v = self.adam_m[index], self.adam_v[index]
         m.lerp_(grad, 1 - BETA1)
         v.mul_(BETA2).addcmul_(grad, grad, value=1 - BETA2)
-        denom = (v.sqrt() / (1 - BETA2**k).sqrt()).add_(EPS)
-        param.sub_((alpha / (1 - BETA1**k)) * m / denom)
+        param.sub_(_per_run(step, param) * m / (v.sqrt() * inv_sqrt_bc2 + EPS))
 
     def _clip(self) -> None:
         kappa = self.hp["kappa"]

@@ -1,0 +1,35 @@
+"""Compare the scores of one sweep run on different devices: same (config, seed) pairs,
+scores within float32 tolerance. Prints one line; exit 1 on any difference.
+
+    python benchmarks/compare_stores.py RESULTS_DIR_A RESULTS_DIR_B [...]
+"""
+
+from __future__ import annotations
+
+import sys
+
+import polars as pl
+
+from sweeps import results
+
+RTOL = 2e-3  # float32 on two engines whose sums are ordered differently, over thousands of steps
+
+
+def main(dirs: list[str]) -> int:
+    frames = [results.scores(d).select("config_id", "seed", "score", "diverged").collect() for d in dirs]
+    base = frames[0]
+    worst = 0.0
+    for other, name in zip(frames[1:], dirs[1:]):
+        joined = base.join(other, on=["config_id", "seed"], how="full", suffix="_b")
+        if joined.height != base.height or joined["score_b"].null_count() or joined["score"].null_count():
+            print(f"{name}: different (config, seed) pairs than {dirs[0]} ({other.height} vs {base.height} rows)")
+            return 1
+        rel = ((joined["score"] - joined["score_b"]).abs() / joined["score"].abs().clip(1e-12)).max()
+        worst = max(worst, rel)
+    verdict = "same numbers" if worst <= RTOL else "DIFFERENT"
+    print(f"{verdict}: {base.height} runs in {len(dirs)} stores, largest relative score difference {worst:.2e} (tolerance {RTOL:g})")
+    return 0 if worst <= RTOL else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,108 @@
+"""The CUDA path of the neural packs (batched torch ops, CUDA-graph replay) against the CPU
+compiled path, which tests/test_neural_learners.py checks against a plain PyTorch
+reference. Skipped where there is no GPU; `benchmarks/gpu_check.sh` runs them on one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fade_core import NEURAL_LEARNERS
+from sweeps.packs import make_runner
+from sweeps.spec import Pack, make_config, parse_sweep
+from tests.emnist_fixture import write_idx_dataset
+from tests.test_neural_learners import GRIDS
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (none on this machine)")
+
+STEPS = 300
+TASKS = {  # flips / permutations happen inside the 300 steps
+    "nonlinear": ("nonlinear_tracking", {"steps": STEPS, "score_window": 100, "bin": 100, "period": 40, "slow_multiplier": 3}),
+    "emnist": ("emnist_partial_permuted", {"steps": STEPS, "period": 70, "bin": 100}),
+}
+RTOL, ATOL = 2e-3, 1e-4  # float32 on two engines whose sums are ordered differently
+# Accuracy counts argmax hits: a near-tie between two logits can flip on a rounding
+# difference, so accuracies may differ by a few predictions (1% of the steps) while the
+# continuous metrics (loss, weights, decays) agree to float32 tolerance.
+FLIPS = 0.01
+
+
+@pytest.fixture(scope="module")
+def emnist_dir(tmp_path_factory):
+    return write_idx_dataset(tmp_path_factory.mktemp("emnist"), images=470)
+
+
+def _pack(task: str, optimizer: str, emnist_dir, configs=None, seeds=(0, 1), grid=None) -> Pack:
+    name, settings = TASKS[task]
+    if task == "emnist":
+        settings = {**settings, "data_dir": str(emnist_dir)}
+    grid = grid or {k: sorted({c[k] for c in GRIDS[optimizer]}) for k in GRIDS[optimizer][0]}
+    experiment = parse_sweep({"name": "t", "task": name, "task_settings": settings, "seeds": list(seeds),
+                              "optimizers": {optimizer: grid}}, "test").experiments[0]
+    cells = experiment.configs() if configs is None else [experiment.configs()[i] for i in configs]
+    return Pack(experiment, tuple(make_config(experiment, c) for c in cells), tuple(seeds))
+
+
+def _run(pack: Pack, device: str, chunk: int = 128, stop_at: int | None = None, runner=None):
+    runner = runner or make_runner(pack, chunk, device=device)
+    for progress in runner.run():
+        if stop_at is not None and progress.steps_done >= stop_at:
+            return runner
+    return runner
+
+
+def _assert_close(a, b, rtol=RTOL, atol=ATOL):
+    accuracy = "accuracy" in b.curves
+    np.testing.assert_allclose(a.score, b.score, rtol=rtol, atol=max(atol, FLIPS * accuracy))
+    assert np.array_equal(a.diverged, b.diverged)
+    for name, values in b.curves.items():
+        if values is None:
+            assert a.curves[name] is None, name
+        else:
+            np.testing.assert_allclose(a.curves[name], values, rtol=rtol, atol=max(atol, FLIPS * (name == "accuracy")),
+                                       err_msg=name)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
+def test_every_optimizer_on_cuda_matches_the_cpu_kernel(task, optimizer, emnist_dir):
+    pack = _pack(task, optimizer, emnist_dir)
+    _assert_close(_run(pack, "cuda").outcome(), _run(pack, "cpu").outcome())
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_pack_size_and_chunking_change_nothing_on_cuda(task, emnist_dir):
+    full = _run(_pack(task, "fade_adam", emnist_dir), "cuda", chunk=128).outcome()  # graphs of 50 steps + eager tails
+    alone = _run(_pack(task, "fade_adam", emnist_dir, configs=[1], seeds=(1,)), "cuda", chunk=37).outcome()  # eager only
+    run = 1 * 2 + 1  # config 1, seed slot 1 of the full pack
+    np.testing.assert_allclose(alone.score, full.score[run : run + 1], rtol=1e-5, atol=1e-7)
+    for name, values in full.curves.items():
+        if values is not None:
+            np.testing.assert_allclose(alone.curves[name], values[run : run + 1], rtol=1e-5, atol=1e-7, err_msg=name)
+
+
+@pytest.mark.parametrize("resume_on", ["cuda", "cpu"])
+def test_a_gpu_checkpoint_resumes_on_gpu_and_cpu(resume_on, tmp_path, emnist_dir):
+    pack = _pack("nonlinear", "fade_adam", emnist_dir)
+    straight = _run(pack, "cuda").outcome()
+    first = _run(pack, "cuda", stop_at=150)
+    torch.save(first.state_dict(), tmp_path / "pack.pt")
+    resumed = make_runner(pack, 128, device=resume_on)
+    resumed.load_state_dict(torch.load(tmp_path / "pack.pt", map_location="cpu", weights_only=True))
+    assert resumed.steps_done == first.steps_done
+    tolerance = {"rtol": 1e-6, "atol": 1e-8} if resume_on == "cuda" else {}
+    _assert_close(_run(pack, resume_on, runner=resumed).outcome(), straight, **tolerance)
+
+
+def test_a_diverging_run_leaves_its_neighbours_untouched_on_cuda(emnist_dir):
+    grid = {"alpha": [0.01, 50.0], "theta_lambda": [1.0], "gamma0": [-4.6]}  # alpha 50 diverges
+    both = _run(_pack("nonlinear", "fade_sgd", emnist_dir, grid=grid, seeds=(0,)), "cuda").outcome()
+    alone = _run(_pack("nonlinear", "fade_sgd", emnist_dir, grid={**grid, "alpha": [0.01]}, seeds=(0,)), "cuda").outcome()
+    assert both.diverged.tolist() == [False, True]
+    np.testing.assert_allclose(both.score[:1], alone.score, rtol=1e-6)
+
+
+def test_float32_means_float32_unless_tf32_is_asked_for(emnist_dir):
+    _run(_pack("nonlinear", "sgd", emnist_dir), "cuda")
+    assert not torch.backends.cuda.matmul.allow_tf32 and torch.get_float32_matmul_precision() == "highest"
