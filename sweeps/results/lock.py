@@ -156,6 +156,14 @@ def store_lock(results_dir: str | Path, command: str | None = None) -> Iterator[
         lock.release()
 
 
+def refuse_if_locked(results_dir: str | Path) -> None:
+    """Raise StoreLocked now if a live process holds the writer lock (a cheap early check, before
+    anything slow such as starting Ray; `StoreLock.acquire` remains the real guard)."""
+    holder = lock_holder(results_dir)
+    if holder is not None and not _stale(holder):
+        raise StoreLocked(f"{Path(results_dir)} is being written by {describe(holder)}")
+
+
 def lock_holder(results_dir: str | Path) -> dict | None:
     """Who holds the writer lock now (None: nobody), without taking it."""
     path = Path(results_dir) / LOCK_FILE

@@ -32,9 +32,17 @@ def selection(results_dir: str | Path, all_runs: bool = False) -> Selection:
     """Which committed rows a reader reads: each (config, seed) once (from the newest manifest that
     holds it), and, unless `all_runs`, only the pairs of the store's current sweep (sweep.yaml)."""
     wanted = None if all_runs else recorded_pairs(results_dir)
-    chosen = select(read_manifests(results_dir), wanted)
-    notice_once(results_dir, chosen.outside)
-    return chosen
+    manifests = read_manifests(results_dir)
+    key = (str(Path(results_dir).absolute()), tuple(m.name for m in manifests), id(wanted))
+    cached = _SELECTIONS.get(key)
+    if cached is None or cached[0] is not wanted:  # manifests are write-once: their names identify them
+        _SELECTIONS.clear()
+        cached = _SELECTIONS[key] = (wanted, select(manifests, wanted))
+    notice_once(results_dir, cached[1].outside)
+    return cached[1]
+
+
+_SELECTIONS: dict[tuple, tuple[frozenset | None, Selection]] = {}
 
 
 def _frame(results_dir: str | Path, kind: str, all_runs: bool) -> pl.LazyFrame:
@@ -109,8 +117,21 @@ def best_configs(cell_frame: pl.LazyFrame) -> pl.LazyFrame:
     )
 
 
+_EXPECTED: dict[int, tuple[Sweep, pl.DataFrame]] = {}  # by sweep object (the recorded one is cached per file)
+
+
 def expected_runs(sweep: Sweep) -> pl.DataFrame:
     """The key columns (as in scores/) of every (config, seed) the sweep asks for."""
+    cached = _EXPECTED.get(id(sweep))
+    if cached is not None and cached[0] is sweep:
+        return cached[1]
+    frame = _expected_runs(sweep)
+    _EXPECTED.clear()
+    _EXPECTED[id(sweep)] = (sweep, frame)
+    return frame
+
+
+def _expected_runs(sweep: Sweep) -> pl.DataFrame:
     frames = []
     for experiment in sweep.experiments:
         configs = tuple(make_config(experiment, values) for values in experiment.configs())
