@@ -30,7 +30,7 @@ from ray import tune
 from cluster.connect import connect
 from cluster.placement import parallel_slots
 from cluster.storage import check_storage
-from sweeps.results.lock import store_lock
+from sweeps.results.lock import refuse_if_locked, store_lock
 from sweeps.results.record import check_and_record, print_notices, sweep_pairs
 from sweeps.results.store import finished_runs, has_results, remove_orphans, write_bytes_atomic
 from sweeps.spec import Config, Experiment, Pack, PackResources, Sweep, SweepError, check_task_data, make_config, plan_packs
@@ -334,23 +334,11 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
     Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     results_dir = results_dir_for(sweep, storage)
-    with store_lock(results_dir):  # one writer per results folder, for the whole run
-        return _run_sweep_locked(sweep, results_dir, resume, options)
-
-
-def _run_sweep_locked(sweep: Sweep, results_dir: Path, resume: bool, options: ExecutionOptions) -> SweepRun:
-    if has_results(results_dir) and not resume:
-        raise SweepError(
-            f"{results_dir} already holds results of sweep {sweep.name}; pass --resume to finish it, "
-            "or choose another --storage or sweep name"
-        )
+    refuse_if_locked(results_dir)  # a second writer of the folder: refused at once, before Ray (exit 2)
+    _refuse_overwrite(sweep, results_dir, resume)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
-    # The store records the sweep it holds (refusing a dtype or settings change under stored runs).
-    print_notices(check_and_record(results_dir, sweep, options.dtype))
-    removed = remove_orphans(results_dir)  # files of interrupted writes: no manifest names them
-    if removed:
-        print(f"Removed {len(removed)} orphan files of interrupted writes from {results_dir}")
+    # Where it runs, checked before anything is written (a bad address, resources or storage: exit 2, no folder).
     started = time.perf_counter()
     dashboard_url = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started
@@ -358,6 +346,27 @@ def _run_sweep_locked(sweep: Sweep, results_dir: Path, resume: bool, options: Ex
         print(f"Ray dashboard: {dashboard_url}")
     slots = parallel_slots(resources)
     check_storage(results_dir)
+    with store_lock(results_dir):  # one writer per results folder, for the whole run
+        _refuse_overwrite(sweep, results_dir, resume)
+        return _run_sweep_locked(sweep, results_dir, resume, options, resources, slots, (started, ray_start, dashboard_url))
+
+
+def _refuse_overwrite(sweep: Sweep, results_dir: Path, resume: bool) -> None:
+    if has_results(results_dir) and not resume:
+        raise SweepError(
+            f"{results_dir} already holds results of sweep {sweep.name}; pass --resume to finish it, "
+            "or choose another --storage or sweep name"
+        )
+
+
+def _run_sweep_locked(sweep: Sweep, results_dir: Path, resume: bool, options: ExecutionOptions, resources: PackResources,
+                      slots: int, ray: tuple[float, float, str | None]) -> SweepRun:
+    started, ray_start, dashboard_url = ray
+    # The store records the sweep it holds (refusing a dtype or settings change under stored runs).
+    print_notices(check_and_record(results_dir, sweep, options.dtype))
+    removed = remove_orphans(results_dir)  # files of interrupted writes: no manifest names them
+    if removed:
+        print(f"Removed {len(removed)} orphan files of interrupted writes from {results_dir}")
     finished = finished_runs(results_dir) & sweep_pairs(sweep) if resume else set()  # runs outside the sweep: ignored
 
     resumed, resume_from = _resumable(results_dir, sweep, finished, options.dtype) if resume else ([], {})

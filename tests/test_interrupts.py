@@ -1,0 +1,295 @@
+"""Results you can trust: honest interrupts, embedded means embedded, nothing executable read back.
+
+Each test drives `fade-sweep run` in a subprocess (embedded Ray, --num-cpus 2) on a small
+linear sweep of 6 packs and checks what a user sees: exit codes, messages, status.json,
+the status command, and that a resumed sweep's scores equal an uninterrupted computation
+bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from sweeps import results
+from sweeps.packs import make_runner
+from sweeps.results.store import finished_runs
+from sweeps.spec import Pack, make_config, parse_sweep
+
+# 6 configs x 2 seeds, 2 runs per pack: 6 packs of a few seconds each, 2 at a time.
+SWEEP = {
+    "name": "interrupts",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 300_000, "bin": 30_000, "noise": 1.0},
+    "seeds": 2,
+    "optimizers": {"coupled": {"theta": [0.01, 0.005, 0.002], "beta0": [-4.6], "gamma0": [-2.3, -4.6]}},
+}
+PACKS = 6
+RUN_OPTIONS = ["--num-cpus", "2", "--runs-per-pack", "2", "--chunk-steps", "10000", "--checkpoint-every", "5", "--dtype", "float64"]
+CHECKPOINTED = 6 * 10_000 * 2  # run-steps of a pack once the driver has seen its first checkpoint (chunk 5)
+
+
+@pytest.fixture(scope="module")
+def sweep_file(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("sweep") / "interrupts.yaml"
+    path.write_text(yaml.safe_dump(SWEEP))
+    return path
+
+
+@pytest.fixture(scope="module")
+def reference_scores() -> dict:
+    """Every run of SWEEP computed in-process, one pack, no interruption."""
+    sweep = parse_sweep(SWEEP, "reference")
+    (experiment,) = sweep.experiments
+    pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), sweep.seeds)
+    runner = make_runner(pack, 100_000, torch.float64)
+    for _ in runner.run():
+        pass
+    keys = [(c.config_id, s) for c in pack.configs for s in pack.seeds]
+    return dict(zip(keys, runner.outcome().score))
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return {**env, **extra}
+
+
+def _cli(*args: str, env: dict | None = None) -> subprocess.Popen:
+    # Its own session, as a terminal's foreground job: a Ctrl-C reaches the whole group.
+    return subprocess.Popen([sys.executable, "-m", "sweeps.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env or _env(), start_new_session=True)
+
+
+def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        if process.poll() is not None:
+            raise AssertionError(f"the sweep ended before {what}:\n{process.communicate()[0][-3000:]}")
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    raise AssertionError(f"timed out waiting for {what}:\n{process.communicate()[0][-3000:]}")
+
+
+def _status(results_dir: Path) -> dict:
+    try:
+        return json.loads((results_dir / "status.json").read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {"trials": []}
+
+
+def _packs_in_store(results_dir: Path) -> int:
+    try:
+        return len(finished_runs(results_dir)) // 2
+    except Exception:  # noqa: BLE001 - mid-write
+        return 0
+
+
+def _some_but_not_all_packs(results_dir: Path) -> bool:
+    return 0 < _packs_in_store(results_dir) < PACKS
+
+
+def _assert_identical(results_dir: Path, reference: dict) -> None:
+    scores = results.scores(results_dir).collect()
+    assert scores.height == len(reference)
+    assert scores.select("config_id", "seed").unique().height == len(reference)
+    for row in scores.iter_rows(named=True):
+        assert row["score"] == reference[(row["config_id"], row["seed"])]  # bit for bit
+    curves = results.curves(results_dir).collect()
+    assert curves.height == len(reference) * 10 and curves.select("config_id", "seed", "step").unique().height == curves.height
+
+
+def _assert_interrupted(run: subprocess.Popen, out: str, results_dir: Path, sweep_file: Path, storage: Path) -> int:
+    """Exit 130, the hint, status.json `interrupted`, no report, no Done line; returns the packs saved."""
+    assert run.returncode == 130, out
+    saved = _packs_in_store(results_dir)
+    assert 0 < saved < PACKS, out
+    expected = (f"fade-sweep: interrupted: {saved} of {PACKS} packs done; continue with "
+                f"`fade-sweep run {sweep_file} --storage {storage} --resume`")
+    assert out.strip().splitlines()[-1] == expected, out
+    assert "Done:" not in out and not (results_dir / "report.html").exists()
+    status = _status(results_dir)
+    assert status["state"] == "interrupted" and status["driver_pid"] == run.pid, status
+    assert sum(t["state"] == "done" for t in status["trials"]) == saved, status
+    shown = _cli("status", str(results_dir)).communicate(timeout=60)[0]
+    assert "interrupted" in shown and "ETA" not in shown, shown
+    return saved
+
+
+def test_sigterm_stops_the_sweep_like_ctrl_c(sweep_file, tmp_path):
+    results_dir = tmp_path / SWEEP["name"]
+    run = _cli("run", str(sweep_file), "--storage", str(tmp_path), *RUN_OPTIONS)
+    _wait_for(lambda: _some_but_not_all_packs(results_dir), 180, "a finished pack", run)
+    os.kill(run.pid, signal.SIGTERM)  # the driver only, as `ray job stop` or a scheduler does
+    out, _ = run.communicate(timeout=120)
+    _assert_interrupted(run, out, results_dir, sweep_file, tmp_path)
+
+
+def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scores, tmp_path):
+    """Ctrl-C: an honest interrupt. --resume, then kill -9: status says the driver is gone. A copy of
+    the folder, with Tune's experiment state deleted and a booby-trapped packs.pkl, resumes from
+    the store and the checkpoints alone to bit-identical results, reports into the copy,
+    continues a pack from its checkpoint, and never unpickles anything."""
+    storage = tmp_path / "first"
+    original = storage / SWEEP["name"]
+    run = _cli("run", str(sweep_file), "--storage", str(storage), *RUN_OPTIONS)
+    _wait_for(lambda: _some_but_not_all_packs(original), 180, "a finished pack", run)
+    os.killpg(run.pid, signal.SIGINT)  # Ctrl-C in a terminal: the whole foreground group
+    out, _ = run.communicate(timeout=120)
+    saved = _assert_interrupted(run, out, original, sweep_file, storage)
+
+    run = _cli("run", str(sweep_file), "--storage", str(storage), "--resume", *RUN_OPTIONS)
+
+    def checkpointed_and_more_done():
+        # a pack still running with a checkpoint on disk: restored from one, or past its first in this run
+        mid = [t for t in _status(original)["trials"] if t["state"] == "running" and t["run_steps_done"] < t["run_steps_total"]
+               and (t["restored_from_step"] > 0 or t["run_steps_done"] >= CHECKPOINTED)]
+        return mid and saved < _packs_in_store(original) < PACKS
+
+    _wait_for(checkpointed_and_more_done, 180, "one more finished pack and a checkpointed running one", run)
+    os.killpg(run.pid, signal.SIGKILL)
+    run.communicate()
+    shown = _cli("status", str(original)).communicate(timeout=60)[0]
+    assert f"driver (pid {run.pid}) is not running: the sweep was interrupted; continue with --resume" in shown, shown
+    assert "ETA" not in shown, shown
+
+    copy = tmp_path / "copy" / SWEEP["name"]
+    shutil.copytree(original, copy)
+    original_status = (original / "status.json").read_bytes()
+    experiments = list(copy.glob("tune-*"))
+    assert len(experiments) == 2 and list(copy.glob("tune-*/*/checkpoint_*/pack_state.pt"))
+    for state in copy.glob("tune-*/experiment_state*.json"):
+        state.unlink()
+    for state in copy.glob("tune-*/tuner.pkl"):
+        state.write_bytes(b"garbage")
+    marker = tmp_path / "unpickled"
+
+    class Trap:
+        def __reduce__(self):
+            return (Path.touch, (marker,))
+
+    for experiment in experiments:
+        (experiment / "packs.pkl").write_bytes(pickle.dumps(Trap()))
+
+    resume = _cli("run", str(sweep_file), "--storage", str(tmp_path / "copy"), "--resume", "--no-report", *RUN_OPTIONS)
+    out, _ = resume.communicate(timeout=300)
+    assert resume.returncode == 0, out
+    assert not marker.exists()  # nothing from the store was unpickled
+    assert (original / "status.json").read_bytes() == original_status  # the copy reported into itself
+    status = _status(copy)
+    assert status["state"] == "finished" and status["driver_pid"] == resume.pid
+    assert any(t["restored_from_step"] > 0 for t in status["trials"]), out  # continued from a checkpoint
+    assert "interrupted packs continued from their checkpoints" in out
+    _assert_identical(copy, reference_scores)
+
+
+OTHER_RAY_PORT = 6389
+
+
+def _other_ray(tmp_path: Path) -> subprocess.Popen:
+    """A second Ray on this machine (1 CPU), in its own session so that the test can stop exactly it."""
+    base = 24000
+    command = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address", "127.0.0.1",
+               "--port", str(OTHER_RAY_PORT), "--num-cpus", "1", "--include-dashboard", "false",
+               "--node-manager-port", str(base), "--object-manager-port", str(base + 1),
+               "--dashboard-agent-listen-port", str(base + 2), "--dashboard-agent-grpc-port", str(base + 3),
+               "--metrics-export-port", str(base + 4), "--runtime-env-agent-port", str(base + 5),
+               "--min-worker-port", str(base + 100), "--max-worker-port", str(base + 999)]
+    log = open(tmp_path / "other-ray.log", "w")
+    other = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=_env(), start_new_session=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", OTHER_RAY_PORT), timeout=1).close()
+            return other
+        except OSError:
+            if other.poll() is not None:
+                break
+            time.sleep(0.5)
+    os.killpg(other.pid, signal.SIGKILL)
+    raise AssertionError(f"the other Ray did not start:\n{(tmp_path / 'other-ray.log').read_text()[-3000:]}")
+
+
+def test_embedded_run_ignores_another_ray_on_the_machine(sweep_file, tmp_path):
+    small = tmp_path / "small.yaml"
+    small.write_text(yaml.safe_dump({**SWEEP, "name": "small", "task_settings": {"steps": 20_000, "bin": 10_000}}))
+    other = _other_ray(tmp_path)
+    try:
+        done = _cli("run", str(small), "--storage", str(tmp_path), "--num-cpus", "2", "--runs-per-pack", "6", "--no-report")
+        out, _ = done.communicate(timeout=180)
+    finally:
+        os.killpg(other.pid, signal.SIGTERM)
+        try:
+            other.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(other.pid, signal.SIGKILL)
+            other.wait()
+    assert done.returncode == 0, out
+    assert "2 packs at once on 1 node(s)" in out, out  # its own Ray with 2 CPUs, not the other one's 1
+    assert results.scores(tmp_path / "small").collect().height == 12
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "http://127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_unreachable_address_fails_in_seconds(monkeypatch, address):
+    from cluster.connect import check_reachable, connect
+    from cluster.errors import ClusterError
+
+    started = time.monotonic()
+    with pytest.raises(ClusterError, match="cannot reach a Ray cluster at 127.0.0.1:1"):
+        check_reachable(address)
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    with pytest.raises(ClusterError, match="cannot reach a Ray cluster at 127.0.0.1:1"):
+        connect(None)  # RAY_ADDRESS is an explicit address too: checked, not retried for minutes
+    assert time.monotonic() - started < 10
+
+
+@pytest.mark.parametrize("how", ["--address", "RAY_ADDRESS"])
+def test_unreachable_address_exit_2(sweep_file, tmp_path, how):
+    args = ["run", str(sweep_file), "--storage", str(tmp_path), "--num-cpus", "2"]
+    env = _env()
+    if how == "--address":
+        args += ["--address", "127.0.0.1:1"]
+    else:
+        env["RAY_ADDRESS"] = "127.0.0.1:1"
+    done = _cli(*args, env=env)
+    out, _ = done.communicate(timeout=90)  # mostly Python's imports; Ray's own retries took > 100 s
+    assert done.returncode == 2, out
+    lines = out.strip().splitlines()
+    if how == "RAY_ADDRESS":
+        assert lines[0] == "Attaching to the Ray cluster at 127.0.0.1:1 (RAY_ADDRESS is set)", out
+    assert lines[-1].startswith("fade-sweep: error: cannot reach a Ray cluster at 127.0.0.1:1"), out
+    assert not (tmp_path / SWEEP["name"]).exists()
+
+
+def test_status_of_a_dead_driver(tmp_path):
+    from sweeps.results.status import STALE_SECONDS, SweepStatus, TrialStatus, driver_gone, format_status, read_status
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    now = time.time()
+    status = SweepStatus("s", "running", now - 10, now, 200, {"a": TrialStatus("a", "running", 100, 200)}, driver_pid=dead.pid)
+    status.write(tmp_path)
+    back = read_status(tmp_path)
+    assert (back.driver_pid, back.host) == (dead.pid, socket.gethostname())
+    text = format_status(back, 0)
+    assert driver_gone(back) and "ETA" not in text
+    assert f"driver (pid {dead.pid}) is not running: the sweep was interrupted; continue with --resume" in text
+    alive = SweepStatus("s", "running", now - 10, now, 200, {"a": TrialStatus("a", "running", 100, 200)})
+    assert not driver_gone(alive) and "ETA" in format_status(alive, 0)
+    elsewhere = SweepStatus("s", "running", now - 100, now - STALE_SECONDS - 1, 200, {}, driver_pid=1, host="elsewhere")
+    assert driver_gone(elsewhere) and "not running" in format_status(elsewhere, 0)
+    assert not driver_gone(SweepStatus("s", "running", now - 100, now - 1, 200, {}, driver_pid=1, host="elsewhere"))
