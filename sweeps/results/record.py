@@ -88,9 +88,8 @@ def recorded_pairs(results_dir: str | Path) -> frozenset | None:
 
 
 def sweep_pairs(sweep: Sweep) -> set[tuple[str, int]]:
-    return {
-        (make_config(e, values).config_id, s) for e in sweep.experiments for values in e.configs() for s in sweep.seeds
-    }
+    ids = [make_config(e, values).config_id for e in sweep.experiments for values in e.configs()]
+    return {(config_id, s) for config_id in ids for s in sweep.seeds}
 
 
 def _identity(settings) -> dict:
@@ -108,7 +107,8 @@ def _settings_conflict(old: Sweep, new: Sweep, stored: set[tuple[str, int]]) -> 
         settings = _identity(e.settings)
         if not candidates or settings in candidates:
             continue
-        runs = sum((make_config(e, v).config_id, s) in stored for v in e.configs() for s in old.seeds)
+        ids = [make_config(e, v).config_id for v in e.configs()]
+        runs = sum((config_id, s) in stored for config_id in ids for s in old.seeds)
         if not runs:
             continue
         closest = min(candidates, key=lambda c: sum(c.get(k) != v for k, v in settings.items()))
