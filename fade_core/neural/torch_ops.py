@@ -11,6 +11,7 @@ batched ops stream every run's weights through memory once per op and step there
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from typing import Literal
 
@@ -90,6 +91,7 @@ class NeuralRuns:
         self.net = net
         self.loss = loss
         self.compiled_cpu = compiled_cpu  # CPU segments in one compiled call (False: batched torch ops)
+        self._compiled_update = None
         like = net.weights[0]
         self.hp = {k: v.to(like.device, like.dtype) for k, v in hp.items()}
         arch, flat = net.arch, net.flat
@@ -194,8 +196,17 @@ class NeuralRuns:
             result = StepResult(cache, loss, None, out.argmax(dim=1) == target)
             head_factor = p * (1 - p)
         deltas = self.net.backward(cache, delta)
-        self._update(cache, deltas, head_factor)
+        self._updater()(cache, deltas, head_factor)
         return result
+
+    def _updater(self):
+        """`_update`, compiled by torch.compile on CUDA when FADE_TORCH_COMPILE=1: the
+        optimizer's elementwise chain (gradient outer product, Adam moments, FADE) becomes
+        one fused kernel per parameter instead of a dozen passes over the runs' state."""
+        if self._compiled_update is None:
+            wanted = self.net.flat.device.type == "cuda" and os.environ.get("FADE_TORCH_COMPILE", "0") == "1"
+            self._compiled_update = torch.compile(self._update, dynamic=False) if wanted else self._update
+        return self._compiled_update
 
     def _curvature(self, index: int, cache: ForwardCache, head_factor: torch.Tensor | None) -> torch.Tensor:
         """FADE's q for parameter `index`: (layer input)^2 for weights, 1 for biases, times
@@ -219,12 +230,17 @@ class NeuralRuns:
             alpha = _per_run(hp["alpha"], param)
             fused_sgd = learner.base == "sgd" and index not in self.fade_index
             if not is_bias and fused_sgd:
-                # Rank-one SGD step without materialising the gradient: P -= alpha * delta input^T.
                 if learner.weight_decay == "coupled":
-                    param.mul_(1 - alpha * _per_run(hp["lambda"], param))
-                param.baddbmm_((delta * -alpha.squeeze(2)).unsqueeze(2), cache.inputs[layer].unsqueeze(1))
+                    # As torch.optim.SGD(weight_decay): d = G + lambda * P, then P -= alpha * d, per
+                    # element. (A shrink factor 1 - alpha*lambda rounds to a multiple of 2^-24 in float32:
+                    # the decay would vanish for alpha*lambda < 3e-8.)
+                    d = torch.baddbmm(_per_run(hp["lambda"], param) * param, delta.unsqueeze(2), cache.inputs[layer].unsqueeze(1))
+                    param.addcmul_(d, -alpha)
+                else:
+                    # Rank-one SGD step without materialising the gradient: P -= alpha * delta input^T.
+                    param.baddbmm_((delta * -alpha.squeeze(2)).unsqueeze(2), cache.inputs[layer].unsqueeze(1))
                 continue
-            grad = delta if is_bias else torch.bmm(delta.unsqueeze(2), cache.inputs[layer].unsqueeze(1))
+            grad = delta if is_bias else delta.unsqueeze(2) * cache.inputs[layer].unsqueeze(1)  # outer product
             if index in self.fade_index:
                 self._fade(index, param, grad, self._curvature(index, cache, head_factor), self._alpha_eff(index, alpha, adam))
             if learner.weight_decay == "coupled":
@@ -243,14 +259,14 @@ class NeuralRuns:
     def _adam_scalars(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Adam's per-step scalars for the step after k, computed in float64 and then rounded to
         the run's dtype (the CPU kernel's `_adam_constants` does the same): per run
-        alpha / (1 - beta1^(k+1)) [R, 1, ...], 1 / sqrt(1 - beta2^(k+1)), 1 / (1 - beta2^k) for
+        alpha / (1 - beta1^(k+1)) [R, 1, ...], sqrt(1 - beta2^(k+1)), 1 / (1 - beta2^k) for
         FADE's v_hat before the update, and whether an Adam step was taken before."""
         dtype = self.net.flat.dtype
         k_now = k + 1
         step = (self.hp["alpha"].double() / (1 - BETA1**k_now)).to(dtype)
-        inv_sqrt_bc2 = (1 / (1 - BETA2**k_now).sqrt()).to(dtype)
+        sqrt_bc2 = (1 - BETA2**k_now).sqrt().to(dtype)
         inv_bc2_before = torch.where(k > 0, 1 / (1 - BETA2**k), 0.0).to(dtype)
-        return step, inv_sqrt_bc2, inv_bc2_before, k > 0
+        return step, sqrt_bc2, inv_bc2_before, k > 0
 
     def _alpha_eff(self, index: int, alpha: torch.Tensor, adam: tuple | None) -> torch.Tensor:
         """alpha for SGD; for Adam alpha / (sqrt(v_hat) + eps) with v_hat as it stands before
@@ -272,11 +288,12 @@ class NeuralRuns:
 
     def _adam(self, index: int, param: torch.Tensor, grad: torch.Tensor, adam: tuple) -> None:
         """torch.optim.Adam's step with a per-run learning rate (scalars from `_adam_scalars`)."""
-        step, inv_sqrt_bc2, _, _ = adam
+        step, sqrt_bc2, _, _ = adam
         m, v = self.adam_m[index], self.adam_v[index]
         m.lerp_(grad, 1 - BETA1)
         v.mul_(BETA2).addcmul_(grad, grad, value=1 - BETA2)
-        param.sub_(_per_run(step, param) * m / (v.sqrt() * inv_sqrt_bc2 + EPS))
+        # As torch.optim.Adam: sqrt(v) divided by sqrt(bias correction 2) (not times its reciprocal)
+        param.sub_(_per_run(step, param) * m / (v.sqrt() / sqrt_bc2 + EPS))
 
     def _clip(self) -> None:
         kappa = self.hp["kappa"]
