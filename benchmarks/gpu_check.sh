@@ -39,6 +39,14 @@ if [[ " $parts " == *" bench "* ]]; then
     echo "$line"
     summary+=("bench       | ${line:-failed: $(tail -1 "$logs/bench-$task-$optimizer.err")}")
   done
+  # The same Adam-family packs with the update compiled by torch.compile (FADE_TORCH_COMPILE=1).
+  for optimizer in adam fade_adam; do
+    line=$(FADE_TORCH_COMPILE=1 timeout 200 $py benchmarks/bench_neural.py --device cuda --task emnist \
+             --optimizer "$optimizer" --runs 2000 --steps "${BENCH_STEPS:-500}" --no-naive \
+             2>"$logs/bench-compiled-$optimizer.err" | tail -1)
+    echo "compiled: $line"
+    summary+=("compiled    | ${line:-failed: $(tail -1 "$logs/bench-compiled-$optimizer.err")}")
+  done
 fi
 
 if [[ " $parts " == *" sweep "* ]]; then
