@@ -24,9 +24,10 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Self
 
 from sweeps.spec import SweepError
 
@@ -77,7 +78,7 @@ class StoreLock:
         self.command = command if command is not None else " ".join(sys.argv)
         self.fd: int | None = None
 
-    def acquire(self) -> StoreLock:
+    def acquire(self) -> Self:
         self.results_dir.mkdir(parents=True, exist_ok=True)
         for _ in range(10):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -139,7 +140,7 @@ class StoreLock:
         finally:
             os.close(fd)  # closing drops the flock
 
-    def __enter__(self) -> StoreLock:
+    def __enter__(self) -> Self:
         return self.acquire()
 
     def __exit__(self, *exc) -> None:

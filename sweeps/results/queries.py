@@ -17,7 +17,16 @@ import pyarrow as pa
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.results.record import recorded_pairs, recorded_sweep
-from sweeps.results.store import CURVES, SCORES, Selection, notice_once, read_manifests, run_keys, scan_selection, select
+from sweeps.results.store import (
+    CURVES,
+    SCORES,
+    Selection,
+    notice_once,
+    read_manifests,
+    run_keys,
+    scan_selection,
+    select,
+)
 from sweeps.spec import Pack, Sweep, make_config
 from tasks import get_task
 

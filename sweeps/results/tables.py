@@ -120,7 +120,7 @@ def sensitivity_tables(results_dir: str | Path) -> list[SensitivityTable]:
         best_pair = ranked.select("gamma0", "theta_lambda").head(1).rows()
         full = full.with_columns(
             best=pl.struct("gamma0", "theta_lambda").map_elements(
-                lambda r: (r["gamma0"], r["theta_lambda"]) in best_pair, return_dtype=pl.Boolean
+                lambda r, best_pair=best_pair: (r["gamma0"], r["theta_lambda"]) in best_pair, return_dtype=pl.Boolean
             )
         ).sort("gamma0", "theta_lambda", descending=[True, False])
         *variant_values, optimizer, alpha = group_key
