@@ -192,6 +192,7 @@ def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scor
     assert (original / "status.json").read_bytes() == original_status  # the copy reported into itself
     status = _status(copy)
     assert status["state"] == "finished" and status["driver_pid"] == resume.pid
+    assert [t["state"] for t in status["trials"]] == ["done"] * PACKS, status  # the whole sweep, earlier runs' packs too
     assert any(t["restored_from_step"] > 0 for t in status["trials"]), out  # continued from a checkpoint
     assert "interrupted packs continued from their checkpoints" in out
     _assert_identical(copy, reference_scores)

@@ -9,6 +9,7 @@ lost machine) without a final state written: see `driver_gone`.
 Format (JSON, one object):
   sweep, state (running | finished | failed | interrupted), started_at, updated_at (Unix
   seconds; updated_at is the heartbeat), run_steps_total, driver_pid, host,
+  run_steps_at_start (of packs finished by earlier runs, listed as done trials),
   trials: [{pack_id, state (pending | running | done | failed), run_steps_done,
             run_steps_total, node_id, pid, restored_from_step}, ...]
 """
@@ -50,6 +51,7 @@ class SweepStatus:
     trials: dict[str, TrialStatus] = field(default_factory=dict)
     driver_pid: int | None = field(default_factory=os.getpid)
     host: str | None = field(default_factory=socket.gethostname)
+    run_steps_at_start: int = 0  # of packs finished by earlier runs of the sweep (not part of this run's rate)
 
     @property
     def run_steps_done(self) -> int:
@@ -60,9 +62,9 @@ class SweepStatus:
 
     @property
     def rate(self) -> float:
-        """Run-steps per second since the sweep started."""
+        """Run-steps per second since this run of the sweep started."""
         elapsed = self.updated_at - self.started_at
-        return self.run_steps_done / elapsed if elapsed > 0 else 0.0
+        return max(0, self.run_steps_done - self.run_steps_at_start) / elapsed if elapsed > 0 else 0.0
 
     @property
     def nodes(self) -> set[str]:

@@ -45,7 +45,9 @@ TUNE_PREFIX = "tune-"
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """The sweep was stopped (SIGINT / SIGTERM) before every pack finished; finished packs are saved."""
+    """The sweep was stopped (SIGINT / SIGTERM) before every pack finished; finished packs are saved.
+
+    Counts are the sweep's packs: this run's and those earlier runs finished."""
 
     def __init__(self, packs_done: int, packs_total: int, results_dir: Path):
         super().__init__(f"interrupted: {packs_done} of {packs_total} packs done")
@@ -208,9 +210,20 @@ def newest_checkpoints(results_dir: Path, dtype: str) -> dict[str, tuple[int, Pa
     return newest
 
 
-def _resumable(results_dir: Path, sweep: Sweep, finished: set, dtype: str) -> tuple[list[Pack], dict[str, str]]:
+def _finished_recorded(recorded: dict[str, Pack], finished: set) -> list[Pack]:
+    """Recorded packs whose runs are all in the store (disjoint): what earlier runs finished, for the status."""
+    taken: set[tuple[str, int]] = set()
+    packs = []
+    for pack in recorded.values():
+        runs = {(c.config_id, s) for c in pack.configs for s in pack.seeds}
+        if runs <= finished and not runs & taken:
+            taken |= runs
+            packs.append(pack)
+    return packs
+
+
+def _resumable(results_dir: Path, recorded: dict[str, Pack], finished: set, dtype: str) -> tuple[list[Pack], dict[str, str]]:
     """Unfinished recorded packs with a checkpoint (disjoint, most advanced first), and their checkpoints."""
-    recorded = recorded_packs(results_dir, sweep)
     checkpoints = newest_checkpoints(results_dir, dtype)
     candidates = sorted(
         ((checkpoints[pid][0], recorded[pid]) for pid in checkpoints if pid in recorded),
@@ -292,13 +305,13 @@ class _Signals:
 
 
 def _run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], results_dir: Path,
-               options: ExecutionOptions, resources: PackResources) -> _Phase:
+               options: ExecutionOptions, resources: PackResources, earlier: list[Pack]) -> _Phase:
     """Run the packs as one new Tune experiment; raises SweepInterrupted or RuntimeError unless all finish."""
     results_dir.mkdir(parents=True, exist_ok=True)
     name = _new_experiment(results_dir)
     write_bytes_atomic(results_dir / name / PACKS_RECORD, packs_document(sweep, packs))
     by_id = {p.pack_id: p for p in packs}
-    progress = SweepProgress(sweep.name, packs, results_dir, options.show_progress)
+    progress = SweepProgress(sweep.name, packs, results_dir, options.show_progress, finished=earlier)
     grid = None
     try:
         tuner = tune.Tuner(
@@ -311,12 +324,12 @@ def _run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], res
     except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
         pass
     done = finished_runs(results_dir)
-    written = {p.pack_id for p in packs if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
+    written = {p.pack_id for p in [*earlier, *packs] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
     failed = [] if grid is None else [r.config.get("pack_id") for r in grid if r.error and r.config.get("pack_id") not in written]
     unfinished = [pid for pid in by_id if pid not in written and pid not in failed]
     if grid is None or unfinished:
         progress.finish("interrupted", written)
-        raise SweepInterrupted(len(written), len(packs), results_dir)
+        raise SweepInterrupted(len(written), len(earlier) + len(packs), results_dir)
     if failed:
         progress.finish("failed", written)
         raise RuntimeError(
@@ -369,14 +382,16 @@ def _run_sweep_locked(sweep: Sweep, results_dir: Path, resume: bool, options: Ex
         print(f"Removed {len(removed)} orphan files of interrupted writes from {results_dir}")
     finished = finished_runs(results_dir) & sweep_pairs(sweep) if resume else set()  # runs outside the sweep: ignored
 
-    resumed, resume_from = _resumable(results_dir, sweep, finished, options.dtype) if resume else ([], {})
+    recorded = recorded_packs(results_dir, sweep) if resume else {}
+    resumed, resume_from = _resumable(results_dir, recorded, finished, options.dtype)
+    earlier = _finished_recorded(recorded, finished)
     covered = set(finished).union(*({(c.config_id, s) for c in p.configs for s in p.seeds} for p in resumed))
     # On GPUs a pack fills the device; on CPUs packs are sized to keep every slot busy.
     runs_per_pack = options.runs_per_pack or (MAX_PACK_RUNS if resources.gpus > 0 else None)
     plan = plan_packs(sweep, slots, covered, runs_per_pack)
     packs = resumed + plan
     with _Signals():
-        phase = _run_packs(sweep, packs, resume_from, results_dir, options, resources) if packs else None
+        phase = _run_packs(sweep, packs, resume_from, results_dir, options, resources, earlier) if packs else None
     return SweepRun(
         results_dir=results_dir,
         packs=phase.packs if phase else 0,

@@ -25,16 +25,20 @@ WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
 class SweepProgress(Callback):
     """A Tune callback following every trial (= pack) of a sweep."""
 
-    def __init__(self, sweep_name: str, packs: list[Pack], results_dir: Path, show: bool = True):
+    def __init__(self, sweep_name: str, packs: list[Pack], results_dir: Path, show: bool = True, finished: list[Pack] = ()):
+        """`packs`: this run's trials; `finished`: packs that earlier runs of the sweep finished (shown as done)."""
         self.results_dir = results_dir
         self.show = show
+        trials = {p.pack_id: TrialStatus(p.pack_id, "done", p.run_steps, p.run_steps) for p in finished}
+        trials.update({p.pack_id: TrialStatus(p.pack_id, "pending", 0, p.run_steps) for p in packs})
         self.status = SweepStatus(
             sweep=sweep_name,
             state="running",
             started_at=time.time(),
             updated_at=time.time(),
-            run_steps_total=sum(p.run_steps for p in packs),
-            trials={p.pack_id: TrialStatus(p.pack_id, "pending", 0, p.run_steps) for p in packs},
+            run_steps_total=sum(p.run_steps for p in [*finished, *packs]),
+            trials=trials,
+            run_steps_at_start=sum(p.run_steps for p in finished),
         )
         self._written_at = 0.0
         self._progress: Progress | None = None
@@ -57,7 +61,8 @@ class SweepProgress(Callback):
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
             )
-            self._task = self._progress.add_task("sweep", total=self.status.run_steps_total, packs="", rate="")
+            self._task = self._progress.add_task("sweep", total=self.status.run_steps_total, completed=self.status.run_steps_done,
+                                                 packs="", rate="")
             self._progress.start()
         self._refresh(force=True)
 
