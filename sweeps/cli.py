@@ -169,8 +169,9 @@ def _cmd_run(args) -> None:
     resources = _resources(args, sweep)
     if resources.gpus < 0:
         raise UserError(f"--gpus-per-pack must be >= 0, got {resources.gpus:g}")
-    if resources.gpus > 0 and cpu_only_tasks(sweep.experiments):
-        raise UserError(f"--gpus-per-pack: {', '.join(cpu_only_tasks(sweep.experiments))} runs on CPUs only; drop it")
+    cpu_only = cpu_only_tasks(sweep.experiments)
+    if resources.gpus > 0 and len(cpu_only) == len({e.task for e in sweep.experiments}):
+        raise UserError(f"--gpus-per-pack: {', '.join(cpu_only)} runs on CPUs only; drop it")
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
     if args.dry_run:
         _dry_run(args, sweep, resources)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from sweeps.spec.sweepfile import Experiment, Sweep
+from tasks import get_task
 
 MIN_PACK_RUNS = 100  # below this the batched kernel no longer hides per-chunk overhead
 MAX_PACK_RUNS = 2000  # above this a pack's stream and loss buffers outgrow the caches
@@ -78,16 +79,19 @@ def pack_runs_target(total_runs: int, cpus: int) -> int:
 
 
 def plan_packs(
-    sweep: Sweep, cpus: int, done: Iterable[tuple[str, int]] = (), runs_per_pack: int | None = None
+    sweep: Sweep, cpus: int, done: Iterable[tuple[str, int]] = (), runs_per_pack: int | None = None,
+    gpu: bool = False,
 ) -> list[Pack]:
     """Packs covering every (config, seed) of the sweep not in `done`, largest first.
 
     Configs are grouped by the seeds they still miss, so a resumed sweep never writes a
-    second row for a finished (config, seed).
+    second row for a finished (config, seed). With `gpu`, packs of GPU-capable tasks
+    fill the device (MAX_PACK_RUNS runs); CPU packs are sized to keep `cpus` slots busy.
     """
     finished = set(done)
     pending: list[tuple[Experiment, tuple[int, ...], list[Config]]] = []
-    total = 0
+    total = 0  # runs of CPU packs
+    on_gpu = {e.task for e in sweep.experiments if gpu and get_task(e.task).runs_on_gpu}
     for experiment in sweep.experiments:
         by_seeds: dict[tuple[int, ...], list[Config]] = defaultdict(list)
         for values in experiment.configs():
@@ -95,11 +99,12 @@ def plan_packs(
             missing = tuple(s for s in sweep.seeds if (config.config_id, s) not in finished)
             if missing:
                 by_seeds[missing].append(config)
-                total += len(missing)
+                total += len(missing) * (experiment.task not in on_gpu)
         pending.extend((experiment, seeds, configs) for seeds, configs in by_seeds.items())
-    target = runs_per_pack or pack_runs_target(total, cpus)
+    cpu_target = runs_per_pack or pack_runs_target(total, cpus)
     packs = []
     for experiment, seeds, configs in pending:
+        target = (runs_per_pack or MAX_PACK_RUNS) if experiment.task in on_gpu else cpu_target
         n_packs = math.ceil(len(configs) * len(seeds) / target)
         size = math.ceil(len(configs) / n_packs)
         packs.extend(Pack(experiment, tuple(configs[i : i + size]), seeds) for i in range(0, len(configs), size))

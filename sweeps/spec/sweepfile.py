@@ -234,7 +234,7 @@ def parse_sweep(document: Any, source: str) -> Sweep:
         experiments.extend(_parse_block(document, block, prefix, fail))
     resources = _parse_resources(document.get("resources") or {}, fail)
     cpu_only = cpu_only_tasks(experiments)
-    if resources.gpus > 0 and cpu_only:
+    if resources.gpus > 0 and len(cpu_only) == len({e.task for e in experiments}):
         raise fail("resources.gpus_per_pack", f"{', '.join(cpu_only)} runs on CPUs only; remove gpus_per_pack")
     keys = [(e.task, e.settings, e.optimizer) for e in experiments]
     if len(set(keys)) != len(keys):

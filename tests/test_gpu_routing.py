@@ -1,0 +1,50 @@
+"""Resources per task family: in one sweep, packs of CPU-only tasks ask for CPUs alone and
+fill the CPU slots; packs of GPU-capable tasks ask for the GPU share and fill the device."""
+
+from __future__ import annotations
+
+import pytest
+
+from sweeps.spec import PackResources, SweepError, parse_sweep, plan_packs
+from sweeps.spec.plan import MAX_PACK_RUNS
+
+MIXED = {
+    "name": "mixed",
+    "seeds": 5,
+    "variants": [
+        {"task": "linear_tracking", "task_settings": {"steps": 1000},
+         "optimizers": {"sgd": {"alpha": [0.1, 0.05, 0.01, 0.005]}, "fade": {"alpha": [0.1, 0.05], "theta_lambda": [0.0, 0.01],
+                                                                           "gamma0": [-1.2, -2.3, -4.6]}}},
+        {"task": "nonlinear_tracking", "task_settings": {"steps": 1000, "score_window": 500, "bin": 500},
+         "optimizers": {"fade_sgd": {"alpha": [0.01, 0.001], "theta_lambda": [0.0, 0.5, 1.0], "gamma0": [-4.6, -9.2]}}},
+    ],
+    "resources": {"gpus_per_pack": 0.5},
+}
+
+
+def test_a_mixed_sweep_with_gpus_is_valid_and_each_family_asks_for_its_own():
+    sweep = parse_sweep(MIXED, "test")
+    assert sweep.resources == PackResources(1.0, 0.5)
+    assert sweep.resources.for_task(runs_on_gpu=False) == PackResources(1.0, 0.0)
+    assert sweep.resources.for_task(runs_on_gpu=True) == PackResources(1.0, 0.5)
+    assert PackResources(2.0, 0.5).as_tune() == {"CPU": 2.0, "GPU": 0.5}
+
+
+def test_gpu_packs_fill_the_device_and_cpu_packs_the_cpu_slots():
+    sweep = parse_sweep(MIXED, "test")
+    packs = plan_packs(sweep, cpus=4, gpu=True, runs_per_pack=None)
+    by_task: dict[str, list[int]] = {}
+    for pack in packs:
+        by_task.setdefault(pack.experiment.task, []).append(pack.runs)
+    assert by_task["nonlinear_tracking"] == [12 * 5], "one pack holds every neural run (below MAX_PACK_RUNS)"
+    assert 12 * 5 <= MAX_PACK_RUNS
+    assert sum(by_task["linear_tracking"]) == (4 + 12) * 5
+    without_gpu = plan_packs(sweep, cpus=4)
+    assert sorted(p.runs for p in without_gpu if p.experiment.task == "linear_tracking") == sorted(by_task["linear_tracking"])
+    assert len([p for p in without_gpu if p.experiment.task == "nonlinear_tracking"]) >= 1
+
+
+def test_gpus_for_a_sweep_of_cpu_only_tasks_are_refused():
+    linear_only = {**MIXED, "variants": MIXED["variants"][:1]}
+    with pytest.raises(SweepError, match="linear_tracking runs on CPUs only; remove gpus_per_pack"):
+        parse_sweep(linear_only, "test")
