@@ -134,8 +134,9 @@ class BatchedMLP:
         deltas = [output_delta]
         for i in range(self.arch.layers - 1, 0, -1):
             back = torch.bmm(deltas[0].unsqueeze(1), self.weights[i]).squeeze(1)
-            slope = torch.where(cache.preactivations[i - 1] > 0, 1.0, self.arch.negative_slope)
-            deltas.insert(0, back * slope)
+            # As torch's leaky_relu backward: the slope in the run's dtype (a float64 run's 0.01,
+            # not the float32 0.0099999998 a Python-scalar torch.where would make).
+            deltas.insert(0, torch.where(cache.preactivations[i - 1] > 0, back, back * self.arch.negative_slope))
         return deltas
 
     def run_state_dict(self, run: int) -> dict[str, torch.Tensor]:

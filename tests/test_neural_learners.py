@@ -191,6 +191,110 @@ def test_float32_matches_reference_to_float32_tolerance(optimizer, engine):
     check_against_reference(optimizer, NONLINEAR, data, torch.float32, rtol=2e-4, atol=2e-5, compiled=ENGINES[engine])
 
 
+# ---------------------------------------------------------------- float32/float64 details vs torch itself
+def one_run(optimizer, hp, arch, x, y, dtype, compiled, state=None):
+    """One run (seed 3, or starting from `state`) of the batched learner over x ([T, in]) and y:
+    its final state dict."""
+    loss = "cross_entropy" if y.dtype == torch.int64 else "squared_error"
+    runs = make_runs(optimizer, arch, [3], {k: [v] for k, v in hp.items()}, loss, dtype=dtype, compiled_cpu=compiled)
+    if state is not None:
+        runs.net.load_run_state_dict(0, state)
+    y = y if y.dtype == torch.int64 else y.to(dtype)
+    runs.advance(x.to(dtype).unsqueeze(1), y.unsqueeze(1), torch.zeros(1, dtype=torch.int64), StepSums.zeros(1, arch, loss, "cpu"))
+    return runs.net.run_state_dict(0)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("alpha, lam", [(1e-4, 1e-4), (1e-3, 1e-4), (1e-3, 3e-4)])
+def test_sgd_wd_float32_small_decay_as_torch_optim_sgd(alpha, lam, engine):
+    """sgd_wd is torch.optim.SGD(weight_decay=lambda): P <- P - alpha * (G + lambda * P) per element.
+    A shrink factor 1 - alpha * lambda rounds in float32 to a multiple of 2^-24: at
+    alpha * lambda = 1e-8 the decay vanished, at 1e-7 it was 19% too large. Over 50 float32 steps
+    the learner must match torch.optim, show the decay (differ from lambda = 0), and on W0's
+    columns whose input is always 0 (no gradient: the decay alone moves them) agree bit for bit."""
+    x, y = nonlinear_data(3)
+    x, y = x[:50].float().clone(), y[:50].float()
+    x[:, :8] = 0
+    compiled = ENGINES[engine]
+    got = one_run("sgd_wd", {"alpha": alpha, "lambda": lam}, NONLINEAR, x, y, torch.float32, compiled)
+    without = one_run("sgd_wd", {"alpha": alpha, "lambda": 0.0}, NONLINEAR, x, y, torch.float32, compiled)
+    _, ref, _ = reference("sgd_wd", {"alpha": alpha, "lambda": lam}, NONLINEAR, 3, x, y, dtype=torch.float32)
+    for name, value in got.items():
+        torch.testing.assert_close(value, ref[name], rtol=2e-5, atol=1e-7, msg=lambda m, n=name: f"{n}: {m}")
+        assert not torch.equal(value, without[name]), f"{name}: lambda * alpha = {alpha * lam:g} left no trace"
+    assert torch.equal(got["0.weight"][:, :8], ref["0.weight"][:, :8])
+    if alpha * lam >= 1e-7:
+        assert not torch.equal(got["0.weight"][:, :8], without["0.weight"][:, :8])
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_leaky_relu_slope_follows_the_dtype(engine):
+    """A float64 run's LeakyReLU backward uses the float64 0.01 (not float32's 0.0099999998, a
+    relative 2e-9 off): one SGD step with alpha = 1 on a LeakyReLU network moves every weight
+    by autograd's float64 gradient to 1e-12."""
+    arch = Architecture((20, 16, 12, 5), negative_slope=0.01)
+    gen = torch.Generator().manual_seed(4)
+    x, y = torch.randn(1, 20, generator=gen, dtype=torch.float64) * 3, torch.tensor([2])
+    torch.manual_seed(3)
+    module = arch.module().double()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    nn.functional.cross_entropy(module(x), y).backward()
+    grads = {name: p.grad for name, p in module.named_parameters()}
+    negative = [(module[0](x) <= 0).sum().item(), (module[2](module[1](module[0](x))) <= 0).sum().item()]
+    assert min(negative) > 0, "both hidden layers need units on the negative slope"
+    got = one_run("sgd", {"alpha": 1.0}, arch, x, y, torch.float64, ENGINES[engine])
+    for name, grad in grads.items():
+        step = before[name] - got[name]
+        torch.testing.assert_close(step, grad, rtol=1e-12, atol=1e-12 * grad.abs().max().item(), msg=lambda m, n=name: f"{n}: {m}")
+
+
+def adam_first_step(param: torch.Tensor, grad: torch.Tensor, lr: float, sqrt) -> torch.Tensor:
+    """torch.optim.Adam's first step on `param` (its single-tensor code, line by line), taking
+    the square root with `sqrt`."""
+    m = torch.zeros_like(param).lerp_(grad, 1 - 0.9)
+    v = torch.zeros_like(param).mul_(0.999).addcmul_(grad, grad, value=1 - 0.999)
+    denom = (sqrt(v) / (1 - 0.999) ** 0.5).add_(1e-8)
+    return param.clone().addcdiv_(m, denom, value=-(lr / (1 - 0.9)))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("alpha", [1.0, 0.1, 1e-3])
+def test_adam_float32_first_step_as_torch_optim_adam(alpha, engine):
+    """Step 1 of Adam in float32 against torch.optim.Adam to 1e-7 relative: the bias corrections
+    are computed in float64 and sqrt(v) is divided by sqrt(1 - beta2^k), as torch does (float32
+    bias corrections are 1.3e-5 (1 - 0.999) and 2.4e-7 (1 - 0.9) off; multiplying by a rounded
+    reciprocal differs by an ulp in a third of the weights).
+
+    Weights, inputs and targets are small dyadic numbers, so forward and backward are exact
+    whatever the summation order and every side steps with the same gradient: what is compared
+    is the Adam step alone (alpha = 1 dominates the weights). The reference's lr is the run's
+    float32 alpha. torch's float32 sqrt on CPUs (MKL's vector sqrt) is not correctly rounded
+    (an ulp off for about 1 value in 6); the compiled kernel's is, as CUDA's: it is compared with
+    torch.optim.Adam's step written out with a correctly rounded sqrt, itself checked against
+    torch.optim.Adam with torch's sqrt."""
+    gen = torch.Generator().manual_seed(5)
+    torch.manual_seed(3)
+    module = NONLINEAR.module()
+    state = {k: torch.randint(-8, 9, v.shape, generator=gen).float() / 16 for k, v in module.state_dict().items()}
+    module.load_state_dict(state)
+    x = torch.randint(-2, 3, (1, NONLINEAR.sizes[0]), generator=gen).float()
+    y = torch.randint(-512, 513, (1, NONLINEAR.sizes[-1]), generator=gen).float() / 256
+    lr = float(torch.tensor(alpha, dtype=torch.float32))
+    opt = torch.optim.Adam(module.parameters(), lr=lr)
+    (0.5 * ((module(x[0]) - y[0]) ** 2).sum()).backward()
+    grads = {name: p.grad.clone() for name, p in module.named_parameters()}
+    assert all(g.abs().max() > 0 for g in grads.values())
+    opt.step()
+    want = module.state_dict()
+    for name, grad in grads.items():
+        assert torch.equal(adam_first_step(state[name], grad, lr, torch.sqrt), want[name]), name
+        if ENGINES[engine]:
+            want[name] = adam_first_step(state[name], grad, lr, lambda v: v.double().sqrt().float())
+    got = one_run("adam", {"alpha": alpha}, NONLINEAR, x, y, torch.float32, ENGINES[engine], state)
+    for name, value in want.items():
+        torch.testing.assert_close(got[name], value, rtol=1e-7, atol=0.0, msg=lambda m, n=name: f"{n}: {m}")
+
+
 # ---------------------------------------------------------------- FADE head specifics
 def one_step_runs(optimizer, hp, loss, x, y, arch):
     runs = make_runs(optimizer, arch, [0], {k: [v] for k, v in hp.items()}, loss, dtype=torch.float64)

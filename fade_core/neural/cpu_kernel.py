@@ -22,7 +22,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN, WD_COUPLED, WD_DECOUPLED
+from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN, WD_COUPLED, WD_DECOUPLED, WD_NONE
 
 
 class Setup(NamedTuple):
@@ -111,11 +111,12 @@ def _fade(gamma, trace, w, grad, q, alpha_eff, theta):
 
 @_scalar
 def _adam_constants(alpha, k, out):
-    """Adam's per-step scalars for step k (1-based) into `out` (the parameters' dtype, so the
-    element loops stay in that precision): alpha / (1 - beta1^k), 1 / sqrt(1 - beta2^k),
-    1 / (1 - beta2^(k-1)) (for FADE's v_hat before the update), 1 - beta1, beta2, 1 - beta2, eps."""
+    """Adam's per-step scalars for step k (1-based), computed in float64 as torch.optim.Adam does
+    on the host, into `out` (the parameters' dtype, so the element loops stay in that precision):
+    alpha / (1 - beta1^k), sqrt(1 - beta2^k), 1 / (1 - beta2^(k-1)) (for FADE's v_hat before the
+    update), 1 - beta1, beta2, 1 - beta2, eps."""
     out[0] = alpha / (1.0 - BETA1**k)
-    out[1] = 1.0 / math.sqrt(1.0 - BETA2**k)
+    out[1] = math.sqrt(1.0 - BETA2**k)
     out[2] = 1.0 / (1.0 - BETA2 ** (k - 1)) if k > 1 else 0.0
     out[3], out[4], out[5], out[6] = 1.0 - BETA1, BETA2, 1.0 - BETA2, EPS
     return (out[0], out[1], out[2], out[3], out[4], out[5], out[6])
@@ -128,26 +129,32 @@ def _adam_alpha_eff(v, alpha, first_step, ac):
     return alpha if first_step else alpha / (np.sqrt(v * ac[2]) + ac[6])
 
 
-@_scalar
+# Adam's element rule as torch.optim.Adam writes it: sqrt(v) / sqrt(bias correction 2) is a
+# division, not a product with a reciprocal, so no 'arcp' (which lets LLVM make it one) and
+# no 'reassoc' here.
+@numba.njit(fastmath={"nsz", "contract"}, cache=True)
 def _adam(m, v, w, grad, ac):
     """torch.optim.Adam on one parameter -> (m, v, w); ac from `_adam_constants`."""
     m = m + ac[3] * (grad - m)  # torch's lerp_
     v = ac[4] * v + ac[5] * grad * grad
-    return m, v, w - ac[0] * m / (np.sqrt(v) * ac[1] + ac[6])
+    return m, v, w - ac[0] * m / (np.sqrt(v) / ac[1] + ac[6])  # torch's addcdiv_(m, sqrt(v)/sqrt(bc2) + eps)
 
 
 @_scalar
-def _update_element(p, m, v, gm, tr, i, grad, q, alpha, lam, theta, wd_mode, adam, clip, bound, fade, first_step,
-                    ac):
-    """Any learner on parameter i of p: FADE decay (if on), weight decay, base step, clipping."""
-    w = p[i]
+def _update_element(p, m, v, gm, tr, i, grad, q, alpha, lam, shrink, theta, wd_mode, adam, clip, bound, fade,
+                    first_step, ac):
+    """Any learner on parameter i of p: FADE decay (if on), weight decay (decoupled: times
+    `shrink`, the run's 1 - alpha * lambda), base step, clipping; in the parameters' dtype (the
+    decayed FADE value is stored before the base step: a float64 value here would make numba
+    type w, and with it the whole step, float64 in float32 runs)."""
     if fade:
         alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, ac) if adam else alpha
-        gm[i], tr[i], w = _fade(gm[i], tr[i], w, grad, q, alpha_eff, theta)
+        gm[i], tr[i], p[i] = _fade(gm[i], tr[i], p[i], grad, q, alpha_eff, theta)
+    w = p[i]
     if wd_mode == WD_COUPLED:
         grad = grad + lam * w
     elif wd_mode == WD_DECOUPLED:
-        w = w * (1.0 - alpha * lam)
+        w = w * shrink
     if adam:
         m[i], v[i], w = _adam(m[i], v[i], w, grad, ac)
     else:
@@ -188,20 +195,34 @@ def _back(p, w0, fan_in, fan_out, delta_out, delta_in):
 
 
 @_dense
-def _sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, shrink):
-    """W <- shrink * W - alpha * delta inp^T."""
+def _sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha):
+    """W <- W - alpha * delta inp^T."""
     for j in range(fan_out):
         w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
         c = delta[j] * -alpha
         for i in range(fan_in):
-            w[i] = w[i] * shrink + c * inp[i]
+            w[i] = w[i] + c * inp[i]
+
+
+# No 'reassoc' here: with it LLVM factors W - alpha*lam*W into W * (1 - alpha*lam) again.
+@numba.njit(fastmath={"nsz", "contract"}, cache=True)
+def _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam):
+    """W <- W - alpha * (delta inp^T + lam * W), per element as torch.optim.SGD(weight_decay)
+    computes it (d = G + lam * W; W -= alpha * d). Not a shrink factor 1 - alpha * lam: in
+    float32 that rounds to a multiple of 2^-24, so small decays vanish (alpha * lam < 3e-8) or
+    come out up to 19% too large (1e-7)."""
+    for j in range(fan_out):
+        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
+        dj = delta[j]
+        for i in range(fan_in):
+            w[i] = w[i] - alpha * (dj * inp[i] + lam * w[i])
 
 
 # Weight rows (gradient dj * inp[i], FADE curvature inp[i]^2 * factor), one kernel per
 # combination the learners use: each stores to few arrays, so LLVM vectorises it (a
 # generic row with every branch and five stored arrays ran 4x slower).
 @_dense
-def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, shrink, next_inp, z, zero):
+def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, next_inp, z, zero):
     """The SGD step of `_sgd_rank_one` fused with the next step's W @ next_inp (bias not
     added): one pass over W instead of two, for the first layer, whose W dominates the
     memory traffic. With delta = 0 it is the forward pass alone, so every W @ x of the
@@ -211,7 +232,7 @@ def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, shrink,
         c = delta[j] * -alpha
         acc = zero
         for i in range(fan_in):
-            wi = w[i] * shrink + c * inp[i]
+            wi = w[i] + c * inp[i]
             w[i] = wi
             acc += wi * next_inp[i]
         z[j] = acc
@@ -251,11 +272,11 @@ def _clip(p, bound):
 
 
 @_dense
-def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, theta, wd_mode, adam, clip, bound, fade, first_step,
-                 ac):
+def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, wd_mode, adam, clip, bound, fade,
+                 first_step, ac):
     """A bias: gradient delta[j], FADE curvature factor[j]."""
     for j in range(p.shape[0]):
-        _update_element(p, m, v, gm, tr, j, delta[j], factor[j], alpha, lam, theta, wd_mode, adam, clip, bound,
+        _update_element(p, m, v, gm, tr, j, delta[j], factor[j], alpha, lam, shrink, theta, wd_mode, adam, clip, bound,
                         fade, first_step, ac)
 
 
@@ -263,10 +284,13 @@ def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, theta, wd_mode, ada
 def run_segment(setup, hp, state, data, sums):
     """Advance R runs by data.x.shape[0] steps: `Setup`, `RunHyperparameters`,
     `RunState` (updated in place), `Stream`, `Sums` (accumulated in place)."""
-    sizes, starts, slope, classification = setup.sizes, setup.starts, setup.negative_slope, setup.classification
+    sizes, starts, classification = setup.sizes, setup.starts, setup.classification
     adam, wd_mode, clip, fade_start, adam_steps = setup.adam, setup.weight_decay, setup.clip, setup.fade_start, setup.adam_steps
     alpha, lam, kappa, theta = hp.alpha, hp.lam, hp.kappa, hp.theta_lambda
     params, adam_m, adam_v, gamma, trace = state.params, state.adam_m, state.adam_v, state.gamma, state.trace
+    typed = np.empty(1, dtype=params.dtype)
+    typed[0] = setup.negative_slope
+    slope = typed[0]  # in the parameters' dtype, as torch's leaky_relu (float32 runs: 0.0099999998)
     run_slot, x, y_values, y_labels = data.run_slot, data.x, data.y_values, data.y_labels
     loss_sum, sq_error, correct, active = sums.loss, sums.sq_error, sums.correct, sums.active
     layers = sizes.shape[0] - 1
@@ -285,14 +309,15 @@ def run_segment(setup, hp, state, data, sums):
         adam_scalars = np.empty(7, dtype=params.dtype)
         one = ones[0]  # 1 in the parameters' dtype (numba makes float32 op int a float64)
         head_factor = np.ones(n_out, dtype=params.dtype)
+        shrink = one - a * la if wd_mode == WD_DECOUPLED else one  # AdamW's decay factor
         # A plain-SGD first layer fuses its update with the next step's forward (see
         # _sgd_rank_one_then_affine); z[:sizes[1]] then holds W0 @ x_t when step t starts.
-        fused = not (fade_start == 0 or adam or clip or wd_mode == WD_DECOUPLED)
+        # (Not with L2: its row loop must not reassociate, and the fused loop's sum needs to.)
+        fused = not (fade_start == 0 or adam or clip or wd_mode != WD_NONE)
         zero_in = np.zeros(n_in, dtype=params.dtype)
         if fused:
             # (starts[0], not a literal 0: a literal would compile a differently-vectorised copy)
-            _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, one, x[0, s], z,
-                                      one - one)
+            _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, x[0, s], z, one - one)
         for t in range(steps):
             k = adam_steps + t + 1  # this step's Adam step number
             ac = _adam_constants(a, k, adam_scalars)  # a tuple: adam_scalars is free for reuse
@@ -377,25 +402,25 @@ def run_segment(setup, hp, state, data, sums):
                                        gm[e : e + fan_in], tr[e : e + fan_in], inp, d_layer[j], factor[j], a, th, first,
                                        ac)
                 elif adam:
-                    shrink = one - a * la if wd_mode == WD_DECOUPLED else one
                     adam_scalars[0] = bound if clip else np.inf  # in the parameters' dtype
                     limit = adam_scalars[0]
                     for j in range(fan_out):
                         row = w0 + j * fan_in
                         _adam_row(p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in], inp, d_layer[j],
                                   shrink, ac, limit)
-                else:  # SGD, with L2 folded in as a shrink, and clipping after the step
-                    shrink = one - a * la if wd_mode == WD_COUPLED else one
+                else:  # SGD (L2 coupled into the gradient), and clipping after the step
                     if layer == 0 and fused:
-                        _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a, shrink,
+                        _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a,
                                                   x[t + 1, s] if t + 1 < steps else zero_in, z, one - one)
+                    elif wd_mode == WD_COUPLED:
+                        _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, la)
                     else:
-                        _sgd_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, shrink)
+                        _sgd_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a)
                     if clip:
                         _clip(p[w0 : w0 + fan_in * fan_out], bound)
                 _update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out] if adam else m, v[b0 : b0 + fan_out] if adam else v,
                              gm[b0 - fade_start : b0 - fade_start + fan_out] if fade else gm,
                              tr[b0 - fade_start : b0 - fade_start + fan_out] if fade else tr,
-                             d_layer, factor, a, la, th, wd_mode, adam, clip, bound, fade, first, ac)
+                             d_layer, factor, a, la, shrink, th, wd_mode, adam, clip, bound, fade, first, ac)
                 a_off += fan_in
                 z_off += fan_out
