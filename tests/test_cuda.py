@@ -10,6 +10,7 @@ import torch
 
 from fade_core import NEURAL_LEARNERS
 from sweeps.packs import make_runner
+from sweeps.packs.neural import use_tf32
 from sweeps.spec import Pack, make_config, parse_sweep
 from tests.emnist_fixture import write_idx_dataset
 from tests.test_neural_learners import GRIDS
@@ -103,6 +104,13 @@ def test_a_diverging_run_leaves_its_neighbours_untouched_on_cuda(emnist_dir):
     np.testing.assert_allclose(both.score[:1], alone.score, rtol=1e-6)
 
 
-def test_float32_means_float32_unless_tf32_is_asked_for(emnist_dir):
-    _run(_pack("nonlinear", "sgd", emnist_dir), "cuda")
-    assert not torch.backends.cuda.matmul.allow_tf32 and torch.get_float32_matmul_precision() == "highest"
+def test_tf32_changes_results_only_when_asked_for(emnist_dir):
+    pack = _pack("emnist", "sgd", emnist_dir)
+    use_tf32(True)
+    fast = _run(pack, "cuda").outcome()
+    use_tf32(False)
+    exact = _run(pack, "cuda").outcome()
+    cpu = _run(pack, "cpu").outcome()
+    tf32_error = np.abs(fast.curves["loss"] - cpu.curves["loss"]).max()
+    fp32_error = np.abs(exact.curves["loss"] - cpu.curves["loss"]).max()
+    assert fp32_error < tf32_error, (fp32_error, tf32_error)

@@ -4,7 +4,9 @@ fill the CPU slots; packs of GPU-capable tasks ask for the GPU share and fill th
 from __future__ import annotations
 
 import pytest
+import torch
 
+from sweeps.packs.neural import use_tf32
 from sweeps.spec import PackResources, SweepError, parse_sweep, plan_packs
 from sweeps.spec.plan import MAX_PACK_RUNS
 
@@ -48,3 +50,24 @@ def test_gpus_for_a_sweep_of_cpu_only_tasks_are_refused():
     linear_only = {**MIXED, "variants": MIXED["variants"][:1]}
     with pytest.raises(SweepError, match="linear_tracking runs on CPUs only; remove gpus_per_pack"):
         parse_sweep(linear_only, "test")
+
+
+def test_tf32_is_set_explicitly_for_every_pack():
+    before = torch.backends.cuda.matmul.allow_tf32
+    try:
+        use_tf32(True)
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        use_tf32(False)
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+def test_each_trial_asks_ray_for_its_familys_resources():
+    from sweeps.tune.driver import _pack_placement
+
+    packs = {p.pack_id: p for p in plan_packs(parse_sweep(MIXED, "test"), cpus=2, gpu=True)}
+    request = _pack_placement(packs, PackResources(2.0, 0.5))
+    bundles = {packs[i].experiment.task: request({"pack_id": i}).bundles for i in packs}
+    assert bundles["linear_tracking"] == [{"CPU": 2.0}]
+    assert bundles["nonlinear_tracking"] == [{"CPU": 2.0, "GPU": 0.5}]

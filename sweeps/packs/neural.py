@@ -27,6 +27,14 @@ from sweeps.spec import Pack
 GRAPH_STEPS = 50  # steps per captured CUDA graph
 
 
+def use_tf32(enabled: bool) -> None:
+    """Whether float32 matrix products on CUDA may use TF32 (10-bit mantissa inputs, ~1e-3
+    relative error). Set explicitly for every pack, whatever the process had: float32 means
+    float32 unless the user asks (`fade-sweep run --tf32`)."""
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+
+
 class NeuralPackRunner(PackRunner):
     """Runs a pack of a neural task on the CPU or one CUDA device."""
 

@@ -34,9 +34,10 @@ from sweeps.results.lock import refuse_if_locked, store_lock
 from sweeps.results.record import check_and_record, print_notices, sweep_pairs
 from sweeps.results.store import finished_runs, has_results, remove_orphans, write_bytes_atomic
 from sweeps.spec import Config, Experiment, Pack, PackResources, Sweep, SweepError, check_task_data, make_config, plan_packs
-from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS, MAX_PACK_RUNS
+from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 from sweeps.tune.progress import SweepProgress
 from sweeps.tune.trainable import CHECKPOINT_FILE, CHECKPOINT_META, pack_trainable
+from tasks import get_task
 
 SWEEP_RECORD = "sweep.yaml"  # the sweep as run, beside its results
 PACKS_RECORD = "packs.json"  # inside a Tune experiment: what its pack ids mean (JSON, never a pickle)
@@ -67,6 +68,7 @@ class ExecutionOptions:
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     max_failures: int = 3  # retries of a failed trial, each from its last checkpoint
     show_progress: bool = True
+    tf32: bool = False  # let float32 matrix products on GPUs use TF32 (faster, ~1e-3 relative error)
 
 
 @dataclass(frozen=True)
@@ -113,9 +115,21 @@ def _trainable(packs: dict[str, Pack], results_dir: Path, options: ExecutionOpti
             dtype=options.dtype,
             checkpoint_every=options.checkpoint_every,
             resume_from=resume_from,
+            tf32=options.tf32,
         ),
-        resources.as_tune(),
+        _pack_placement(packs, resources),
     )
+
+
+def _pack_placement(packs: dict[str, Pack], resources: PackResources):
+    """Each trial's request: the GPU share for packs of GPU-capable (neural) tasks, CPUs alone
+    for CPU-only (linear) ones, so one sweep fills both kinds of slot."""
+
+    def request(config: dict) -> tune.PlacementGroupFactory:
+        task = get_task(packs[config["pack_id"]].experiment.task)
+        return tune.PlacementGroupFactory([resources.for_task(task.runs_on_gpu).as_tune()])
+
+    return request
 
 
 def _run_config(name: str, results_dir: Path, options: ExecutionOptions, progress: SweepProgress) -> tune.RunConfig:
@@ -357,7 +371,9 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
     ray_start = time.perf_counter() - started
     if options.show_progress and dashboard_url:
         print(f"Ray dashboard: {dashboard_url}")
-    slots = parallel_slots(resources)
+    if resources.gpus > 0:
+        parallel_slots(resources)  # some node must take a GPU pack (ClusterError otherwise)
+    slots = parallel_slots(resources.for_task(runs_on_gpu=False))  # CPU packs at once: sizes the CPU packs
     check_storage(results_dir)
     with store_lock(results_dir):  # one writer per results folder, for the whole run
         _refuse_overwrite(sweep, results_dir, resume)
@@ -387,8 +403,7 @@ def _run_sweep_locked(sweep: Sweep, results_dir: Path, resume: bool, options: Ex
     earlier = _finished_recorded(recorded, finished)
     covered = set(finished).union(*({(c.config_id, s) for c in p.configs for s in p.seeds} for p in resumed))
     # On GPUs a pack fills the device; on CPUs packs are sized to keep every slot busy.
-    runs_per_pack = options.runs_per_pack or (MAX_PACK_RUNS if resources.gpus > 0 else None)
-    plan = plan_packs(sweep, slots, covered, runs_per_pack)
+    plan = plan_packs(sweep, slots, covered, options.runs_per_pack, gpu=resources.gpus > 0)
     packs = resumed + plan
     with _Signals():
         phase = _run_packs(sweep, packs, resume_from, results_dir, options, resources, earlier) if packs else None

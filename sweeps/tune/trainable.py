@@ -21,6 +21,7 @@ import torch
 from ray import tune
 
 from sweeps.packs import ChunkProgress, make_runner
+from sweeps.packs.neural import use_tf32
 from sweeps.results.store import pack_written, write_pack
 from sweeps.spec import Pack
 
@@ -48,6 +49,7 @@ def pack_trainable(
     dtype: str,
     checkpoint_every: int,
     resume_from: dict[str, str] | None = None,
+    tf32: bool = False,
 ) -> None:
     """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results.
 
@@ -65,6 +67,7 @@ def pack_trainable(
     torch.set_num_threads(threads)
     # Ray sets CUDA_VISIBLE_DEVICES to the trial's GPUs, so "cuda" is the one assigned.
     device = "cuda" if ray.get_gpu_ids() else "cpu"
+    use_tf32(tf32)
     runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
