@@ -31,16 +31,17 @@ fi
 
 if [[ " $parts " == *" bench "* ]]; then
   echo "== benchmarks (pack run-steps/s on the GPU, share of HBM bandwidth)"
-  for spec in "emnist fade_sgd 2000" "emnist adam 2000" "emnist adamw 2000" "emnist fade_adam 2000" \
-              "nonlinear fade_sgd 4000" "nonlinear fade_adam 4000"; do
-    read -r task optimizer runs <<<"$spec"
+  # BENCH_CASES: "task:optimizer:runs ..." to time fewer packs
+  cases=${BENCH_CASES:-emnist:fade_sgd:2000 emnist:adam:2000 emnist:adamw:2000 emnist:fade_adam:2000 nonlinear:fade_sgd:4000 nonlinear:fade_adam:4000}
+  for spec in $cases; do
+    IFS=: read -r task optimizer runs <<<"$spec"
     line=$(timeout 150 $py benchmarks/bench_neural.py --device cuda --task "$task" --optimizer "$optimizer" \
              --runs "$runs" --steps "${BENCH_STEPS:-500}" --no-naive 2>"$logs/bench-$task-$optimizer.err" | tail -1)
     echo "$line"
     summary+=("bench       | ${line:-failed: $(tail -1 "$logs/bench-$task-$optimizer.err")}")
   done
   # The same Adam-family packs with the update compiled by torch.compile (FADE_TORCH_COMPILE=1).
-  for optimizer in adam fade_adam; do
+  for optimizer in ${COMPILED_CASES-adam fade_adam}; do
     line=$(FADE_TORCH_COMPILE=1 timeout 200 $py benchmarks/bench_neural.py --device cuda --task emnist \
              --optimizer "$optimizer" --runs 2000 --steps "${BENCH_STEPS:-500}" --no-naive \
              2>"$logs/bench-compiled-$optimizer.err" | tail -1)
