@@ -27,18 +27,18 @@ from sweeps import results
 from sweeps.packs import make_runner
 from sweeps.results.store import finished_runs
 from sweeps.spec import Pack, make_config, parse_sweep
+from sweeps.tune.driver import newest_checkpoints, recorded_packs
 
 # 6 configs x 2 seeds, 2 runs per pack: 6 packs of a few seconds each, 2 at a time.
 SWEEP = {
     "name": "interrupts",
     "task": "linear_tracking",
-    "task_settings": {"steps": 300_000, "bin": 30_000, "noise": 1.0},
+    "task_settings": {"steps": 600_000, "bin": 60_000, "noise": 1.0},
     "seeds": 2,
     "optimizers": {"coupled": {"theta": [0.01, 0.005, 0.002], "beta0": [-4.6], "gamma0": [-2.3, -4.6]}},
 }
 PACKS = 6
 RUN_OPTIONS = ["--num-cpus", "2", "--runs-per-pack", "2", "--chunk-steps", "10000", "--checkpoint-every", "5", "--dtype", "float64"]
-CHECKPOINTED = 6 * 10_000 * 2  # run-steps of a pack once the driver has seen its first checkpoint (chunk 5)
 
 
 @pytest.fixture(scope="module")
@@ -154,11 +154,15 @@ def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scor
 
     run = _cli("run", str(sweep_file), "--storage", str(storage), "--resume", *RUN_OPTIONS)
 
+    sweep = parse_sweep(SWEEP, "test")
+
     def checkpointed_and_more_done():
-        # a pack still running with a checkpoint on disk: restored from one, or past its first in this run
-        mid = [t for t in _status(original)["trials"] if t["state"] == "running" and t["run_steps_done"] < t["run_steps_total"]
-               and (t["restored_from_step"] > 0 or t["run_steps_done"] >= CHECKPOINTED)]
-        return mid and saved < _packs_in_store(original) < PACKS
+        # one more pack in the store, and an unfinished one with a checkpoint on disk
+        if not saved < _packs_in_store(original) < PACKS:
+            return False
+        done, packs = finished_runs(original), recorded_packs(original, sweep)
+        return any(pid in packs and not all((c.config_id, s) in done for c in packs[pid].configs for s in packs[pid].seeds)
+                   for pid in newest_checkpoints(original, "float64"))
 
     _wait_for(checkpointed_and_more_done, 180, "one more finished pack and a checkpointed running one", run)
     os.killpg(run.pid, signal.SIGKILL)
