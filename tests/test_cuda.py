@@ -10,7 +10,6 @@ import torch
 
 from fade_core import NEURAL_LEARNERS
 from sweeps.packs import make_runner
-from sweeps.packs.neural import use_tf32
 from sweeps.spec import Pack, make_config, parse_sweep
 from tests.emnist_fixture import write_idx_dataset
 from tests.test_neural_learners import GRIDS
@@ -27,6 +26,11 @@ RTOL, ATOL = 2e-3, 1e-4  # float32 on two engines whose sums are ordered differe
 # difference, so accuracies may differ by a few predictions (1% of the steps) while the
 # continuous metrics (loss, weights, decays) agree to float32 tolerance.
 FLIPS = 0.01
+# Adam divides by sqrt(v): where a gradient is near zero its sign, which float32 rounding
+# can flip, decides a whole step. Measured on an H200: one EMNIST fade_adam run's layer-3
+# weight norm 0.5% apart after 300 steps, every other value within 2e-3. The float64 test
+# below holds every optimizer to 1e-9.
+ADAM_RTOL = 1e-2
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +49,9 @@ def _pack(task: str, optimizer: str, emnist_dir, configs=None, seeds=(0, 1), gri
     return Pack(experiment, tuple(make_config(experiment, c) for c in cells), tuple(seeds))
 
 
-def _run(pack: Pack, device: str, chunk: int = 128, stop_at: int | None = None, runner=None):
-    runner = runner or make_runner(pack, chunk, device=device)
+def _run(pack: Pack, device: str, chunk: int = 128, stop_at: int | None = None, runner=None,
+         dtype: torch.dtype = torch.float32):
+    runner = runner or make_runner(pack, chunk, dtype, device=device)
     for progress in runner.run():
         if stop_at is not None and progress.steps_done >= stop_at:
             return runner
@@ -69,7 +74,17 @@ def _assert_close(a, b, rtol=RTOL, atol=ATOL):
 @pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
 def test_every_optimizer_on_cuda_matches_the_cpu_kernel(task, optimizer, emnist_dir):
     pack = _pack(task, optimizer, emnist_dir)
-    _assert_close(_run(pack, "cuda").outcome(), _run(pack, "cpu").outcome())
+    rtol = ADAM_RTOL if "adam" in optimizer and task == "emnist" else RTOL
+    _assert_close(_run(pack, "cuda").outcome(), _run(pack, "cpu").outcome(), rtol=rtol)
+
+
+@pytest.mark.parametrize("task", TASKS)
+@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
+def test_every_optimizer_on_cuda_matches_the_cpu_kernel_in_float64(task, optimizer, emnist_dir):
+    pack = _pack(task, optimizer, emnist_dir)
+    gpu = _run(pack, "cuda", dtype=torch.float64).outcome()
+    cpu = _run(pack, "cpu", dtype=torch.float64).outcome()
+    _assert_close(gpu, cpu, rtol=1e-9, atol=1e-12)
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -102,15 +117,3 @@ def test_a_diverging_run_leaves_its_neighbours_untouched_on_cuda(emnist_dir):
     alone = _run(_pack("nonlinear", "fade_sgd", emnist_dir, grid={**grid, "alpha": [0.01]}, seeds=(0,)), "cuda").outcome()
     assert both.diverged.tolist() == [False, True]
     np.testing.assert_allclose(both.score[:1], alone.score, rtol=1e-6)
-
-
-def test_tf32_changes_results_only_when_asked_for(emnist_dir):
-    pack = _pack("emnist", "sgd", emnist_dir)
-    use_tf32(True)
-    fast = _run(pack, "cuda").outcome()
-    use_tf32(False)
-    exact = _run(pack, "cuda").outcome()
-    cpu = _run(pack, "cpu").outcome()
-    tf32_error = np.abs(fast.curves["loss"] - cpu.curves["loss"]).max()
-    fp32_error = np.abs(exact.curves["loss"] - cpu.curves["loss"]).max()
-    assert fp32_error < tf32_error, (fp32_error, tf32_error)

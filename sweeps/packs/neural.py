@@ -84,8 +84,7 @@ class NeuralPackRunner(PackRunner):
         return masks
 
     def close_bin(self, bin_index: int) -> None:
-        """Summaries at a bin's end. They are computed per run in NumPy (row-wise reductions),
-        so a run's values never depend on how many runs share its pack."""
+        """Summaries at a bin's end, per run (row-wise reductions, see `_sums`)."""
         c, b, steps_in_bin = self.curves, bin_index, int(self.bin_len[bin_index])
         if self.regression:
             out_mse = self.sums.sq_error.cpu().numpy() / steps_in_bin
@@ -98,25 +97,37 @@ class NeuralPackRunner(PackRunner):
             c["loss"][:, b] = self.sums.loss.cpu().numpy() / steps_in_bin
         decay = self.runs.head_decay()
         if decay is not None:
-            weight, bias = (d.double().cpu().numpy() for d in decay)
-            rows = np.concatenate([weight, bias[:, :, None]], axis=2)  # [R, C, H + 1]: each output's row
+            weight, bias = decay  # [R, C, H], [R, C]
+            row = weight.shape[2] + 1  # each output's row: H weights and its bias
             if self.regression:
+                row_mean = (self._sums(weight, (2,)) + bias.double().cpu().numpy()) / row  # [R, C]
                 for group, mask in self._group_masks.items():
-                    c[f"decay_{group}"][:, b] = (rows.mean(axis=2) * mask).sum(axis=1) / mask.sum(axis=1)
+                    c[f"decay_{group}"][:, b] = (row_mean * mask).sum(axis=1) / mask.sum(axis=1)
             else:
-                c["decay_head"][:, b] = rows.reshape(len(rows), -1).mean(axis=1)
+                c["decay_head"][:, b] = (self._sums(weight, (1, 2)) + self._sums(bias, (1,))) / (row * bias.shape[1])
         fired = self.sums.active.cpu().numpy()
         first = 0
         for i, width in enumerate(self.task.architecture.sizes[1:-1], start=1):
             c[f"dead_units_layer{i}"][:, b] = 1.0 - fired[:, first : first + width].mean(axis=1)
             first += width
-        flat = self.runs.net.flat.double().cpu().numpy()
-        starts = self.task.architecture.offsets()
-        squares = [np.square(flat[:, starts[2 * i] : starts[2 * i + 2]]).sum(axis=1) for i in range(self.task.architecture.layers)]
+        flat, starts = self.runs.net.flat, self.task.architecture.offsets()
+        squares = [self._sums(flat[:, starts[2 * i] : starts[2 * i + 2]], (1,), square=True)
+                   for i in range(self.task.architecture.layers)]
         for i, sq in enumerate(squares, start=1):
             c[f"weight_norm_layer{i}"][:, b] = np.sqrt(sq)
         c["weight_norm"][:, b] = np.sqrt(np.sum(squares, axis=0))
         self.sums.reset()
+
+    def _sums(self, tensor: torch.Tensor, dims: tuple[int, ...], square: bool = False) -> np.ndarray:
+        """float64 sums over `dims` of every run's slice (of its squares). On the CPU in NumPy,
+        so a run's value never depends on how many runs share its pack; on a GPU on the
+        device, so only the [R, ...] summaries cross to the host (a whole EMNIST pack's
+        weights are gigabytes)."""
+        values = tensor.double()
+        values = values * values if square else values
+        if values.device.type == "cpu":
+            return values.numpy().sum(axis=dims)
+        return values.sum(dim=dims).cpu().numpy()
 
     # -- stepping ------------------------------------------------------------------------
     def load(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
