@@ -64,7 +64,8 @@ def _parser() -> argparse.ArgumentParser:
 
     run = commands.add_parser("run", help="run a sweep file or preset to completion on Ray Tune")
     run.add_argument("sweep", help="a sweep YAML file or a preset name (see `fade-sweep presets`)")
-    run.add_argument("--storage", default="results", help="results go under STORAGE/<sweep name> (default: ./results)")
+    run.add_argument("--storage", default="results",
+                     help="results go under STORAGE/<sweep name>: a local path (default: ./results) or s3://BUCKET/PREFIX, gs://...")
     run.add_argument("--address", help="attach to a running Ray cluster (HOST:PORT, ray://..., auto); default: embedded local Ray")
     run.add_argument("--resume", action="store_true", help="finish an interrupted sweep; finished runs are kept")
     run.add_argument("--dry-run", action="store_true", help="print the plan and an estimated wall time, run nothing")
@@ -84,7 +85,8 @@ def _parser() -> argparse.ArgumentParser:
     submit = commands.add_parser("submit", help="submit a sweep to a running Ray cluster as a Ray Job")
     submit.add_argument("sweep", help="a sweep YAML file or a preset name")
     submit.add_argument("--address", required=True, help="the cluster's dashboard / job server, http://HEAD:8265")
-    submit.add_argument("--storage", required=True, help="results directory on a filesystem every node shares")
+    submit.add_argument("--storage", required=True,
+                        help="s3://BUCKET/PREFIX (or gs://...) every node can reach, or a directory on a filesystem every node shares")
     submit.add_argument("--pip", action="append", help="a pip requirement the cluster's image lacks (repeatable)")
     submit.epilog = "More `fade-sweep run` options for the job go after --, e.g. -- --resume --runs-per-pack 200"
 
@@ -101,7 +103,13 @@ def _parser() -> argparse.ArgumentParser:
 
     table = commands.add_parser("table", help="print a table from a results directory")
     table.add_argument("results_dir", help="STORAGE/<sweep name>")
-    table.add_argument("--kind", choices=("best", "sensitivity"), default="best")
+    table.add_argument("--kind", choices=("best", "sensitivity", "compare", "importance"), default="best",
+                       help="best configuration per method, sensitivity grids, paired comparison of methods, "
+                            "hyperparameter importance (default: best)")
+    table.add_argument("--stat", choices=("mean", "median", "iqm"), default="mean",
+                       help="statistic over seeds shown and used to select the best configuration (default: mean)")
+    table.add_argument("--reference", metavar="METHOD",
+                       help="--kind compare: the method the others are compared with (default: the best method)")
     table.add_argument("--format", choices=("md", "latex", "csv"), default="md")
 
     report = commands.add_parser("report", help="write the figures and tables as one offline HTML file")
@@ -123,8 +131,12 @@ def _cmd_presets(args) -> None:
 
 
 def _require_results(results_dir: str) -> None:
-    if not (Path(results_dir) / "scores").is_dir():
-        raise UserError(f"{results_dir}: no results there (expected {results_dir}/scores/); give STORAGE/<sweep name>")
+    from sweeps.results.location import StoreLocation
+
+    location = StoreLocation.parse(results_dir)  # a URI the store cannot serve: exit 2
+    location.check()  # an unreachable object store or a missing bucket: exit 2
+    if not location.is_dir("scores"):
+        raise UserError(f"{location}: no results there (expected {location.url('scores')}/); give STORAGE/<sweep name>")
 
 
 def _cmd_report(args) -> None:
@@ -132,14 +144,21 @@ def _cmd_report(args) -> None:
 
     _require_results(args.results_dir)
     figures = write_report(args.results_dir, args.out, args.images)
-    print(f"Report: {Path(args.out).resolve()} ({len(figures)} figures; opens offline in any browser)")
+    from sweeps.results.location import StoreLocation
+
+    out = StoreLocation.parse(args.out)
+    print(f"Report: {out.local_path.resolve() if out.local else out} ({len(figures)} figures; opens offline in any browser)")
 
 
 def _cmd_table(args) -> None:
     from sweeps.results import table_text
 
     _require_results(args.results_dir)
-    print(table_text(args.results_dir, args.kind, args.format).rstrip("\n"))
+    try:
+        text = table_text(args.results_dir, args.kind, args.format, stat=args.stat, reference=args.reference)
+    except ValueError as err:  # e.g. an unknown --reference
+        raise UserError(str(err)) from None
+    print(text.rstrip("\n"))
 
 
 def _cmd_verify(args) -> int:
@@ -221,15 +240,20 @@ def _dry_run(args, sweep, resources: PackResources) -> None:
     from cluster.placement import parallel_slots
     from sweeps.tune.dryrun import describe_plan
 
+    cpu_only = resources.for_task(runs_on_gpu=False)
     if args.address:
         connect(args.address)
-        slots = parallel_slots(resources)
+        slots = parallel_slots(cpu_only)
+        gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
     else:
+        import torch
+
         cpus = args.num_cpus or os.cpu_count() or 1
         slots = int(cpus // resources.cpus)
+        gpu_slots = min(slots, int(torch.cuda.device_count() // resources.gpus)) if resources.gpus > 0 else 0
         if slots == 0:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
-    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype))
+    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots))
 
 
 def _cmd_submit(args) -> None:
@@ -243,14 +267,18 @@ def _cmd_submit(args) -> None:
 
 
 def _cmd_status(args) -> None:
-    if args.target and Path(args.target).is_dir():
+    from sweeps.results.location import StoreLocation, is_uri
+
+    if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
         from sweeps.results.status import format_status, read_status
         from sweeps.results.store import SCORES
 
-        status = read_status(args.target)
+        location = StoreLocation.parse(args.target)  # a URI the store cannot serve: exit 2
+        location.check()
+        status = read_status(location)
         if status is None:
-            raise UserError(f"{args.target}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
-        finished = len(list((Path(args.target) / SCORES).glob("**/*.parquet")))
+            raise UserError(f"{location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
+        finished = sum(e.rel.endswith(".parquet") for e in location.list(SCORES, recursive=True))
         print(format_status(status, finished))
         return
     from cluster import jobs
@@ -330,6 +358,13 @@ def _run_command(args) -> int:
     return code or 0
 
 
+def _redact(text: str) -> str:
+    """Messages never show credentials (nor URI query strings)."""
+    from sweeps.results.location import redact
+
+    return redact(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `submit ... -- RUN OPTIONS`: what follows -- is passed to `fade-sweep run` on the cluster.
@@ -340,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         status = _run_command(args)
     except (SweepError, UserError, ClusterError) as err:
-        print(f"fade-sweep: error: {err}", file=sys.stderr)
+        print(f"fade-sweep: error: {_redact(str(err))}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt as err:  # Ctrl-C / SIGTERM; a stopped sweep raises SweepInterrupted (a KeyboardInterrupt)
         print(f"fade-sweep: {_interrupted_message(args, err)}", file=sys.stderr)
@@ -348,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - one line for the user; FADE_SWEEP_DEBUG=1 shows the traceback
         if os.environ.get("FADE_SWEEP_DEBUG"):
             raise
-        print(f"fade-sweep: failed: {type(err).__name__}: {err} (FADE_SWEEP_DEBUG=1 shows the traceback)", file=sys.stderr)
+        print(f"fade-sweep: failed: {type(err).__name__}: {_redact(str(err))} (FADE_SWEEP_DEBUG=1 shows the traceback)",
+              file=sys.stderr)
         return FAILURE
     return status
 

@@ -20,47 +20,70 @@ CALIBRATION_RUNS = {"linear": 200, "neural": 50}
 STARTUP_SECONDS = 10.0  # Ray start and the first trials' imports, roughly
 
 
-def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype) -> float:
-    """Run-steps per second of one CPU thread on a small pack of this experiment."""
+def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
+              runs: int | None = None) -> float:
+    """Run-steps per second of a short pack of this experiment: on one CPU thread, or on the
+    GPU with `runs` runs (a GPU's rate depends on how full the pack is; the first chunk,
+    with its CUDA-graph capture, is not timed)."""
     family = get_task(experiment.task).family
     configs = experiment.configs()
-    n_configs = max(1, min(len(configs), CALIBRATION_RUNS[family] // len(seeds)))
+    wanted = runs or CALIBRATION_RUNS[family]
+    n_configs = max(1, -(-wanted // len(seeds)))
+    configs = (configs * (n_configs // len(configs) + 1))[:n_configs]
     steps = CALIBRATION_STEPS[family]
     short = Experiment(experiment.task, replace(experiment.settings, steps=steps, bin=steps), experiment.optimizer, experiment.grid)
-    pack = Pack(short, tuple(make_config(short, c) for c in configs[:n_configs]), seeds)
+    pack = Pack(short, tuple(make_config(short, c) for c in configs), seeds)
     numba.set_num_threads(1)
     torch.set_num_threads(1)
-    for _ in make_runner(Pack(short, pack.configs[:1], seeds[:1]), 100, dtype).run():  # load the compiled kernel
-        break
-    runner = make_runner(pack, steps, dtype)
+    runner = make_runner(pack, steps // 4, dtype, device)
+    chunks = runner.run()
+    next(chunks)  # compiles the kernel / captures the graph
+    if device == "cuda":
+        torch.cuda.synchronize()
     start = time.perf_counter()
-    for _ in runner.run():
+    for _ in chunks:
         pass
-    return pack.run_steps / (time.perf_counter() - start)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return pack.runs * (steps - steps // 4) / (time.perf_counter() - start)
 
 
-def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str) -> str:
-    packs = plan_packs(sweep, slots, (), runs_per_pack)
+def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
+                  gpu_slots: int = 0) -> str:
+    """The plan and its estimated wall time: CPU packs from a CPU calibration over `slots`,
+    GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`."""
+    gpu = resources.gpus > 0
+    packs = plan_packs(sweep, slots, (), runs_per_pack, gpu=gpu)
     by_experiment: dict[Experiment, list[Pack]] = defaultdict(list)
     for pack in packs:
         by_experiment[pack.experiment].append(pack)
     lines = [
         f"Plan for sweep {sweep.name}: {len(packs)} packs, {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps; "
-        f"each pack asks for {resources.cpus:g} CPU, {resources.gpus:g} GPU; {slots} packs at once",
-        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'CPU time':>9}",
+        f"each pack asks for {resources.cpus:g} CPU" + (f", neural packs also {resources.gpus:g} GPU" if gpu else "")
+        + f"; {slots} CPU packs at once" + (f", {gpu_slots} GPU packs at once" if gpu else ""),
+        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'time':>9}",
     ]
-    cpu_seconds = 0.0
+    seconds = {"CPU": 0.0, "GPU": 0.0}
     seeds = sweep.seeds[: min(len(sweep.seeds), 5)]
+    uncalibrated = False
     for experiment, group in by_experiment.items():
-        rate = calibrate(experiment, seeds, getattr(torch, dtype)) * max(resources.cpus, 1)
+        on_gpu = gpu and get_task(experiment.task).runs_on_gpu
+        if on_gpu and torch.cuda.is_available():
+            rate, kind = calibrate(experiment, seeds, getattr(torch, dtype), "cuda", max(p.runs for p in group)), "GPU"
+        else:
+            uncalibrated |= on_gpu
+            rate, kind = calibrate(experiment, seeds, getattr(torch, dtype)) * max(resources.cpus, 1), "CPU"
         steps = sum(p.run_steps for p in group)
-        cpu_seconds += steps / rate
+        seconds["GPU" if on_gpu else "CPU"] += steps / rate
         defaults = type(experiment.settings)()
         settings = ",".join(f"{k}={v}" for k, v in vars(experiment.settings).items() if v != getattr(defaults, k)) or "defaults"
         lines.append(
             f"{experiment.task:<16} {settings:<24} {experiment.optimizer:<10} {len(group):>5} "
-            f"{max(p.runs for p in group):>10} {steps:>10.2e} {format_rate(rate):>22} {steps / rate:>8.0f}s"
+            f"{max(p.runs for p in group):>10} {steps:>10.2e} {format_rate(rate) + ' ' + kind:>22} {steps / rate:>8.0f}s"
         )
-    wall = STARTUP_SECONDS + cpu_seconds / max(1, min(slots, len(packs)))
-    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min) on {slots} slots, from a short CPU calibration of each experiment.")
+    cpu_packs = sum(1 for p in packs if not (gpu and get_task(p.experiment.task).runs_on_gpu))
+    wall = STARTUP_SECONDS + max(seconds["CPU"] / max(1, min(slots, cpu_packs)),
+                                 seconds["GPU"] / max(1, gpu_slots) if gpu_slots else seconds["GPU"])
+    note = " GPU packs were calibrated on the CPU (no GPU on this machine): run the dry run where the GPUs are for their GPU time." if uncalibrated else ""
+    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min), from a short calibration of each experiment.{note}")
     return "\n".join(lines)
