@@ -1,10 +1,11 @@
 """Query a results directory with polars: LazyFrames over scores and curves, and the
-aggregations every table needs (per-cell mean, std with ddof=1, standard error, seed
-count, diverged seeds; best configuration per method).
+aggregations every table needs (per-cell mean, std with ddof=1, standard error, median,
+IQM, bootstrap CI, seed count, diverged and outlier seeds; best configuration per method
+by the chosen statistic). The statistics' definitions are in `sweeps.results.stats`.
 
     from sweeps import results
-    cells = results.cells(results.scores("results/linear-noise0")).collect()
-    best = results.best_configs(results.cells(results.scores("results/linear-noise0"))).collect()
+    cells = results.cells(results.scores("results/linear-noise0"), stat="median").collect()
+    best = results.best_configs(cells.lazy()).collect()  # ranked on the median
     results.config_curves("results/linear-noise0", best["config_id"][0]).collect()
 """
 
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pyarrow as pa
 
 from fade_core.hyperparameters import HYPERPARAMETERS
+from sweeps.results import stats
 from sweeps.results.record import recorded_pairs, recorded_sweep
 from sweeps.results.store import (
     CURVES,
@@ -28,11 +31,15 @@ from sweeps.results.store import (
     select,
 )
 from sweeps.spec import Pack, Sweep, make_config
-from tasks import get_task
+from tasks import TASKS
 
 DDOF = 1  # sample standard deviation across seeds
 PER_RUN = ("seed", "score", "diverged", "wall_seconds")
-CELL_STATS = ("mean", "std", "sem", "seeds", "diverged_seeds", "any_diverged")  # what `cells` adds
+_NUMERIC_STATS = ("mean", "std", "sem", "median", "iqm", "min", "max", "ci_low", "ci_high")
+CELL_STATS = (  # what `cells` adds, in this order
+    *_NUMERIC_STATS, "stat", "stat_value", "seeds", "diverged_seeds", "any_diverged", "outliers", "outlier_seeds",
+)
+STATS = stats.STATS  # the statistics `cells(frame, stat=...)` and `fade-sweep table --stat` choose from
 HYPERPARAMETER_COLUMNS = tuple(HYPERPARAMETERS)
 METHOD_KEYS = ("task", "optimizer")
 
@@ -83,45 +90,107 @@ def variant_columns(frame: pl.LazyFrame) -> list[str]:
     return [c for c in frame.collect_schema().names() if c not in known and c != "step"]
 
 
-def cells(frame: pl.LazyFrame) -> pl.LazyFrame:
-    """Aggregate per-seed scores into one row per configuration (grid cell)."""
+def cells(frame: pl.LazyFrame, stat: str = "mean") -> pl.LazyFrame:
+    """Aggregate per-seed scores into one row per configuration (grid cell).
+
+    Adds mean, std (ddof=1), sem, median, iqm, min, max, the 95% bootstrap CI of `stat`
+    (ci_low, ci_high), `stat` (its name) and `stat_value` (its value: what ranks cells),
+    seeds, diverged_seeds, any_diverged, outliers (count) and outlier_seeds ("seed:score"
+    joined by "; ", null when none). Definitions: `sweeps.results.stats`. Computed eagerly
+    with numpy (cells grouped by seed count, no loop per cell); returned lazy.
+    """
+    stats.check_stat(stat)
     keys = [c for c in frame.collect_schema().names() if c not in PER_RUN]
-    return frame.group_by(keys).agg(
-        mean=pl.col("score").mean(),
-        std=pl.col("score").std(ddof=DDOF),
-        sem=pl.col("score").std(ddof=DDOF) / pl.len().sqrt(),
-        seeds=pl.len(),
-        diverged_seeds=pl.col("diverged").sum(),
-        any_diverged=pl.col("diverged").any(),
+    grouped = (
+        frame.group_by(keys)
+        .agg(
+            _seeds=pl.col("seed").sort(),
+            _scores=pl.col("score").cast(pl.Float64).sort_by("seed"),
+            seeds=pl.len(),
+            diverged_seeds=pl.col("diverged").sum(),
+            any_diverged=pl.col("diverged").any(),
+        )
+        .sort("config_id")
+        .collect()
     )
+    return _with_statistics(grouped, stat).lazy()
+
+
+def _with_statistics(grouped: pl.DataFrame, stat: str) -> pl.DataFrame:
+    """Fill the statistics of every cell from its `_seeds`/`_scores` lists, one numpy block per seed count."""
+    m = grouped.height
+    counts = grouped["seeds"].to_numpy()
+    columns = {name: np.full(m, np.nan) for name in ("mean", "std", "sem", "median", "iqm", "min", "max", "ci_low", "ci_high")}
+    outliers = np.zeros(m, np.uint32)
+    labels: list[str | None] = [None] * m
+    for n in np.unique(counts):
+        rows = np.flatnonzero(counts == n)
+        block = grouped["_scores"].gather(rows).explode().to_numpy().reshape(rows.size, n)
+        for name, values in stats.block_statistics(block, stat).items():
+            columns[name][rows] = values
+        mask = stats.outlier_mask(block)
+        outliers[rows] = mask.sum(axis=1)
+        flagged = np.flatnonzero(mask.any(axis=1))  # only the (few) cells with an outlier get a label
+        if flagged.size:
+            seeds = grouped["_seeds"].gather(rows[flagged]).explode().to_numpy().reshape(flagged.size, n)
+            for i, cell in enumerate(flagged):
+                labels[rows[cell]] = "; ".join(
+                    f"{seeds[i, j]}:{block[cell, j]:.4g}" for j in np.flatnonzero(mask[cell])
+                )
+    single = counts < 2  # one seed: no spread, no CI
+    for name in ("std", "sem"):
+        columns[name][single] = np.nan
+    out = grouped.drop("_seeds", "_scores").with_columns(
+        *(pl.Series(name, values) for name, values in columns.items()),
+        pl.Series("outliers", outliers),
+        pl.Series("outlier_seeds", labels, dtype=pl.String),
+        stat=pl.lit(stat),
+    )
+    out = out.with_columns(
+        *(pl.when(pl.col("seeds") < 2).then(None).otherwise(pl.col(c)).alias(c) for c in ("std", "sem", "ci_low", "ci_high")),
+    ).with_columns(  # NaN only where a seed is not finite (diverged): no robust statistic there
+        pl.col("median", "iqm", "ci_low", "ci_high").fill_nan(None),
+    ).with_columns(
+        stat_value=pl.col(stat),
+    )
+    front = [c for c in out.columns if c not in CELL_STATS]
+    return out.select(*front, *CELL_STATS)
+
+
+def higher_is_better(task: str | pl.Expr = "task") -> pl.Expr:
+    """True where the task's score is better when higher (accuracy), false where lower (MSE)."""
+    column = pl.col(task) if isinstance(task, str) else task
+    return column.replace_strict({name: spec.higher_is_better for name, spec in TASKS.items()}, default=False,
+                                 return_dtype=pl.Boolean)
 
 
 def ranking_key(column: str = "mean") -> pl.Expr:
     """A sort key on which smaller is better for every task (negated where higher scores win)."""
-    higher = pl.col("task").map_elements(lambda t: get_task(t).higher_is_better, return_dtype=pl.Boolean)
-    return pl.when(higher).then(-pl.col(column)).otherwise(pl.col(column))
+    return pl.when(higher_is_better()).then(-pl.col(column)).otherwise(pl.col(column))
 
 
 def best_configs(cell_frame: pl.LazyFrame) -> pl.LazyFrame:
-    """The best configuration per (task, settings, optimizer) by the task's score.
+    """The best configuration per (task, settings, optimizer) by the task's score, ranked on
+    the statistic `cells` was asked for (`stat_value`; the mean for a frame without it).
 
     Cells with any diverged seed are never selected; a method whose every cell diverged
-    keeps one row with null mean and `all_diverged` true.
+    keeps one row with null statistics and `all_diverged` true. Ties go to the smaller config_id.
     """
+    names = cell_frame.collect_schema().names()
+    chosen = "stat_value" if "stat_value" in names else "mean"
     group = [c for c in variant_columns(cell_frame) if c not in CELL_STATS]
     group = [*group, "optimizer"]
     ranked = cell_frame.with_columns(
-        usable=(pl.col("diverged_seeds") == 0) & pl.col("mean").is_finite(),
-        key=ranking_key(),
+        usable=(pl.col("diverged_seeds") == 0) & pl.col(chosen).is_finite(),
+        key=ranking_key(chosen),
     )
+    nulled = [c for c in (*_NUMERIC_STATS, "stat_value", "outlier_seeds") if c in names]
     return (
-        ranked.sort(["usable", "key"], descending=[True, False], nulls_last=True)
+        ranked.sort(["usable", "key", "config_id"], descending=[True, False, False], nulls_last=True)
         .group_by(group, maintain_order=True)
         .agg(pl.all().first(), configs=pl.len(), diverged_configs=(~pl.col("usable")).sum())
         .with_columns(all_diverged=~pl.col("usable"))
-        .with_columns(
-            pl.when(pl.col("all_diverged")).then(None).otherwise(pl.col(c)).alias(c) for c in ("mean", "std", "sem")
-        )
+        .with_columns(pl.when(pl.col("all_diverged")).then(None).otherwise(pl.col(c)).alias(c) for c in nulled)
         .drop("usable", "key")
     )
 

@@ -1,14 +1,20 @@
 """The tables of tables.md, as polars DataFrames and rendered as Markdown, LaTeX (booktabs) or CSV.
 
-- Best-configuration tables: one row per method, its best configuration by the task's
-  score, "mean ± std" over seeds.
-- Sensitivity tables: rows gamma0 (with lambda0 = exp(gamma0)), columns theta_lambda, at
-  one alpha; one table per (task settings, optimizer, alpha) present.
+- Best-configuration tables (`best`): one row per method, its best configuration by the
+  task's score and the chosen statistic (`stat`: mean, median or iqm), "mean ± std" over
+  seeds (or the median / IQM) with the 95% bootstrap CI.
+- Sensitivity tables (`sensitivity`): rows gamma0 (with lambda0 = exp(gamma0)), columns
+  theta_lambda, at one alpha; one table per (task settings, optimizer, alpha) present. The
+  best cell is marked, and so is every cell whose CI overlaps the best cell's ("tied");
+  each table states the fraction of its non-diverged cells within 5% of the best.
+- Paired comparisons (`compare`, see compare.py) and hyperparameter importance
+  (`importance`, see importance.py).
 
-Std is across seeds with ddof=1 (the CSV adds the standard error and the seed count).
-Diverged configurations are never selected; missing and diverged cells are shown as such, and
-every method of the recorded sweep has a row in the best table ("missing" when none of its
-runs finished). Only the (config, seed) pairs of the store's current sweep are counted.
+Std is across seeds with ddof=1; the statistics are defined in stats.py. Outlier seeds are
+marked (†) and named in a footnote. Diverged configurations are never selected; missing
+and diverged cells are shown as such, and every method of the recorded sweep has a row in
+the best table ("missing" when none of its runs finished). Only the (config, seed) pairs of
+the store's current sweep are counted.
 """
 
 from __future__ import annotations
@@ -21,12 +27,29 @@ from pathlib import Path
 
 import polars as pl
 
-from sweeps.results import queries
+from sweeps.results import queries, stats
+from sweeps.results.compare import compare_table
+from sweeps.results.importance import importance_table
 from sweeps.spec import LOCATION_SETTINGS
 from tasks import get_task
 
 FORMATS = ("md", "latex", "csv", "html")
-KINDS = ("best", "sensitivity")
+KINDS = ("best", "sensitivity", "compare", "importance")
+ROBUST_WITHIN = 0.05  # sensitivity tables: the share of non-diverged cells within 5% of the best
+_CACHE: dict[tuple[str, str], tuple[object, pl.DataFrame]] = {}
+
+
+def stored_cells(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
+    """`queries.cells(queries.scores(results_dir), stat)`, collected; reused while the store's
+    committed packs are the same (the report asks for it several times)."""
+    stats.check_stat(stat)
+    selection = queries.selection(results_dir)
+    key = (str(results_dir), stat)
+    cached = _CACHE.get(key)
+    if cached is None or cached[0] is not selection:
+        _CACHE.clear()
+        cached = _CACHE[key] = (selection, queries.cells(queries.scores(results_dir), stat).collect())
+    return cached[1]
 
 
 def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataFrame | None:
@@ -36,15 +59,16 @@ def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataF
     return missing.group_by(keys).agg(pl.len().alias(name))
 
 
-def best_table(results_dir: str | Path) -> pl.DataFrame:
-    """One row per (task, settings, optimizer) of the recorded sweep: the best configuration and its statistics.
+def best_table(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
+    """One row per (task, settings, optimizer) of the recorded sweep: the best configuration
+    by `stat` (mean, median or iqm) and its statistics (every column of `queries.cells`).
 
     `status` is "ok", "all diverged" (no configuration usable) or "missing" (no run of the
     method finished: a row of nulls, so a method never silently vanishes from the table).
     """
     frame = queries.scores(results_dir)
     variant = queries.variant_columns(frame)
-    best = queries.best_configs(queries.cells(frame)).collect()
+    best = queries.best_configs(stored_cells(results_dir, stat).lazy()).collect()
     best = best.with_columns(status=pl.when(pl.col("all_diverged")).then(pl.lit("all diverged")).otherwise(pl.lit("ok")))
     sweep = queries.recorded_sweep(results_dir)
     if sweep is not None:  # every method of the sweep gets a row, "missing" where no run finished
@@ -57,7 +81,7 @@ def best_table(results_dir: str | Path) -> pl.DataFrame:
         if absent.height:
             absent = absent.with_columns(
                 status=pl.lit("missing"), all_diverged=pl.lit(False), seeds=pl.lit(0, pl.UInt32),
-                diverged_configs=pl.lit(0, pl.UInt32),
+                diverged_configs=pl.lit(0, pl.UInt32), stat=pl.lit(stat),
             )
             best = pl.concat([best, absent], how="diagonal_relaxed")
     missing = _missing_by(results_dir, [*variant, "optimizer"], "missing_runs")
@@ -66,7 +90,7 @@ def best_table(results_dir: str | Path) -> pl.DataFrame:
     else:
         best = best.join(missing, on=[*variant, "optimizer"], how="left", nulls_equal=True)
         best = best.with_columns(pl.col("missing_runs").fill_null(0))
-    winners = best.filter(pl.col("status") == "ok").with_columns(_key=queries.ranking_key()).sort("_key")
+    winners = best.filter(pl.col("status") == "ok").with_columns(_key=queries.ranking_key("stat_value")).sort("_key", "optimizer")
     best_method = winners.group_by(variant, maintain_order=True).agg(pl.col("optimizer").first().alias("_best"))
     return (
         best.join(best_method, on=variant, how="left", nulls_equal=True)
@@ -76,66 +100,106 @@ def best_table(results_dir: str | Path) -> pl.DataFrame:
     )
 
 
+_SENSITIVITY_COLUMNS = (
+    "gamma0", "lambda0", "theta_lambda", "mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat",
+    "stat_value", "seeds", "diverged_seeds", "outlier_seeds", "status", "best", "tied", "within_5pct", "config_id",
+)
+
+
 @dataclass(frozen=True)
 class SensitivityTable:
-    """One gamma0 x theta_lambda grid at a fixed alpha; `cells` has one row per grid cell."""
+    """One gamma0 x theta_lambda grid at a fixed alpha; `cells` has one row per grid cell.
+
+    `best`: the cell the statistic selects; `tied`: another usable cell whose 95% CI overlaps
+    the best cell's; `within_5pct`: a usable cell whose statistic is within 5% of the best's
+    (|stat - best| <= 0.05 |best|). `robust` = within / usable: the fraction of non-diverged
+    (and not missing) cells within 5% of the best, the one-number robustness of the grid.
+    """
 
     variant: dict  # task and its settings
     optimizer: str
     alpha: float
-    cells: pl.DataFrame  # gamma0, lambda0, theta_lambda, mean, std, sem, seeds, diverged_seeds, status, best
+    cells: pl.DataFrame  # the columns of _SENSITIVITY_COLUMNS
+    stat: str = "mean"
+    within: int = 0  # usable cells within 5% of the best (the best included)
+    usable: int = 0  # cells with every seed finished and finite
+
+    @property
+    def robust(self) -> float:
+        return self.within / self.usable if self.usable else math.nan
 
 
-def sensitivity_tables(results_dir: str | Path) -> list[SensitivityTable]:
+def sensitivity_tables(results_dir: str | Path, stat: str = "mean") -> list[SensitivityTable]:
     """Every (task settings, optimizer with gamma0 and theta_lambda, alpha) grid in the results.
 
     The grid's axes come from the recorded sweep (so cells with no runs show as
-    missing) and from the results themselves.
+    missing) and from the results themselves. Cells are ranked on `stat`.
     """
     frame = queries.scores(results_dir)
     variant = queries.variant_columns(frame)
     keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
-    observed = queries.cells(frame).select(*keys, "mean", "std", "sem", "seeds", "diverged_seeds").collect()
+    values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds"]
+    observed = stored_cells(results_dir, stat).filter(
+        pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(*keys, *values)
     sweep = queries.recorded_sweep(results_dir)
     if sweep is not None:
-        expected = queries.expected_runs(sweep).select(keys).unique()
-        observed = expected.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
+        expected = queries.expected_runs(sweep)
+        if "gamma0" in expected.columns and "theta_lambda" in expected.columns:
+            expected = expected.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(keys).unique()
+            observed = expected.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
     grid = observed.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).sort(
         [*variant, "optimizer", "alpha"], descending=[*([False] * len(variant)), False, True], nulls_last=True
     )
     tables = []
     for group_key, group in grid.group_by([*variant, "optimizer", "alpha"], maintain_order=True):
         axes = group.select("gamma0").unique().join(group.select("theta_lambda").unique(), how="cross")
-        full = axes.join(group, on=["gamma0", "theta_lambda"], how="left")
+        full = axes.join(group.drop(variant), on=["gamma0", "theta_lambda"], how="left")
         full = full.with_columns(
             lambda0=pl.col("gamma0").exp(),
             status=pl.when(pl.col("seeds").fill_null(0) == 0)
             .then(pl.lit("missing"))
             .when(pl.col("diverged_seeds") > 0)
             .then(pl.lit("diverged"))
+            .when(~pl.col("stat_value").is_finite())
+            .then(pl.lit("diverged"))
             .otherwise(pl.lit("ok")),
             task=pl.lit(group_key[0]),
+            stat=pl.lit(stat),
         )
-        ranked = full.filter(pl.col("status") == "ok").with_columns(_key=queries.ranking_key()).sort("_key")
-        best_pair = ranked.select("gamma0", "theta_lambda").head(1).rows()
-        full = full.with_columns(
-            best=pl.struct("gamma0", "theta_lambda").map_elements(
-                lambda r, best_pair=best_pair: (r["gamma0"], r["theta_lambda"]) in best_pair, return_dtype=pl.Boolean
+        ok = full.filter(pl.col("status") == "ok")
+        ranked = ok.with_columns(_key=queries.ranking_key("stat_value")).sort("_key", "config_id")
+        if ranked.height:
+            top = ranked.row(0, named=True)
+            tolerance = ROBUST_WITHIN * abs(top["stat_value"])
+            usable = pl.col("status") == "ok"
+            full = full.with_columns(
+                best=(pl.col("config_id") == top["config_id"]).fill_null(False),
+                within_5pct=(usable & ((pl.col("stat_value") - top["stat_value"]).abs() <= tolerance)).fill_null(False),
+                tied=(usable & (pl.col("config_id") != top["config_id"])
+                      & (pl.col("ci_low") <= top["ci_high"]) & (pl.col("ci_high") >= top["ci_low"])).fill_null(False),
             )
-        ).sort("gamma0", "theta_lambda", descending=[True, False])
+        else:
+            full = full.with_columns(best=pl.lit(False), within_5pct=pl.lit(False), tied=pl.lit(False))
+        full = full.sort("gamma0", "theta_lambda", descending=[True, False])
         *variant_values, optimizer, alpha = group_key
         tables.append(
             SensitivityTable(
                 dict(zip(variant, variant_values)),
                 optimizer,
                 alpha,
-                full.select("gamma0", "lambda0", "theta_lambda", "mean", "std", "sem", "seeds", "diverged_seeds", "status", "best"),
+                full.select(_SENSITIVITY_COLUMNS),
+                stat,
+                int(full["within_5pct"].sum()),
+                ok.height,
             )
         )
     return tables
 
 
 # ---------------------------------------------------------------- rendering
+
+STAT_NAMES = {"mean": "mean", "median": "median", "iqm": "IQM"}
+OUTLIER_MARK, TIED_MARK = "†", "≈"
 
 
 def _num(value: float | None, digits: int = 4) -> str:
@@ -146,94 +210,152 @@ def mean_std(mean: float | None, std: float | None) -> str:
     return _num(mean) if std is None or not math.isfinite(std) else f"{_num(mean)} ± {_num(std, 2)}"
 
 
+def interval(low: float | None, high: float | None) -> str:
+    return "" if low is None or high is None else f"[{_num(low, 3)}, {_num(high, 3)}]"
+
+
+def cell_text(row: dict, stat: str, ci: bool = True) -> str:
+    """A cell's score as shown: "mean ± std" for the mean, "value [CI]" for the median and IQM
+    (just the value with `ci=False`, where the table has a CI column)."""
+    if stat == "mean":
+        return mean_std(row["mean"], row["std"])
+    return f"{_num(row[stat])} {interval(row['ci_low'], row['ci_high']) if ci else ''}".rstrip()
+
+
 def variant_title(variant: dict) -> str:
     """"task (setting=value, ...)", without where the data lives (not part of what was run)."""
     settings = ", ".join(f"{k}={v}" for k, v in variant.items() if k != "task" and k not in LOCATION_SETTINGS)
     return f"{variant['task']} ({settings})"
 
 
-def _score_note(task_name: str) -> str:
+def direction(task_name: str) -> str:
+    """E.g. "MSE, lower is better" (plot axes and colorbars)."""
     task = get_task(task_name)
+    return f"{task.score.upper() if task.score.startswith('mse') else task.score}, {'higher' if task.higher_is_better else 'lower'} is better"
+
+
+def _score_note(task_name: str, stat: str = "mean") -> str:
+    task = get_task(task_name)
+    shown = (f"mean ± std over seeds (std with ddof={queries.DDOF})" if stat == "mean"
+             else f"{STAT_NAMES[stat]} over seeds [95% CI]" + ("; IQM = mean of the seeds left after dropping floor(n/4) from each end" if stat == "iqm" else ""))
     return (
         f"Score: {task.score}, {'higher' if task.higher_is_better else 'lower'} is better; "
-        f"mean ± std over seeds (std with ddof={queries.DDOF})."
+        f"{shown}; best selected by the {STAT_NAMES[stat]}; 95% CI: percentile bootstrap of the "
+        f"{STAT_NAMES[stat]} over seeds ({stats.BOOTSTRAP_RESAMPLES} resamples, fixed seed)."
     )
+
+
+def _outlier_note() -> str:
+    return (f"{OUTLIER_MARK} outlier seed: |score - median| > {stats.OUTLIER_THRESHOLD:g} x {stats.MAD_SCALE} x MAD "
+            f"(MAD = 0: {stats.MEAN_AD_SCALE} x mean absolute deviation)")
 
 
 @dataclass(frozen=True)
 class _Grid:
-    """A table ready to render: header, rows of cell strings, and which cells are marked best."""
+    """A table ready to render: header, rows of cell strings, which cells are marked best (bold)
+    and tied (italic), and footnotes."""
 
     title: str
     note: str
     header: tuple[str, ...]
     rows: list[list[str]]
     marked: set[tuple[int, int]]  # (row, column) to emphasise
+    tied: set[tuple[int, int]] = frozenset()
+    footnotes: tuple[str, ...] = ()
 
 
 def _markdown(grid: _Grid) -> str:
     lines = [f"### {grid.title}", "", "| " + " | ".join(grid.header) + " |", "|" + "---|" * len(grid.header)]
     for i, row in enumerate(grid.rows):
-        cells = [f"**{c}**" if (i, j) in grid.marked else c for j, c in enumerate(row)]
+        cells = [f"**{c}**" if (i, j) in grid.marked else f"*{c}*" if (i, j) in grid.tied else c for j, c in enumerate(row)]
         lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join([*lines, "", grid.note, ""])
+    return "\n".join([*lines, "", grid.note, *(["", *(f"- {f}" for f in grid.footnotes)] if grid.footnotes else []), ""])
 
 
 def _latex_escape(text: str) -> str:
-    for old, new in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("±", r"$\pm$"), ("λ", r"$\lambda$")):
+    for old, new in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"), ("#", r"\#"),
+                     ("±", r"$\pm$"), ("λ", r"$\lambda$"), (TIED_MARK, r"$\approx$"), (OUTLIER_MARK, r"\textsuperscript{\dag}")):
         text = text.replace(old, new)
     return text
 
 
 def _latex(grid: _Grid) -> str:
+    notes = " ".join([grid.note, *grid.footnotes])
     lines = [
         r"\begin{table}[t]",
         r"\centering",
-        rf"\caption{{{_latex_escape(grid.title)}. {_latex_escape(grid.note)}}}",
+        rf"\caption{{{_latex_escape(grid.title)}. {_latex_escape(notes)}}}",
         r"\begin{tabular}{" + "l" * len(grid.header) + "}",
         r"\toprule",
         " & ".join(_latex_escape(h) for h in grid.header) + r" \\",
         r"\midrule",
     ]
     for i, row in enumerate(grid.rows):
-        cells = [rf"\textbf{{{_latex_escape(c)}}}" if (i, j) in grid.marked else _latex_escape(c) for j, c in enumerate(row)]
+        cells = [rf"\textbf{{{_latex_escape(c)}}}" if (i, j) in grid.marked
+                 else rf"\textit{{{_latex_escape(c)}}}" if (i, j) in grid.tied else _latex_escape(c) for j, c in enumerate(row)]
         lines.append(" & ".join(cells) + r" \\")
     return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
 
 
 def _html(grid: _Grid) -> str:
-    """An HTML table (for the report), best cells in bold."""
+    """An HTML table (for the report), best cells in bold, tied cells in italics."""
     head = "".join(f"<th>{escape(h)}</th>" for h in grid.header)
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td><b>{escape(c)}</b></td>" if (i, j) in grid.marked else f"<td>{escape(c)}</td>" for j, c in enumerate(row))
-        + "</tr>"
-        for i, row in enumerate(grid.rows)
-    )
+
+    def cell(i: int, j: int, c: str) -> str:
+        if (i, j) in grid.marked:
+            return f"<td class='best'><b>{escape(c)}</b></td>"
+        if (i, j) in grid.tied:
+            return f"<td class='tied'><i>{escape(c)}</i></td>"
+        return f"<td>{escape(c)}</td>"
+
+    body = "".join("<tr>" + "".join(cell(i, j, c) for j, c in enumerate(row)) + "</tr>" for i, row in enumerate(grid.rows))
+    foot = "".join(f"<li>{escape(f)}</li>" for f in grid.footnotes)
     return (
         f"<h3>{escape(grid.title)}</h3><table class='results'><thead><tr>{head}</tr></thead>"
         f"<tbody>{body}</tbody></table><p class='note'>{escape(grid.note)}</p>"
+        + (f"<ul class='note'>{foot}</ul>" if foot else "")
     )
 
 
-def _best_grids(table: pl.DataFrame, variant: list[str]) -> list[_Grid]:
+def selected_hyperparameters(row: dict) -> str:
+    return ", ".join(f"{n}={row[n]:g}" for n in queries.HYPERPARAMETER_COLUMNS if row.get(n) is not None)
+
+
+def _outlier_footnote(label: str, outliers: str | None) -> str | None:
+    if not outliers:
+        return None
+    seeds = ", ".join(f"seed {seed} ({score})" for seed, score in (o.split(":", 1) for o in outliers.split("; ")))
+    return f"{OUTLIER_MARK} {label}: outlier {seeds}"
+
+
+def _best_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Grid]:
     grids = []
     for _, group in table.group_by(variant, maintain_order=True):
-        rows, marked = [], set()
+        rows, marked, footnotes = [], set(), []
         for i, r in enumerate(group.to_dicts()):
-            score = r["status"] if r["status"] != "ok" else mean_std(r["mean"], r["std"])
-            chosen = ", ".join(f"{n}={r[n]:g}" for n in queries.HYPERPARAMETER_COLUMNS if r.get(n) is not None)
-            rows.append([r["optimizer"], score, str(r["seeds"]), chosen, f"{r['diverged_configs']}/{r['configs']}", str(r["missing_runs"])])
+            ok = r["status"] == "ok"
+            score = cell_text(r, stat, ci=False) if ok else r["status"]
+            note = _outlier_footnote(r["optimizer"], r.get("outlier_seeds")) if ok else None
+            if note:
+                score += f" {OUTLIER_MARK}"
+                footnotes.append(note)
+            ci = interval(r.get("ci_low"), r.get("ci_high")) if ok else ""
+            rows.append([r["optimizer"], score, ci, str(r["seeds"]), selected_hyperparameters(r),
+                         f"{r['diverged_configs']}/{r['configs']}", str(r["missing_runs"])])
             if r["best_method"]:
                 marked |= {(i, 0), (i, 1)}
         first = group.row(0, named=True)
+        if footnotes:
+            footnotes.insert(0, _outlier_note())
         grids.append(
             _Grid(
                 variant_title({k: first[k] for k in variant}),
-                _score_note(first["task"]) + " Best method in bold.",
-                ("method", "score", "seeds", "selected hyperparameters", "diverged configs", "missing runs"),
+                _score_note(first["task"], stat) + " Best method in bold.",
+                ("method", "score", f"95% CI ({STAT_NAMES[stat]})", "seeds", "selected hyperparameters",
+                 "diverged configs", "missing runs"),
                 rows,
                 marked,
+                footnotes=tuple(footnotes),
             )
         )
     return grids
@@ -241,24 +363,97 @@ def _best_grids(table: pl.DataFrame, variant: list[str]) -> list[_Grid]:
 
 def _sensitivity_grid(table: SensitivityTable) -> _Grid:
     thetas = sorted(table.cells["theta_lambda"].unique())
-    rows, marked = [], set()
+    rows, marked, tied, footnotes = [], set(), set(), []
     for i, (gamma0, cells) in enumerate(table.cells.group_by("gamma0", maintain_order=True)):
         by_theta = {r["theta_lambda"]: r for r in cells.to_dicts()}
         row = [f"{gamma0[0]:g} (λ0={math.exp(gamma0[0]):.3g})"]
         for j, theta in enumerate(thetas, start=1):
             r = by_theta[theta]
             if r["status"] == "missing":
-                row.append("missing")
+                text = "missing"
             elif r["status"] == "diverged":
-                row.append(f"diverged ({r['diverged_seeds']}/{r['seeds']})")
+                text = f"diverged ({r['diverged_seeds']}/{r['seeds']})"
             else:
-                row.append(mean_std(r["mean"], r["std"]))
+                text = cell_text(r, table.stat)
+                note = _outlier_footnote(f"gamma0={gamma0[0]:g}, theta_lambda={theta:g}", r["outlier_seeds"])
+                if note:
+                    text += f" {OUTLIER_MARK}"
+                    footnotes.append(note)
             if r["best"]:
                 marked.add((i, j))
+            elif r["tied"]:
+                text += f" {TIED_MARK}"
+                tied.add((i, j))
+            row.append(text)
         rows.append(row)
     title = f"{variant_title(table.variant)}: {table.optimizer}, alpha={table.alpha:g}"
-    note = _score_note(table.variant["task"]) + " Rows gamma0 (lambda0 = exp(gamma0)), columns theta_lambda; theta_lambda = 0 is fixed decay. Best cell in bold."
-    return _Grid(title, note, ("gamma0 \\ theta_lambda", *(f"{t:g}" for t in thetas)), rows, marked)
+    robust = (f"Robustness: {table.within} of {table.usable} non-diverged cells "
+              f"({100 * table.robust:.0f}%) within 5% of the best." if table.usable else "Robustness: no usable cell.")
+    note = (_score_note(table.variant["task"], table.stat)
+            + " Rows gamma0 (lambda0 = exp(gamma0)), columns theta_lambda; theta_lambda = 0 is fixed decay. Best cell in bold; "
+            + f"{TIED_MARK} (italic): tied with the best (95% CIs overlap). " + robust)
+    if footnotes:
+        footnotes.insert(0, _outlier_note())
+    return _Grid(title, note, ("gamma0 \\ theta_lambda", *(f"{t:g}" for t in thetas)), rows, marked, tied, tuple(footnotes))
+
+
+def _compare_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Grid]:
+    grids = []
+    name = STAT_NAMES[stat]
+    for _, group in table.group_by(variant, maintain_order=True):
+        first = group.row(0, named=True)
+        reference = first["reference"]
+        rows, marked = [], set()
+        for i, r in enumerate(group.to_dicts()):
+            if r["status"] in ("ok", "reference"):
+                diff = f"{_num(r['difference'])} {interval(r['diff_ci_low'], r['diff_ci_high'])}".rstrip()
+                p = f"{_num(r['p_improvement'], 3)} {interval(r['p_ci_low'], r['p_ci_high'])}".rstrip()
+                value = _num(r["stat_value"])
+            else:
+                diff, p, value = r["status"], "", ""
+            if r["status"] == "reference":
+                diff, p = "reference", "0.5"
+                marked |= {(i, 0)}
+            rows.append([r["optimizer"], selected_hyperparameters(r), value, diff, p, str(r["shared_seeds"])])
+        task = get_task(first["task"])
+        better = "higher" if task.higher_is_better else "lower"
+        note = (
+            f"Seeds are paired (every method sees the same stream for a given seed): each method's selected "
+            f"configuration is compared with the reference's ({reference or 'none'}) on the seeds both ran. "
+            f"Difference = {name}(method) - {name}(reference) ({better} is better); P(better) = probability that "
+            f"a seed of the method scores better ({better} {task.score}) than a seed of the reference, over all pairs "
+            f"of shared seeds, ties 1/2 (as rliable). 95% CIs: paired percentile bootstrap over seeds "
+            f"({stats.BOOTSTRAP_RESAMPLES} resamples, fixed seed)."
+        )
+        grids.append(_Grid(
+            f"{variant_title({k: first[k] for k in variant})}: paired comparison with {reference or 'no reference'}",
+            note,
+            ("method", "selected hyperparameters", name, f"difference [95% CI]", f"P(better than {reference}) [95% CI]",
+             "shared seeds"),
+            rows, marked))
+    return grids
+
+
+def _importance_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Grid]:
+    grids = []
+    for _, group in table.group_by(variant, maintain_order=True):
+        first = group.row(0, named=True)
+        rows = []
+        for r in group.to_dicts():
+            if r["status"] != "ok":
+                rows.append([r["optimizer"], "", "", r["status"]])
+            else:
+                rows.append([r["optimizer"], r["hyperparameter"], "" if r["levels"] is None else str(r["levels"]),
+                             f"{100 * r['share']:.1f}%"])
+        note = (
+            f"Main-effect variance decomposition of the cell {STAT_NAMES[stat]} over each method's full-factorial grid: "
+            "the share of the variance across cells explained by each hyperparameter alone; 'interactions' is the rest "
+            "(exact on a full grid; the shares sum to 100%). Diverged cells are excluded; a method whose grid is then "
+            "not full (or has missing cells) is skipped, and says so."
+        )
+        grids.append(_Grid(f"{variant_title({k: first[k] for k in variant})}: hyperparameter importance", note,
+                           ("method", "hyperparameter", "values", "share of variance"), rows, set()))
+    return grids
 
 
 def _csv(frame: pl.DataFrame) -> str:
@@ -267,35 +462,60 @@ def _csv(frame: pl.DataFrame) -> str:
     return buffer.getvalue()
 
 
-def table_text(results_dir: str | Path, kind: str = "best", fmt: str = "md") -> str:
-    """A results directory's best or sensitivity tables, rendered."""
+def sensitivity_frame(tables: list[SensitivityTable]) -> pl.DataFrame:
+    """All sensitivity tables as one frame (the CSV): their cells with task settings, optimizer,
+    alpha, and each table's robustness (`robust_within_5pct`, `usable_cells`)."""
+    return pl.concat(
+        [
+            t.cells.with_columns(
+                *(pl.lit(v).alias(k) for k, v in t.variant.items()),
+                optimizer=pl.lit(t.optimizer),
+                alpha=pl.lit(t.alpha),
+                robust_within_5pct=pl.lit(t.robust, pl.Float64),
+                usable_cells=pl.lit(t.usable, pl.Int64),
+            )
+            for t in tables
+        ],
+        how="diagonal_relaxed",
+    )
+
+
+def table_text(results_dir: str | Path, kind: str = "best", fmt: str = "md", stat: str = "mean",
+               reference: str | None = None) -> str:
+    """A results directory's best, sensitivity, compare or importance tables, rendered.
+
+    `stat` (mean, median, iqm) is shown and selects the best configurations; `reference`
+    (compare only) is the method the others are compared with (default: the best method).
+    """
     if fmt not in FORMATS:
         raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if kind not in KINDS:
         raise ValueError(f"unknown table kind {kind!r}; choose one of {', '.join(KINDS)}")
+    stats.check_stat(stat)
+    variant = queries.variant_columns(queries.scores(results_dir))
     if kind == "best":
-        table = best_table(results_dir)
+        table = best_table(results_dir, stat)
         if fmt == "csv":
             return _csv(table)
-        grids = _best_grids(table, queries.variant_columns(queries.scores(results_dir)))
+        grids = _best_grids(table, variant, stat)
+    elif kind == "compare":
+        table = compare_table(results_dir, stat, reference)
+        if fmt == "csv":
+            return _csv(table)
+        grids = _compare_grids(table, variant, stat)
+    elif kind == "importance":
+        table = importance_table(results_dir, stat, stored_cells(results_dir, stat))
+        if table.height == 0:
+            return "No importance: no method with a hyperparameter that takes more than one value.\n"
+        if fmt == "csv":
+            return _csv(table)
+        grids = _importance_grids(table, variant, stat)
     else:
-        tables = sensitivity_tables(results_dir)
+        tables = sensitivity_tables(results_dir, stat)
         if not tables:
             return "No sensitivity grids: no optimizer with both gamma0 and theta_lambda in these results.\n"
         if fmt == "csv":
-            return _csv(
-                pl.concat(
-                    [
-                        t.cells.with_columns(
-                            *(pl.lit(v).alias(k) for k, v in t.variant.items()),
-                            optimizer=pl.lit(t.optimizer),
-                            alpha=pl.lit(t.alpha),
-                        )
-                        for t in tables
-                    ],
-                    how="diagonal_relaxed",
-                )
-            )
+            return _csv(sensitivity_frame(tables))
         grids = [_sensitivity_grid(t) for t in tables]
     render = {"md": _markdown, "latex": _latex, "html": _html}[fmt]
     return "\n".join(render(g) for g in grids)

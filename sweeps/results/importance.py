@@ -1,0 +1,78 @@
+"""Hyperparameter importance: a main-effect variance decomposition of the cell statistic
+over each method's full-factorial grid (definition: `sweeps.results.stats.main_effect_shares`).
+
+Per (task settings, method), over the hyperparameters with more than one value in its
+grid: the share of the variance of the chosen statistic across cells explained by each
+hyperparameter's main effect, and the share left to interactions; exact on a full grid.
+
+Diverged cells (any seed NaN or inf) have no finite statistic, so they are excluded; the
+decomposition then needs every remaining combination of the grid's values exactly once.
+When cells are diverged or missing (the grid is not full any more) the method's
+decomposition is skipped and its row says why (`status`), rather than decomposing a
+ragged grid, which is not exact and whose shares would depend on which cells failed.
+Grid values come from the recorded sweep and the stored cells together.
+
+    from sweeps import results
+    results.importance_table("results/linear-demo", stat="iqm")
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+from sweeps.results import queries, stats
+
+
+def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Long format: one row per (task settings, method, hyperparameter) plus an "interactions"
+    row, with `share` (of the variance of `stat` across the grid's cells) and `levels`; a
+    method whose decomposition is skipped has one row with null share and `status` saying why.
+    `cells`: the stored cells (`queries.cells(...).collect()`) if already computed."""
+    stats.check_stat(stat)
+    frame = queries.scores(results_dir)
+    variant = queries.variant_columns(frame)
+    if cells is None:
+        cells = queries.cells(frame, stat).collect()
+    keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
+    observed = cells.select(*keys, "stat_value", "diverged_seeds")
+    sweep = queries.recorded_sweep(results_dir)
+    if sweep is not None:  # cells the sweep asked for and the store lacks make the grid not full
+        expected = queries.expected_runs(sweep)
+        expected = expected.select(c for c in keys if c in expected.columns).unique()
+        observed = expected.join(observed, on=[c for c in keys if c in expected.columns], how="full", coalesce=True,
+                                 nulls_equal=True)
+    rows = []
+    for key, group in observed.group_by([*variant, "optimizer"], maintain_order=True):  # one per method
+        base = dict(zip([*variant, "optimizer"], key))
+        hyper = [h for h in queries.HYPERPARAMETER_COLUMNS if h in group.columns and group[h].drop_nulls().n_unique() > 1]
+        if not hyper:
+            continue  # nothing varies: no decomposition to make
+        usable = group.filter((pl.col("diverged_seeds") == 0) & pl.col("stat_value").is_finite())
+        levels = {h: sorted(group[h].drop_nulls().unique()) for h in hyper}
+        full = int(np.prod([len(v) for v in levels.values()]))
+        diverged = group.filter(pl.col("diverged_seeds") > 0).height
+        missing = group.filter(pl.col("stat_value").is_null() & pl.col("diverged_seeds").fill_null(0).eq(0)).height
+        result = None
+        if usable.height == full:
+            codes = np.stack([usable[h].replace_strict({v: i for i, v in enumerate(levels[h])}, return_dtype=pl.Int64)
+                              .to_numpy() for h in hyper], axis=1)
+            result = stats.main_effect_shares(codes, usable["stat_value"].to_numpy())
+        if result is None:
+            if usable.height != full:
+                why = f"skipped: grid not full ({usable.height} of {full} cells usable; {diverged} diverged, {missing} missing)"
+            else:
+                why = "skipped: every cell has the same score"
+            rows.append({**base, "hyperparameter": None, "levels": None, "share": None, "cells": usable.height,
+                         "status": why})
+            continue
+        shares, rest = result
+        for h, share in zip(hyper, shares):
+            rows.append({**base, "hyperparameter": h, "levels": len(levels[h]), "share": float(share),
+                         "cells": full, "status": "ok"})
+        rows.append({**base, "hyperparameter": "interactions", "levels": None, "share": rest, "cells": full, "status": "ok"})
+    schema = {**{c: observed.schema[c] for c in [*variant, "optimizer"]}, "hyperparameter": pl.String,
+              "levels": pl.Int64, "share": pl.Float64, "cells": pl.Int64, "status": pl.String}
+    return pl.DataFrame(rows, schema=schema) if rows else pl.DataFrame(schema=schema)
