@@ -27,6 +27,7 @@ import sweeps
 import tasks
 from cluster.connect import check_reachable
 from cluster.errors import ClusterError
+from sweeps.results.location import StoreLocation, is_uri
 from sweeps.spec import Sweep
 
 
@@ -45,9 +46,19 @@ def client(address: str | None) -> JobSubmissionClient:
 
 
 def submit(sweep: Sweep, address: str, storage: str, run_args: list[str], pip: list[str] | None = None) -> str:
-    """Submit the sweep; returns the job id. `storage` must be an absolute path the cluster's nodes share."""
-    if not storage.startswith("/"):
-        raise ClusterError(f"--storage {storage}: give an absolute path on a filesystem that every node of the cluster mounts")
+    """Submit the sweep; returns the job id. `storage` is an object-store URI (s3://, gs://) every node can
+    reach with its own credentials, or an absolute path the cluster's nodes share."""
+    remote = is_uri(storage)
+    if remote:
+        location = StoreLocation.parse(storage)  # unsupported schemes, credentials in the URI: StorageError (exit 2)
+        if location.local:
+            storage = location.base  # file:///x is the local path /x
+            remote = False
+    if not remote and not storage.startswith("/"):
+        raise ClusterError(
+            f"--storage {storage}: give an object-store URI (s3://BUCKET/PREFIX) or an absolute path on a filesystem "
+            "that every node of the cluster mounts"
+        )
     job_client = client(address)
     staging = Path(tempfile.mkdtemp(prefix="fade-sweep-job-"))
     try:
@@ -61,11 +72,16 @@ def submit(sweep: Sweep, address: str, storage: str, run_args: list[str], pip: l
         if os.environ.get("FADE_SWEEP_DEBUG"):
             runtime_env["env_vars"] = {"FADE_SWEEP_DEBUG": os.environ["FADE_SWEEP_DEBUG"]}
         command = ["python", "-m", "sweeps.cli", "run", "--storage", storage, "--address", "auto", *run_args]
-        # Run from the storage directory: Ray may clean up the job's working_dir before the
-        # driver ends, and Tune resolves paths against the current directory. The sweep file
-        # is read at start, from the working_dir left behind in $OLDPWD.
-        entrypoint = f'mkdir -p {shlex.quote(storage)} && cd {shlex.quote(storage)} && {shlex.join(command)} "$OLDPWD/sweep.yaml"'
-        return job_client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, metadata={"sweep": sweep.name})
+        # Run from the storage directory (a local store) or a scratch directory (an object store):
+        # Ray may clean up the job's working_dir before the driver ends, and Tune resolves paths
+        # against the current directory. The sweep file is read at start, from the working_dir
+        # left behind in $OLDPWD. Credentials are never part of the job: the cluster's nodes use
+        # their own (instance role / workload identity); the URI carries no secret (see location.py).
+        here = shlex.quote(storage) if not remote else '"$(mktemp -d -t fade-sweep-job-XXXXXX)"'
+        entrypoint = f'mkdir -p {here} && cd {here} && {shlex.join(command)} "$OLDPWD/sweep.yaml"' if not remote \
+            else f'cd {here} && {shlex.join(command)} "$OLDPWD/sweep.yaml"'
+        metadata = {"sweep": sweep.name, "storage": StoreLocation.parse(storage).display if remote else storage}
+        return job_client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, metadata=metadata)
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.results import stats
+from sweeps.results.location import as_location
 from sweeps.results.record import recorded_pairs, recorded_sweep
 from sweeps.results.store import (
     CURVES,
@@ -49,7 +50,7 @@ def selection(results_dir: str | Path, all_runs: bool = False) -> Selection:
     holds it), and, unless `all_runs`, only the pairs of the store's current sweep (sweep.yaml)."""
     wanted = None if all_runs else recorded_pairs(results_dir)
     manifests = read_manifests(results_dir)
-    key = (str(Path(results_dir).absolute()), tuple(m.name for m in manifests), id(wanted))
+    key = (as_location(results_dir).uri, tuple(m.name for m in manifests), id(wanted))
     cached = _SELECTIONS.get(key)
     if cached is None or cached[0] is not wanted:  # manifests are write-once: their names identify them
         _SELECTIONS.clear()

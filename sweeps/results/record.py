@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import shutil
 import sys
 import time
 from importlib import metadata
@@ -26,7 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from sweeps.results.store import finished_runs, write_bytes_atomic
+from sweeps.results.location import StoreLocation, as_location
+from sweeps.results.store import finished_runs
 from sweeps.spec import LOCATION_SETTINGS, Sweep, SweepError, make_config, parse_sweep
 
 SWEEP_RECORD = "sweep.yaml"
@@ -51,39 +51,49 @@ def _same_document(a: object, b: object) -> bool:
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
-def read_store_record(results_dir: str | Path) -> dict | None:
-    path = Path(results_dir) / STORE_RECORD
-    if not path.is_file():
+def read_store_record(results_dir: str | Path | StoreLocation) -> dict | None:
+    try:
+        return json.loads(as_location(results_dir).read_bytes(STORE_RECORD))
+    except FileNotFoundError:
         return None
-    return json.loads(path.read_text())
 
 
 _SWEEP_CACHE: dict[tuple[str, int, int], tuple[Sweep, frozenset]] = {}
 
 
-def _load(results_dir: Path) -> tuple[Sweep, frozenset] | None:
-    path = results_dir / SWEEP_RECORD
-    try:
-        stat = path.stat()
-    except FileNotFoundError:
-        return None
-    key = (str(path.absolute()), stat.st_mtime_ns, stat.st_size)
+def _load(results_dir: str | Path | StoreLocation) -> tuple[Sweep, frozenset] | None:
+    location = as_location(results_dir)
+    if location.local:
+        try:
+            stat = Path(location.path(SWEEP_RECORD)).stat()
+        except FileNotFoundError:
+            return None
+        key = (location.path(SWEEP_RECORD), stat.st_mtime_ns, stat.st_size)
+    else:
+        info = location.info(SWEEP_RECORD)
+        if not info.is_file:
+            return None
+        key = (location.uri + "/" + SWEEP_RECORD, info.mtime_ns or 0, info.size)
     if key not in _SWEEP_CACHE:
-        sweep = parse_sweep(yaml.safe_load(path.read_text()), str(path))
+        try:
+            text = location.read_text(SWEEP_RECORD)
+        except FileNotFoundError:
+            return None
+        sweep = parse_sweep(yaml.safe_load(text), location.url(SWEEP_RECORD))
         _SWEEP_CACHE.clear()
         _SWEEP_CACHE[key] = (sweep, frozenset(sweep_pairs(sweep)))
     return _SWEEP_CACHE[key]
 
 
-def recorded_sweep(results_dir: str | Path) -> Sweep | None:
+def recorded_sweep(results_dir: str | Path | StoreLocation) -> Sweep | None:
     """The store's current sweep (sweep.yaml), if recorded."""
-    loaded = _load(Path(results_dir))
+    loaded = _load(results_dir)
     return None if loaded is None else loaded[0]
 
 
-def recorded_pairs(results_dir: str | Path) -> frozenset | None:
+def recorded_pairs(results_dir: str | Path | StoreLocation) -> frozenset | None:
     """The (config_id, seed) pairs of the store's current sweep (None: no sweep recorded)."""
-    loaded = _load(Path(results_dir))
+    loaded = _load(results_dir)
     return None if loaded is None else loaded[1]
 
 
@@ -122,13 +132,13 @@ def _settings_conflict(old: Sweep, new: Sweep, stored: set[tuple[str, int]]) -> 
     return None
 
 
-def check_and_record(results_dir: str | Path, sweep: Sweep, dtype: str) -> list[str]:
+def check_and_record(results_dir: str | Path | StoreLocation, sweep: Sweep, dtype: str) -> list[str]:
     """Make `sweep` the store's current sweep (the caller holds the writer lock). Returns notices to print.
 
     Refuses (SweepError) a dtype or task-settings change under stored runs; keeps a changed
     earlier record in history/.
     """
-    results_dir = Path(results_dir)
+    results_dir = as_location(results_dir)
     store = read_store_record(results_dir) or {}
     old = recorded_sweep(results_dir)
     stored = finished_runs(results_dir)
@@ -143,25 +153,24 @@ def check_and_record(results_dir: str | Path, sweep: Sweep, dtype: str) -> list[
         if conflict:
             raise SweepError(f"{sweep.source}: {conflict}")
     history = list(store.get("history", []))
-    old_path = results_dir / SWEEP_RECORD
     if old is not None and not _same_document(old.document, sweep.document):
         stamp = time.strftime("%Y%m%dT%H%M%S")
-        kept = results_dir / HISTORY / f"sweep-{stamp}.yaml"
+        kept = f"{HISTORY}/sweep-{stamp}.yaml"
         n = 1
-        while kept.exists():
+        while results_dir.exists(kept):
             n += 1
-            kept = results_dir / HISTORY / f"sweep-{stamp}-{n}.yaml"
-        kept.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(old_path, kept)
-        history.append(kept.relative_to(results_dir).as_posix())
+            kept = f"{HISTORY}/sweep-{stamp}-{n}.yaml"
+        results_dir.write_bytes(kept, results_dir.read_bytes(SWEEP_RECORD), durable=True)
+        history.append(kept)
+        kept = results_dir.url(kept)
         outside = len(stored - sweep_pairs(sweep))
         notices.append(
             f"The sweep changed since the store was written: the earlier record is kept as {kept}; "
             "runs the new sweep lacks will run" + (f", and {outside} stored runs outside it are ignored" if outside else "")
         )
     text = canonical_document(sweep)
-    results_dir.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(old_path, text.encode(), durable=True)
+    results_dir.makedirs()
+    results_dir.write_bytes(SWEEP_RECORD, text.encode(), durable=True)
     now = time.time()
     record = {
         "format": STORE_FORMAT,
@@ -173,7 +182,7 @@ def check_and_record(results_dir: str | Path, sweep: Sweep, dtype: str) -> list[
         "sweep_sha256": hashlib.sha256(text.encode()).hexdigest(),
         "history": history,
     }
-    write_bytes_atomic(results_dir / STORE_RECORD, json.dumps(record, indent=1).encode(), durable=True)
+    results_dir.write_bytes(STORE_RECORD, json.dumps(record, indent=1).encode(), durable=True)
     return notices
 
 

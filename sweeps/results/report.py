@@ -24,7 +24,7 @@ import polars as pl
 from plotly.offline import get_plotlyjs
 
 from sweeps.results import queries, tables
-from sweeps.results.store import write_bytes_atomic
+from sweeps.results.location import StoreLocation, as_location
 from tasks import get_task
 
 MAX_POINTS = 400
@@ -159,8 +159,12 @@ def build_figures(results_dir: str | Path) -> list[tuple[str, go.Figure]]:
     return figures
 
 
-def write_report(results_dir: str | Path, out: str | Path, images: str | Path | None = None) -> list[tuple[str, go.Figure]]:
-    """Write the self-contained HTML report (and PNGs into `images` if given); returns the figures."""
+def write_report(results_dir: str | Path | StoreLocation, out: str | Path | StoreLocation,
+                 images: str | Path | None = None) -> list[tuple[str, go.Figure]]:
+    """Write the self-contained HTML report (and PNGs into `images` if given); returns the figures.
+
+    `results_dir` and `out` may be local paths or object-store URIs / locations."""
+    location = as_location(results_dir)
     figures = build_figures(results_dir)
     if images is not None:
         export_images(figures, images)
@@ -171,17 +175,18 @@ def write_report(results_dir: str | Path, out: str | Path, images: str | Path | 
         for i, (kind, fig) in enumerate(figures)
     ]
     html = f"""<!DOCTYPE html>
-<html><head><meta charset="utf-8"><title>FADE sweep report: {escape(Path(results_dir).name)}</title>
+<html><head><meta charset="utf-8"><title>FADE sweep report: {escape(location.name)}</title>
 <style>body{{font-family:sans-serif;margin:2em;max-width:1200px}} table.results{{border-collapse:collapse;margin:1em 0}}
 table.results td,table.results th{{border:1px solid #ccc;padding:4px 8px;text-align:left}} .note{{color:#555;font-size:90%}}</style>
 <script type="text/javascript">{get_plotlyjs()}</script></head>
-<body><h1>FADE sweep report: {escape(Path(results_dir).name)}</h1>
-<p>{escape(str(Path(results_dir).resolve()))}</p>
+<body><h1>FADE sweep report: {escape(location.name)}</h1>
+<p>{escape(str(location.local_path.resolve()) if location.local else location.display)}</p>
 <h2>Figures</h2>{''.join(parts)}
 <h2>Best configurations</h2>{tables.table_text(results_dir, "best", "html")}
 <h2>Sensitivity</h2>{tables.table_text(results_dir, "sensitivity", "html")}
 </body></html>"""
-    write_bytes_atomic(Path(out), html.encode("utf-8"))
+    target = as_location(out)
+    target.parent.write_bytes(target.name, html.encode("utf-8"))
     return figures
 
 

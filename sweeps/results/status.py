@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from sweeps.results.store import write_bytes_atomic
+from sweeps.results.location import StoreLocation, as_location
 
 STATUS_FILE = "status.json"
 HEARTBEAT_SECONDS = 1.0  # how often a live driver refreshes updated_at (at least every few seconds)
@@ -70,16 +70,16 @@ class SweepStatus:
     def nodes(self) -> set[str]:
         return {t.node_id for t in self.trials.values() if t.node_id}
 
-    def write(self, results_dir: str | Path) -> None:
+    def write(self, results_dir: str | Path | StoreLocation) -> None:
         document = {**asdict(self), "trials": [asdict(t) for t in self.trials.values()]}
-        write_bytes_atomic(Path(results_dir) / STATUS_FILE, json.dumps(document, indent=1).encode())
+        as_location(results_dir).write_bytes(STATUS_FILE, json.dumps(document, indent=1).encode())
 
 
-def read_status(results_dir: str | Path) -> SweepStatus | None:
-    path = Path(results_dir) / STATUS_FILE
-    if not path.is_file():
+def read_status(results_dir: str | Path | StoreLocation) -> SweepStatus | None:
+    try:
+        raw = json.loads(as_location(results_dir).read_bytes(STATUS_FILE))
+    except FileNotFoundError:
         return None
-    raw = json.loads(path.read_text())
     trial_keys = {f.name for f in fields(TrialStatus)}
     trials = {t["pack_id"]: TrialStatus(**{k: v for k, v in t.items() if k in trial_keys}) for t in raw.pop("trials")}
     keys = {f.name for f in fields(SweepStatus)} - {"trials"}

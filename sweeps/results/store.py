@@ -16,8 +16,9 @@ carries every hyperparameter column (null where the optimizer does not take it) 
 task's settings, so files of different optimizers concatenate.
 
 Commit protocol. A pack's data files get write-once names (the write id is new for every
-write) and are written under a hidden temporary name, fsynced and renamed into place; the
-pack's manifest is written the same way LAST. The manifest is the commit: readers read only
+write) and are written atomically (see location.py: locally under a hidden temporary name,
+fsynced and renamed into place; on an object store as one object, which appears whole or not
+at all); the pack's manifest is written the same way LAST (on S3: one PUT, atomic). The manifest is the commit: readers read only
 files named by manifests, so a crash never shows half a pack and a file no manifest names
 (an orphan) is never read; `fade-sweep run --resume` deletes orphans. If two manifests
 claim the same (config, seed) (a pack written twice), readers take each (config, seed)
@@ -35,9 +36,7 @@ Manifest (JSON, format 1):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
-import os
 import sys
 import time
 import uuid
@@ -47,10 +46,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pyarrow as pa
+import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.packs.outcome import PackOutcome
+from sweeps.results.location import Entry, StoreLocation, as_location
 from sweeps.spec import Pack
 
 SCORES, CURVES = "scores", "curves"
@@ -121,55 +122,26 @@ def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
 # ---------------------------------------------------------------- atomic writes
 
 
-def _temporary_beside(path: Path) -> Path:
-    """A hidden name in the same directory (ignored by every reader): os.replace from it is atomic on POSIX."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path.with_name(f".{path.name}.{os.getpid()}-{uuid.uuid4().hex[:8]}.tmp")
+def write_bytes_atomic(path: str | Path | StoreLocation, data: bytes, *, durable: bool = False) -> None:
+    """Write a small file (or object) so that readers see the old or the new content, never a part.
 
-
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_bytes_atomic(path: Path, data: bytes, *, durable: bool = False) -> None:
-    """Write a small file so that readers see the old or the new content, never a part."""
+    `path` is a local path, or a StoreLocation naming the file (see location.py)."""
+    if isinstance(path, StoreLocation):
+        path.parent.write_bytes(path.name, data, durable=durable)
+        return
     path = Path(path)
-    tmp = _temporary_beside(path)
-    try:
-        tmp.write_bytes(data)
-        if durable:
-            _fsync(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    StoreLocation.parse(path.parent).write_bytes(path.name, data, durable=durable)
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
+def _target(location: StoreLocation, rel: str) -> Path | StoreLocation:
+    """What write_bytes_atomic takes for `rel` under `location`: a Path locally, a location elsewhere."""
+    return location.local_path / rel if location.local else location / rel
 
 
-def _write_data_file(table: pa.Table, results_dir: Path, relative: str) -> dict:
+def _write_data_file(table: pa.Table, location: StoreLocation, relative: str) -> dict:
     """Write one data file under its final (write-once) name; returns its manifest entry."""
-    path = results_dir / relative
-    tmp = _temporary_beside(path)
-    try:
-        pq.write_table(table.drop_columns(list(PARTITIONS)), tmp)
-        _fsync(tmp)
-        entry = {"path": relative, "rows": table.num_rows, "bytes": tmp.stat().st_size, "sha256": _sha256(tmp)}
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return entry
+    size, sha256 = location.write_with(relative, lambda f: pq.write_table(table.drop_columns(list(PARTITIONS)), f))
+    return {"path": relative, "rows": table.num_rows, "bytes": size, "sha256": sha256}
 
 
 def new_write_id() -> str:
@@ -178,9 +150,9 @@ def new_write_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 1_000_000:06d}-{uuid.uuid4().hex[:8]}"
 
 
-def write_pack(results_dir: str | Path, pack: Pack, outcome: PackOutcome) -> Path:
+def write_pack(results_dir: str | Path | StoreLocation, pack: Pack, outcome: PackOutcome) -> Path | StoreLocation:
     """Commit a finished pack: its curves and scores files, then its manifest (the commit). Returns the manifest."""
-    results_dir = Path(results_dir)
+    results_dir = as_location(results_dir)
     e = pack.experiment
     write_id = new_write_id()
     stem = f"pack-{pack.pack_id}-{write_id}"
@@ -200,8 +172,8 @@ def write_pack(results_dir: str | Path, pack: Pack, outcome: PackOutcome) -> Pat
         "seeds": [int(s) for s in pack.seeds],
         "files": files,
     }
-    path = results_dir / MANIFESTS / f"{stem}.json"
-    write_bytes_atomic(path, json.dumps(manifest, indent=1).encode(), durable=True)
+    path = _target(results_dir, f"{MANIFESTS}/{stem}.json")
+    write_bytes_atomic(path, json.dumps(manifest, indent=1).encode(), durable=True)  # the commit
     return path
 
 
@@ -257,28 +229,25 @@ def parse_manifest(name: str, raw: bytes) -> Manifest:
 _MANIFEST_CACHE: dict[tuple[str, int, int], Manifest] = {}  # manifests are write-once: cache by path, mtime, size
 
 
-def _manifest_entries(results_dir: Path) -> list[os.DirEntry]:
-    try:
-        with os.scandir(results_dir / MANIFESTS) as it:
-            return sorted((e for e in it if e.name.endswith(".json") and not e.name.startswith(".")), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
+def _manifest_entries(results_dir: str | Path | StoreLocation) -> list[Entry]:
+    """The committed manifests' entries (hidden temporary files excluded), by name."""
+    location = as_location(results_dir)
+    return [e for e in location.list(MANIFESTS) if e.name.endswith(".json") and not e.name.startswith(".")]
 
 
-def read_manifests(results_dir: str | Path) -> list[Manifest]:
+def read_manifests(results_dir: str | Path | StoreLocation) -> list[Manifest]:
     """Every committed pack write, oldest first. StoreError names a damaged manifest."""
-    results_dir = Path(results_dir)
+    location = as_location(results_dir)
     manifests = []
-    for entry in _manifest_entries(results_dir):
-        stat = entry.stat()
-        key = (entry.path, stat.st_mtime_ns, stat.st_size)
+    for entry in _manifest_entries(location):
+        key = (location.path(entry.rel), entry.mtime_ns, entry.size)
         manifest = _MANIFEST_CACHE.get(key)
         if manifest is None:
             try:
-                manifest = parse_manifest(entry.name, Path(entry.path).read_bytes())
+                manifest = parse_manifest(entry.name, location.read_bytes(entry.rel))
             except ValueError as err:
                 raise StoreError(
-                    f"{entry.path}: damaged manifest ({err}); run `fade-sweep verify {results_dir}`"
+                    f"{location.url(entry.rel)}: damaged manifest ({err}); run `fade-sweep verify {location}`"
                 ) from None
             if len(_MANIFEST_CACHE) > 100_000:
                 _MANIFEST_CACHE.clear()
@@ -287,17 +256,17 @@ def read_manifests(results_dir: str | Path) -> list[Manifest]:
     return sorted(manifests, key=lambda m: m.order)
 
 
-def has_results(results_dir: str | Path) -> bool:
+def has_results(results_dir: str | Path | StoreLocation) -> bool:
     """Whether any pack is committed."""
-    return bool(_manifest_entries(Path(results_dir)))
+    return bool(_manifest_entries(results_dir))
 
 
-def finished_runs(results_dir: str | Path) -> set[tuple[str, int]]:
+def finished_runs(results_dir: str | Path | StoreLocation) -> set[tuple[str, int]]:
     """(config_id, seed) of every committed run (from the manifests; no Parquet is read)."""
     return {pair for m in read_manifests(results_dir) for pair in m.pairs()}
 
 
-def pack_written(results_dir: str | Path, pack: Pack) -> bool:
+def pack_written(results_dir: str | Path | StoreLocation, pack: Pack) -> bool:
     """Whether every run of the pack is committed (by this pack or others)."""
     done = finished_runs(results_dir)
     return all((c.config_id, s) in done for c in pack.configs for s in pack.seeds)
@@ -339,28 +308,38 @@ def select(manifests: list[Manifest], wanted: set[tuple[str, int]] | frozenset |
     return Selection(tuple(whole), tuple(partial), outside, superseded)
 
 
-def _scan(results_dir: Path, manifests: list[Manifest], kind: str) -> list[pl.LazyFrame]:
-    """One lazy scan per task (tasks differ in their settings columns), partitions from the paths."""
+def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list[pl.LazyFrame]:
+    """One lazy scan per task (tasks differ in their settings columns), partitions from the paths.
+
+    Local files: polars reads them itself. Object stores: a pyarrow dataset over the same
+    filesystem (so the same credentials chain and endpoint), scanned lazily by polars."""
     by_task: dict[str, list[str]] = {}
     for m in manifests:
-        path = results_dir / m.files[kind]["path"]
-        if not path.is_file():
-            raise StoreError(f"{path}: missing, but {MANIFESTS}/{m.name} names it; run `fade-sweep verify {results_dir}`")
-        by_task.setdefault(m.task, []).append(str(path))
+        rel = m.files[kind]["path"]
+        if not location.is_file(rel):
+            raise StoreError(f"{location.url(rel)}: missing, but {MANIFESTS}/{m.name} names it; run `fade-sweep verify {location}`")
+        by_task.setdefault(m.task, []).append(location.path(rel))
+    if location.local:
+        return [
+            pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE_SCHEMA, try_parse_hive_dates=False)
+            for paths in by_task.values()
+        ]
+    partitioning = ds.partitioning(pa.schema([("task", pa.string()), ("optimizer", pa.string())]), flavor="hive")
     return [
-        pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE_SCHEMA, try_parse_hive_dates=False)
+        pl.scan_pyarrow_dataset(ds.dataset(paths, filesystem=location.fs, format="parquet", partitioning=partitioning,
+                                           partition_base_dir=location.path(kind)))
         for paths in by_task.values()
     ]
 
 
-def scan_selection(results_dir: str | Path, selection: Selection, kind: str) -> pl.LazyFrame | None:
+def scan_selection(results_dir: str | Path | StoreLocation, selection: Selection, kind: str) -> pl.LazyFrame | None:
     """A LazyFrame over the selected rows of `kind` (scores or curves); task and optimizer first. None if empty."""
-    results_dir = Path(results_dir)
-    frames = _scan(results_dir, list(selection.whole), kind)
+    location = as_location(results_dir)
+    frames = _scan(location, list(selection.whole), kind)
     for manifest, keep in selection.partial:
         rows = pl.DataFrame({"config_id": [c for c, _ in keep], "seed": [s for _, s in keep]},
                             schema={"config_id": pl.String, "seed": pl.Int64})
-        frames.extend(f.join(rows.lazy(), on=["config_id", "seed"], how="semi") for f in _scan(results_dir, [manifest], kind))
+        frames.extend(f.join(rows.lazy(), on=["config_id", "seed"], how="semi") for f in _scan(location, [manifest], kind))
     if not frames:
         return None
     frame = frames[0] if len(frames) == 1 else pl.concat(frames, how="diagonal_relaxed")
@@ -368,45 +347,50 @@ def scan_selection(results_dir: str | Path, selection: Selection, kind: str) -> 
     return frame.select(*PARTITIONS, *(n for n in names if n not in PARTITIONS))
 
 
-def committed_files(results_dir: str | Path, kind: str = SCORES) -> list[Path]:
-    """The data files of `kind` that manifests name (what any other reader should read)."""
-    results_dir = Path(results_dir)
-    return [results_dir / m.files[kind]["path"] for m in read_manifests(results_dir)]
+def committed_files(results_dir: str | Path | StoreLocation, kind: str = SCORES) -> list[Path | str]:
+    """The data files of `kind` that manifests name (what any other reader should read): local paths,
+    or URIs on an object store."""
+    location = as_location(results_dir)
+    files = [m.files[kind]["path"] for m in read_manifests(location)]
+    return [location.local_path / f for f in files] if location.local else [location.url(f) for f in files]
 
 
-def _referenced(results_dir: Path) -> set[str]:
-    return {m.files[k]["path"] for m in read_manifests(results_dir) for k in KINDS}
+def _referenced(location: StoreLocation) -> set[str]:
+    return {m.files[k]["path"] for m in read_manifests(location) for k in KINDS}
 
 
-def orphans(results_dir: str | Path) -> list[Path]:
-    """Files under scores/, curves/ and manifests/ that are not part of a commit (left by an interrupted write)."""
-    results_dir = Path(results_dir)
-    named = _referenced(results_dir)
-    found = []
-    for kind in KINDS:
-        base = results_dir / kind
-        if base.is_dir():
-            found.extend(p for p in sorted(base.rglob("*")) if p.is_file() and p.relative_to(results_dir).as_posix() not in named)
-    manifests = results_dir / MANIFESTS
-    if manifests.is_dir():
-        found.extend(p for p in sorted(manifests.iterdir()) if p.is_file() and p.name.startswith("."))
+def orphan_entries(results_dir: str | Path | StoreLocation) -> list[str]:
+    """Paths (relative to the store) under scores/, curves/ and manifests/ that are not part of a commit
+    (left by an interrupted write)."""
+    location = as_location(results_dir)
+    named = _referenced(location)
+    found = [e.rel for kind in KINDS for e in location.list(kind, recursive=True) if e.rel not in named]
+    found.extend(e.rel for e in location.list(MANIFESTS) if e.name.startswith("."))
     return found
 
 
-def remove_orphans(results_dir: str | Path) -> list[Path]:
+def orphans(results_dir: str | Path | StoreLocation) -> list[Path | str]:
+    """The orphans (see orphan_entries) as local paths, or URIs on an object store."""
+    location = as_location(results_dir)
+    rels = orphan_entries(location)
+    return [location.local_path / r for r in rels] if location.local else [location.url(r) for r in rels]
+
+
+def remove_orphans(results_dir: str | Path | StoreLocation) -> list[Path | str]:
     """Delete the orphans (only while holding the store's writer lock); returns what was removed."""
-    removed = orphans(results_dir)
-    for path in removed:
-        path.unlink(missing_ok=True)
-    return removed
+    location = as_location(results_dir)
+    rels = orphan_entries(location)
+    for rel in rels:
+        location.delete(rel)
+    return [location.local_path / r for r in rels] if location.local else [location.url(r) for r in rels]
 
 
 _REPORTED: set[tuple[str, int]] = set()
 
 
-def notice_once(results_dir: str | Path, outside: int) -> None:
+def notice_once(results_dir: str | Path | StoreLocation, outside: int) -> None:
     """Say once per process and store that stored runs outside the current sweep are ignored."""
-    key = (str(Path(results_dir).absolute()), outside)
+    key = (as_location(results_dir).uri, outside)
     if outside and key not in _REPORTED:
         _REPORTED.add(key)
         print(f"{outside} stored runs are not in the current sweep; ignored", file=sys.stderr)

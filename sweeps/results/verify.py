@@ -10,7 +10,6 @@ a summary; `verify_store` returns them for programs.
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
+from sweeps.results.location import StoreLocation, as_location
 from sweeps.results.record import STORE_RECORD, SWEEP_RECORD, recorded_pairs, recorded_sweep
 from sweeps.results.store import (
     CURVES,
@@ -29,7 +29,7 @@ from sweeps.results.store import (
     SCORES,
     Manifest,
     _manifest_entries,
-    orphans,
+    orphan_entries,
     parse_manifest,
 )
 from sweeps.spec import make_config
@@ -48,7 +48,7 @@ class NotAStore(ValueError):
 
 @dataclass
 class Verification:
-    results_dir: Path
+    results_dir: Path | StoreLocation
     problems: list[tuple[str, str]] = field(default_factory=list)  # (kind, line)
     notes: list[str] = field(default_factory=list)
     packs: int = 0
@@ -72,35 +72,27 @@ class Verification:
         return f"{self.results_dir}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''} ({listed}); {what}"
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def _check_file(v: Verification, results_dir: Path, m: Manifest, kind: str) -> None:
+def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str) -> None:
     entry = m.files[kind]
     rel = entry["path"]
-    path = results_dir / rel
     where = f"{MANIFESTS}/{m.name}"
-    if not path.is_file():
+    if not location.is_file(rel):
         v.add("missing file", f"{rel}: missing (named by {where})")
         return
     v.files += 1
     expected_partition = f"{kind}/task={m.task}/optimizer={m.optimizer}/"
     if not rel.startswith(expected_partition):
         v.add("misplaced", f"{rel}: not under {expected_partition} as {where} says (task {m.task}, optimizer {m.optimizer})")
-    size = path.stat().st_size
+    size = location.size(rel)
     if size != int(entry["bytes"]):
         v.add("size mismatch", f"{rel}: {size} bytes, {where} says {entry['bytes']} (changed or truncated)")
-    elif _sha256(path) != entry["sha256"]:
+    elif location.sha256(rel) != entry["sha256"]:
         v.add("hash mismatch", f"{rel}: sha256 differs from {where} (the file changed after it was committed)")
     try:
-        parquet = pq.ParquetFile(path)
-        schema = parquet.schema_arrow
-        keys = parquet.read(columns=[c for c in ("config_id", "seed") if c in schema.names])
+        with location.open_input(rel) as source:
+            parquet = pq.ParquetFile(source)
+            schema = parquet.schema_arrow
+            keys = parquet.read(columns=[c for c in ("config_id", "seed") if c in schema.names])
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for damaged files
         v.add("corrupt", f"{rel}: corrupt or truncated Parquet file ({type(err).__name__}: {err})")
         return
@@ -130,45 +122,47 @@ def _check_file(v: Verification, results_dir: Path, m: Manifest, kind: str) -> N
         v.add("content", f"{rel}: runs have different numbers of curve bins")
 
 
-def verify_store(results_dir: str | Path) -> Verification:
+def verify_store(results_dir: str | Path | StoreLocation) -> Verification:
     """Check a store; NotAStore if `results_dir` is not one."""
-    results_dir = Path(results_dir)
-    if not any((results_dir / p).exists() for p in (MANIFESTS, SCORES, CURVES, SWEEP_RECORD, STORE_RECORD)):
+    location = as_location(results_dir)
+    location.check()
+    if not any(location.exists(p) for p in (MANIFESTS, SCORES, CURVES, SWEEP_RECORD, STORE_RECORD)):
         raise NotAStore(
-            f"{results_dir}: not a results store (no {MANIFESTS}/, {SCORES}/ or {SWEEP_RECORD}); give STORAGE/<sweep name>"
+            f"{location}: not a results store (no {MANIFESTS}/, {SCORES}/ or {SWEEP_RECORD}); give STORAGE/<sweep name>"
         )
-    v = Verification(results_dir)
+    v = Verification(location.local_path if location.local else location)
+    if location.local and not isinstance(results_dir, StoreLocation):
+        v.results_dir = Path(results_dir)
 
-    store_record = results_dir / STORE_RECORD
-    if not store_record.is_file():
+    if not location.is_file(STORE_RECORD):
         v.add("record", f"{STORE_RECORD}: missing (the store does not record its dtype and package version)")
     else:
         try:
-            record = json.loads(store_record.read_text())
+            record = json.loads(location.read_bytes(STORE_RECORD))
             if not isinstance(record, dict) or "dtype" not in record or "package_version" not in record:
                 v.add("record", f"{STORE_RECORD}: lacks dtype or package_version")
         except ValueError as err:
             v.add("record", f"{STORE_RECORD}: not valid JSON ({err})")
     sweep, wanted = None, None
-    if not (results_dir / SWEEP_RECORD).is_file():
+    if not location.is_file(SWEEP_RECORD):
         v.add("record", f"{SWEEP_RECORD}: missing (the store does not record its sweep; missing runs cannot be checked)")
     else:
         try:
-            sweep, wanted = recorded_sweep(results_dir), recorded_pairs(results_dir)
+            sweep, wanted = recorded_sweep(location), recorded_pairs(location)
         except Exception as err:  # noqa: BLE001 - a SweepError or a YAML error: either way unusable
             v.add("record", f"{SWEEP_RECORD}: not a valid sweep ({err})")
 
     manifests = []
-    for entry in _manifest_entries(results_dir):
+    for entry in _manifest_entries(location):
         try:
-            manifests.append(parse_manifest(entry.name, Path(entry.path).read_bytes()))
+            manifests.append(parse_manifest(entry.name, location.read_bytes(entry.rel)))
         except ValueError as err:
             v.add("damaged manifest", f"{MANIFESTS}/{entry.name}: damaged manifest ({err})")
     manifests.sort(key=lambda m: m.order)
     v.packs = len(manifests)
     for m in manifests:
         for kind in KINDS:
-            _check_file(v, results_dir, m, kind)
+            _check_file(v, location, m, kind)
 
     holders: dict[tuple[str, int], list[Manifest]] = defaultdict(list)
     for m in manifests:
@@ -187,8 +181,8 @@ def verify_store(results_dir: str | Path) -> Verification:
             f"{', '.join(f'{MANIFESTS}/{n}' for n in names)}; reads use the newest, {MANIFESTS}/{names[-1]}",
         )
 
-    for path in orphans(results_dir):
-        v.add("orphan", f"{path.relative_to(results_dir)}: orphan (no manifest names it; `fade-sweep run --resume` removes it)")
+    for rel in orphan_entries(location):
+        v.add("orphan", f"{rel}: orphan (no manifest names it; `fade-sweep run --resume` removes it)")
 
     if sweep is not None and wanted is not None:
         outside = sum(1 for pair in holders if pair not in wanted)

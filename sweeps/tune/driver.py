@@ -30,9 +30,10 @@ from ray import tune
 from cluster.connect import connect
 from cluster.placement import parallel_slots
 from cluster.storage import check_storage
+from sweeps.results.location import StoreLocation
 from sweeps.results.lock import refuse_if_locked, store_lock
 from sweeps.results.record import check_and_record, print_notices, sweep_pairs
-from sweeps.results.store import finished_runs, has_results, remove_orphans, write_bytes_atomic
+from sweeps.results.store import finished_runs, has_results, remove_orphans
 from sweeps.spec import Config, Experiment, Pack, PackResources, Sweep, SweepError, check_task_data, make_config, plan_packs
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 from sweeps.tune.progress import SweepProgress
@@ -50,7 +51,7 @@ class SweepInterrupted(KeyboardInterrupt):
 
     Counts are the sweep's packs: this run's and those earlier runs finished."""
 
-    def __init__(self, packs_done: int, packs_total: int, results_dir: Path):
+    def __init__(self, packs_done: int, packs_total: int, results_dir: Path | StoreLocation):
         super().__init__(f"interrupted: {packs_done} of {packs_total} packs done")
         self.packs_done, self.packs_total, self.results_dir = packs_done, packs_total, results_dir
 
@@ -75,7 +76,7 @@ class ExecutionOptions:
 class SweepRun:
     """What one `run_sweep` did, for the closing summary and the benchmark."""
 
-    results_dir: Path
+    results_dir: Path | StoreLocation  # a local folder, or a location on an object store
     packs: int
     run_steps: int
     skipped_runs: int  # (config, seed) pairs already in the store before this run
@@ -100,17 +101,27 @@ class SweepRun:
         return max(0.0, 1.0 - self.compute_seconds / (tune_seconds * min(self.slots, max(self.packs, 1))))
 
 
-def results_dir_for(sweep: Sweep, storage: str | Path) -> Path:
-    return Path(storage).expanduser().absolute() / sweep.name
+def results_dir_for(sweep: Sweep, storage: str | Path | StoreLocation) -> StoreLocation:
+    """<storage>/<sweep name>: a local folder (made absolute), or a prefix of an object store (s3://, gs://).
+    A URI is never taken for a local path: one the store cannot serve is a StorageError (exit 2)."""
+    location = StoreLocation.parse(storage)
+    if location.local:
+        location = StoreLocation.parse(Path(location.base).expanduser().absolute())
+    return location / sweep.name
 
 
-def _trainable(packs: dict[str, Pack], results_dir: Path, options: ExecutionOptions, resources: PackResources,
+def _shown(location: StoreLocation) -> Path | StoreLocation:
+    """What callers get back: a Path for a local store (as before), the location otherwise."""
+    return location.local_path if location.local else location
+
+
+def _trainable(packs: dict[str, Pack], results_dir: StoreLocation, options: ExecutionOptions, resources: PackResources,
                resume_from: dict[str, str]):
     return tune.with_resources(
         tune.with_parameters(
             pack_trainable,
             packs=packs,
-            results_dir=str(results_dir),
+            results_dir=results_dir.uri,  # workers rebuild the location (credentials from their own chain)
             chunk_steps=options.chunk_steps,
             dtype=options.dtype,
             checkpoint_every=options.checkpoint_every,
@@ -132,12 +143,16 @@ def _pack_placement(packs: dict[str, Pack], resources: PackResources):
     return request
 
 
-def _run_config(name: str, results_dir: Path, options: ExecutionOptions, progress: SweepProgress) -> tune.RunConfig:
+def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions, progress: SweepProgress) -> tune.RunConfig:
     # We snapshot the experiment at each checkpoint on purpose (see below); Tune warns about it.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Tune writes its experiment and the checkpoints beside the results: a local path, or the
+    # bucket path with the store's pyarrow filesystem (custom endpoint included, no credentials in it).
+    storage_path, storage_filesystem = results_dir.tune_storage()
     return tune.RunConfig(
         name=name,
-        storage_path=str(results_dir),
+        storage_path=storage_path,
+        storage_filesystem=storage_filesystem,
         verbose=0,
         callbacks=[progress],
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
@@ -168,7 +183,12 @@ def packs_document(sweep: Sweep, packs: list[Pack]) -> bytes:
     return json.dumps(document, indent=1, default=str).encode()
 
 
-def recorded_packs(results_dir: Path, sweep: Sweep) -> dict[str, Pack]:
+def _experiments(location: StoreLocation) -> list[str]:
+    """The Tune experiment folders of the store (tune-*), by name."""
+    return [name for name in location.children() if name.startswith(TUNE_PREFIX)]
+
+
+def recorded_packs(results_dir: str | Path | StoreLocation, sweep: Sweep) -> dict[str, Pack]:
     """Packs recorded by earlier Tune experiments of this sweep, rebuilt from the sweep itself.
 
     A record only selects: each pack is rebuilt from the current sweep's own experiments and
@@ -180,13 +200,17 @@ def recorded_packs(results_dir: Path, sweep: Sweep) -> dict[str, Pack]:
         for values in experiment.configs():
             config = make_config(experiment, values)
             index[config.config_id] = (experiment, config)
+    location = StoreLocation.parse(results_dir)
     packs: dict[str, Pack] = {}
-    for path in sorted(results_dir.glob(f"{TUNE_PREFIX}*/{PACKS_RECORD}")):
+    for experiment_name in _experiments(location):
+        rel = f"{experiment_name}/{PACKS_RECORD}"
         try:
-            document = json.loads(path.read_bytes())
+            document = json.loads(location.read_bytes(rel))
             entries = document["packs"].items()
+        except FileNotFoundError:
+            continue
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            print(f"{path}: unreadable pack record; its packs are planned afresh")
+            print(f"{location.url(rel)}: unreadable pack record; its packs are planned afresh")
             continue
         for pack_id, entry in entries:
             try:
@@ -205,22 +229,30 @@ def recorded_packs(results_dir: Path, sweep: Sweep) -> dict[str, Pack]:
     return packs
 
 
-def newest_checkpoints(results_dir: Path, dtype: str) -> dict[str, tuple[int, Path]]:
-    """pack id -> (steps done, checkpoint directory): the most advanced checkpoint of each pack.
+def newest_checkpoints(results_dir: str | Path | StoreLocation, dtype: str) -> dict[str, tuple[int, str]]:
+    """pack id -> (steps done, checkpoint directory relative to the store): the most advanced
+    checkpoint of each pack.
 
     Found from the files alone (each checkpoint's pack.json), whatever state Tune's
     experiment files are in."""
-    newest: dict[str, tuple[int, Path]] = {}
-    for meta in results_dir.glob(f"{TUNE_PREFIX}*/*/checkpoint_*/{CHECKPOINT_META}"):
-        try:
-            record = json.loads(meta.read_bytes())
-            pack_id, steps, kind = str(record["pack_id"]), int(record["steps_done"]), record["dtype"]
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-        if kind != dtype or not (meta.parent / CHECKPOINT_FILE).is_file():
-            continue
-        if pack_id not in newest or steps > newest[pack_id][0]:
-            newest[pack_id] = (steps, meta.parent)
+    location = StoreLocation.parse(results_dir)
+    newest: dict[str, tuple[int, str]] = {}
+    for experiment_name in _experiments(location):
+        files = {e.rel for e in location.list(experiment_name, recursive=True)}
+        for meta in sorted(files):
+            parts = meta.split("/")
+            if len(parts) != 4 or parts[3] != CHECKPOINT_META or not parts[2].startswith("checkpoint_"):
+                continue
+            directory = meta.rsplit("/", 1)[0]
+            try:
+                record = json.loads(location.read_bytes(meta))
+                pack_id, steps, kind = str(record["pack_id"]), int(record["steps_done"]), record["dtype"]
+            except (OSError, ValueError, KeyError, TypeError):
+                continue
+            if kind != dtype or f"{directory}/{CHECKPOINT_FILE}" not in files:
+                continue
+            if pack_id not in newest or steps > newest[pack_id][0]:
+                newest[pack_id] = (steps, directory)
     return newest
 
 
@@ -236,7 +268,7 @@ def _finished_recorded(recorded: dict[str, Pack], finished: set) -> list[Pack]:
     return packs
 
 
-def _resumable(results_dir: Path, recorded: dict[str, Pack], finished: set, dtype: str) -> tuple[list[Pack], dict[str, str]]:
+def _resumable(results_dir: StoreLocation, recorded: dict[str, Pack], finished: set, dtype: str) -> tuple[list[Pack], dict[str, str]]:
     """Unfinished recorded packs with a checkpoint (disjoint, most advanced first), and their checkpoints."""
     checkpoints = newest_checkpoints(results_dir, dtype)
     candidates = sorted(
@@ -267,14 +299,19 @@ class _Phase:
     nodes: frozenset[str]
 
 
-def _new_experiment(results_dir: Path) -> str:
+def _new_experiment(results_dir: StoreLocation, document: bytes) -> str:
+    """A new tune-<time> experiment holding its packs record (the writer lock is held: no race)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):
         name = f"{TUNE_PREFIX}{stamp}" + (f"-{n}" if n else "")
-        try:
-            (results_dir / name).mkdir()
-        except FileExistsError:
+        if results_dir.local:
+            try:
+                (results_dir.local_path / name).mkdir()
+            except FileExistsError:
+                continue
+        elif results_dir.exists(name):
             continue
+        results_dir.write_bytes(f"{name}/{PACKS_RECORD}", document)
         return name
     raise RuntimeError(f"cannot create a new Tune experiment folder in {results_dir}")
 
@@ -318,12 +355,11 @@ class _Signals:
             signal.signal(signal.SIGTERM, self._sigterm)
 
 
-def _run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], results_dir: Path,
+def _run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], results_dir: StoreLocation,
                options: ExecutionOptions, resources: PackResources, earlier: list[Pack]) -> _Phase:
     """Run the packs as one new Tune experiment; raises SweepInterrupted or RuntimeError unless all finish."""
-    results_dir.mkdir(parents=True, exist_ok=True)
-    name = _new_experiment(results_dir)
-    write_bytes_atomic(results_dir / name / PACKS_RECORD, packs_document(sweep, packs))
+    results_dir.makedirs()
+    name = _new_experiment(results_dir, packs_document(sweep, packs))
     by_id = {p.pack_id: p for p in packs}
     progress = SweepProgress(sweep.name, packs, results_dir, options.show_progress, finished=earlier)
     grid = None
@@ -343,7 +379,7 @@ def _run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], res
     unfinished = [pid for pid in by_id if pid not in written and pid not in failed]
     if grid is None or unfinished:
         progress.finish("interrupted", written)
-        raise SweepInterrupted(len(written), len(earlier) + len(packs), results_dir)
+        raise SweepInterrupted(len(written), len(earlier) + len(packs), _shown(results_dir))
     if failed:
         progress.finish("failed", written)
         raise RuntimeError(
@@ -355,12 +391,13 @@ def _run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], res
     return _Phase(len(packs), sum(p.run_steps for p in packs), compute, frozenset(progress.status.nodes))
 
 
-def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = False, options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
+def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, resume: bool = False, options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
     """Run every pending (config, seed) of `sweep`; results land under <storage>/<name>.
 
     Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     results_dir = results_dir_for(sweep, storage)
+    results_dir.check()  # an unreachable object store or a missing bucket: one line, exit 2, before Ray
     refuse_if_locked(results_dir)  # a second writer of the folder: refused at once, before Ray (exit 2)
     _refuse_overwrite(sweep, results_dir, resume)
     resources = options.resources or sweep.resources
@@ -380,7 +417,7 @@ def run_sweep(sweep: Sweep, storage: str | Path = "results", *, resume: bool = F
         return _run_sweep_locked(sweep, results_dir, resume, options, resources, slots, (started, ray_start, dashboard_url))
 
 
-def _refuse_overwrite(sweep: Sweep, results_dir: Path, resume: bool) -> None:
+def _refuse_overwrite(sweep: Sweep, results_dir: StoreLocation, resume: bool) -> None:
     if has_results(results_dir) and not resume:
         raise SweepError(
             f"{results_dir} already holds results of sweep {sweep.name}; pass --resume to finish it, "
@@ -388,7 +425,7 @@ def _refuse_overwrite(sweep: Sweep, results_dir: Path, resume: bool) -> None:
         )
 
 
-def _run_sweep_locked(sweep: Sweep, results_dir: Path, resume: bool, options: ExecutionOptions, resources: PackResources,
+def _run_sweep_locked(sweep: Sweep, results_dir: StoreLocation, resume: bool, options: ExecutionOptions, resources: PackResources,
                       slots: int, ray: tuple[float, float, str | None]) -> SweepRun:
     started, ray_start, dashboard_url = ray
     # The store records the sweep it holds (refusing a dtype or settings change under stored runs).
@@ -408,7 +445,7 @@ def _run_sweep_locked(sweep: Sweep, results_dir: Path, resume: bool, options: Ex
     with _Signals():
         phase = _run_packs(sweep, packs, resume_from, results_dir, options, resources, earlier) if packs else None
     return SweepRun(
-        results_dir=results_dir,
+        results_dir=_shown(results_dir),
         packs=phase.packs if phase else 0,
         run_steps=phase.run_steps if phase else 0,
         skipped_runs=len(finished),

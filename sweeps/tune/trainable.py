@@ -11,6 +11,7 @@ pickle), and hands its path in `resume_from`.
 
 from __future__ import annotations
 
+import io
 import json
 import tempfile
 from pathlib import Path
@@ -22,6 +23,7 @@ from ray import tune
 
 from sweeps.packs import ChunkProgress, make_runner
 from sweeps.packs.neural import use_tf32
+from sweeps.results.location import StoreLocation
 from sweeps.results.store import pack_written, write_pack
 from sweeps.spec import Pack
 
@@ -56,7 +58,8 @@ def pack_trainable(
     The last checkpoint is this trial's own (a retry), else the one `resume_from` names for
     the pack (a checkpoint directory of an earlier, interrupted experiment of the sweep)."""
     pack = packs[config["pack_id"]]
-    if pack_written(results_dir, pack):
+    location = StoreLocation.parse(results_dir)  # a local path or an object-store URI (credentials: this worker's chain)
+    if pack_written(location, pack):
         # Finished before an interruption that Tune's experiment state did not record yet.
         tune.report({"written": True, "already_in_store": True, "compute_seconds": 0.0})
         return
@@ -73,7 +76,7 @@ def pack_trainable(
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             runner.load_state_dict(torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=True))
-    elif resume_from and pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, Path(resume_from[pack.pack_id])):
+    elif resume_from and pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, location, resume_from[pack.pack_id]):
         runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device)  # half-loaded state: start clean
     restored_from = runner.steps_done
     last = None
@@ -90,20 +93,22 @@ def pack_trainable(
         else:
             tune.report(metrics)
     outcome = runner.outcome()
-    write_pack(results_dir, pack, outcome)
+    write_pack(location, pack, outcome)
     # The final report comes after the write, so a finished trial means written results.
     final = _summary(last) if last is not None else {}
     tune.report({**final, "restored_from_step": restored_from, "compute_seconds": outcome.wall_seconds, "written": True})
 
 
-def _load_earlier_checkpoint(runner, directory: Path) -> bool:
-    """Continue from an interrupted experiment's checkpoint; False (start over) if it is unreadable.
+def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str) -> bool:
+    """Continue from an interrupted experiment's checkpoint (`directory`, relative to the store);
+    False (start over) if it is unreadable.
 
     Runs are deterministic, so starting over costs time, never correctness."""
     try:
-        state = torch.load(directory / CHECKPOINT_FILE, map_location="cpu", weights_only=True)
+        raw = location.read_bytes(f"{directory}/{CHECKPOINT_FILE}")
+        state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
         runner.load_state_dict(state)
     except Exception as err:  # noqa: BLE001 - a checkpoint cut short by a kill, or not a tensor file
-        print(f"checkpoint {directory} unreadable ({type(err).__name__}: {err}); the pack starts over")
+        print(f"checkpoint {location.url(directory)} unreadable ({type(err).__name__}: {err}); the pack starts over")
         return False
     return True

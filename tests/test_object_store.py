@@ -1,0 +1,301 @@
+"""The results store on an object store (s3://), against a real S3-compatible server on loopback.
+
+A moto server (`moto[server]`, the `test` extras) runs as a subprocess on a free 127.0.0.1
+port; the module's environment points the standard AWS chain at it (AWS_ENDPOINT_URL, a test
+key pair whose secret must never show up anywhere) before its one embedded Ray starts, so
+Ray's workers see the same chain.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import polars as pl
+import pytest
+import ray
+import torch
+import yaml
+
+boto3 = pytest.importorskip("boto3")
+pytest.importorskip("moto.server")
+
+from sweeps import results  # noqa: E402
+from sweeps.cli import main  # noqa: E402
+from sweeps.packs import make_runner  # noqa: E402
+from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
+
+BUCKET = "fade-results"
+ACCESS_KEY = "AKIAFADESWEEPTEST01"
+SECRET = f"fadeSecret{uuid.uuid4().hex}"
+STEPS, BIN = 3000, 500
+TINY = {
+    "name": "tiny",
+    "task": "linear_tracking",
+    "task_settings": {"steps": STEPS, "bin": BIN, "noise": 1.0},
+    "seeds": 2,
+    "optimizers": {"sgd": {"alpha": [0.05, 0.01]}, "fade": {"alpha": [0.05], "theta_lambda": [0.01], "gamma0": [-2.3, -4.6]}},
+}
+TINY_RUNS = 4 * 2
+TINY_OPTIONS = ["--runs-per-pack", "4", "--chunk-steps", "700", "--no-report"]
+# 6 packs of a second or two each, 2 at a time: long enough to kill the driver between packs.
+LONG = {
+    "name": "long",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 300_000, "bin": 30_000, "noise": 1.0},
+    "seeds": 2,
+    "optimizers": {"coupled": {"theta": [0.01, 0.005, 0.002], "beta0": [-4.6], "gamma0": [-2.3, -4.6]}},
+}
+LONG_PACKS = 6
+LONG_OPTIONS = ["--num-cpus", "2", "--runs-per-pack", "2", "--chunk-steps", "10000", "--checkpoint-every", "5",
+                "--dtype", "float64", "--no-report"]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on loopback with one bucket; the AWS environment points at it (module-wide)."""
+    port = _free_port()
+    log = tmp_path_factory.mktemp("moto") / "server.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                  stdout=out, stderr=subprocess.STDOUT)
+    endpoint = f"http://127.0.0.1:{port}"
+    with pytest.MonkeyPatch.context() as mp:
+        for name in ("AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_ENDPOINT_URL_S3", "RAY_ADDRESS"):
+            mp.delenv(name, raising=False)
+        mp.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        mp.setenv("AWS_SECRET_ACCESS_KEY", SECRET)
+        mp.setenv("AWS_REGION", "us-east-1")
+        mp.setenv("AWS_ENDPOINT_URL", endpoint)
+        mp.setenv("AWS_EC2_METADATA_DISABLED", "true")
+        client = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                client.create_bucket(Bucket=BUCKET)
+                break
+            except Exception:  # noqa: BLE001 - not listening yet
+                if time.monotonic() > deadline or server.poll() is not None:
+                    server.kill()
+                    raise AssertionError(f"moto server did not start:\n{log.read_text()[-2000:]}") from None
+                time.sleep(0.2)
+        yield client
+    server.kill()
+    server.wait()
+
+
+@pytest.fixture(scope="module")
+def local_ray(s3):
+    # After the environment is set: Ray's workers inherit it (endpoint, keys) from this process.
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _objects(client, prefix: str = "") -> dict[str, bytes]:
+    keys = [o["Key"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=prefix)
+            for o in page.get("Contents", [])]
+    return {k: client.get_object(Bucket=BUCKET, Key=k)["Body"].read() for k in keys}
+
+
+def _sweep_file(root: Path, document: dict) -> Path:
+    path = root / f"{document['name']}.yaml"
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def _comparable(frame: pl.DataFrame) -> pl.DataFrame:
+    return frame.drop("wall_seconds", strict=False).sort("config_id", "seed", *(["step"] if "step" in frame.columns else []))
+
+
+@pytest.fixture(scope="module")
+def tiny_runs(local_ray, tmp_path_factory):
+    """The tiny sweep run twice in this process: to s3://BUCKET/x and to a local folder. Returns outputs too."""
+    root = tmp_path_factory.mktemp("tiny")
+    sweep = _sweep_file(root, TINY)
+    cwd = os.getcwd()
+    os.chdir(root)  # a local `s3:` folder would appear here
+    try:
+        assert main(["run", str(sweep), "--storage", f"s3://{BUCKET}/x", *TINY_OPTIONS]) == 0
+        assert main(["run", str(sweep), "--storage", str(root / "local"), *TINY_OPTIONS]) == 0
+    finally:
+        os.chdir(cwd)
+    return root, f"s3://{BUCKET}/x/tiny", root / "local" / "tiny"
+
+
+def test_s3_run_gives_exactly_the_rows_and_numbers_of_a_local_run(tiny_runs, s3):
+    root, uri, local = tiny_runs
+    for kind in (results.scores, results.curves):
+        remote, disk = kind(uri).collect(), kind(local).collect()
+        assert remote.height == disk.height > 0
+        assert _comparable(remote).equals(_comparable(disk))
+    assert results.scores(uri).collect().height == TINY_RUNS
+    objects = _objects(s3, "x/tiny/")
+    assert any(k.startswith("x/tiny/manifests/") for k in objects) and "x/tiny/store.json" in objects
+    assert any("/checkpoint_" in k for k in objects) or any(k.startswith("x/tiny/tune-") for k in objects)  # Tune wrote there
+    assert "x/tiny/writer.lock" not in objects  # released
+    assert not list(root.glob("s3*")) and not Path("s3:").exists()  # never a local folder named after the URI
+
+
+def test_readers_and_commands_work_from_the_uri(tiny_runs, s3, tmp_path, capsys):
+    _, uri, local = tiny_runs
+    assert main(["table", uri, "--format", "csv"]) == 0
+    remote_table = capsys.readouterr().out
+    assert main(["table", str(local), "--format", "csv"]) == 0
+    assert remote_table == capsys.readouterr().out
+    assert main(["verify", uri]) == 0
+    assert f"{uri}: clean (" in capsys.readouterr().out
+    assert main(["status", uri]) == 0
+    assert f"sweep {TINY['name']}: finished" in capsys.readouterr().out
+    assert main(["report", uri, "--out", str(tmp_path / "report.html")]) == 0
+    assert "FADE sweep report: tiny" in (tmp_path / "report.html").read_text()
+    assert main(["report", uri, "--out", f"{uri}/report.html"]) == 0  # the report written into the bucket
+    assert b"FADE sweep report" in s3.get_object(Bucket=BUCKET, Key="x/tiny/report.html")["Body"].read()
+    # other readers straight from the bucket: pyarrow with the store's filesystem, polars with storage options
+    import pyarrow.dataset as ds
+
+    from sweeps.results.location import StoreLocation
+
+    location = StoreLocation.parse(uri)
+    committed = [location.path(m.files["scores"]["path"]) for m in results.store.read_manifests(uri)]
+    table = ds.dataset(committed, filesystem=location.fs, format="parquet").to_table()
+    assert table.num_rows == TINY_RUNS
+    options = {"aws_endpoint_url": os.environ["AWS_ENDPOINT_URL"], "aws_region": "us-east-1", "aws_allow_http": "true"}
+    direct = pl.scan_parquet(f"{uri}/scores/**/*.parquet", storage_options=options, hive_partitioning=True).collect()
+    assert direct.height == TINY_RUNS and set(direct["optimizer"]) == {"sgd", "fade"}
+
+
+def _reference(document: dict) -> dict:
+    sweep = parse_sweep(document, "reference")
+    (experiment,) = sweep.experiments
+    pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), sweep.seeds)
+    runner = make_runner(pack, 100_000, torch.float64)
+    for _ in runner.run():
+        pass
+    return dict(zip([(c.config_id, s) for c in pack.configs for s in pack.seeds], runner.outcome().score))
+
+
+def _packs_in_store(uri: str) -> int:
+    try:
+        return len(results.store.finished_runs(uri)) // 2
+    except Exception:  # noqa: BLE001 - mid-write
+        return 0
+
+
+def test_second_writer_refused_kill_9_and_resume_on_the_bucket(local_ray, s3, tmp_path, capsys):
+    sweep = _sweep_file(tmp_path, LONG)
+    storage, uri = f"s3://{BUCKET}/y", f"s3://{BUCKET}/y/long"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    first = subprocess.Popen([sys.executable, "-m", "sweeps.cli", "run", str(sweep), "--storage", storage, *LONG_OPTIONS],
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True,
+                             cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        while "y/long/writer.lock" not in _objects(s3, "y/long/writer.lock"):
+            assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0][-3000:]
+            time.sleep(0.2)
+        # a second writer: refused at once, one line naming the store and the holder, exit 2
+        started = time.monotonic()
+        assert main(["run", str(sweep), "--storage", storage, *LONG_OPTIONS]) == 2
+        err = capsys.readouterr().err
+        assert f"fade-sweep: error: {uri} is being written by pid {first.pid} on " in err and err.count("\n") == 1
+        assert time.monotonic() - started < 10
+        # kill -9 between packs
+        while not 0 < _packs_in_store(uri) < LONG_PACKS:
+            assert first.poll() is None and time.monotonic() < deadline + 60, first.communicate()[0][-3000:]
+            time.sleep(0.05)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        output = first.communicate()[0]
+    assert SECRET not in output and ACCESS_KEY not in output
+    assert main(["status", uri]) == 0
+    assert f"driver (pid {first.pid}) is not running" in capsys.readouterr().out
+    assert main(["run", str(sweep), "--storage", storage, "--resume", *LONG_OPTIONS[2:]]) == 0
+    out = capsys.readouterr()
+    assert SECRET not in out.out + out.err
+    reference = _reference(LONG)
+    scores = results.scores(uri).collect()
+    assert scores.height == len(reference) == scores.select("config_id", "seed").unique().height
+    for row in scores.iter_rows(named=True):
+        assert row["score"] == reference[(row["config_id"], row["seed"])]  # bit for bit
+    assert results.curves(uri).collect().height == len(reference) * 10
+    assert main(["verify", uri]) == 0  # orphans of the killed write removed, nothing counted twice
+
+
+@pytest.mark.parametrize(
+    ("storage", "shown", "why"),
+    [
+        ("s3://fade-results/z?endpoint_override=127.0.0.1:9&scheme=http", "s3://fade-results/z", "cannot reach the object store"),
+        ("s3://no-such-bucket/z", "s3://no-such-bucket/z", "bucket no-such-bucket does not exist"),
+        ("ftp://x/y", "ftp://x/y", "the store cannot serve ftp:// URIs"),
+        (f"s3://{ACCESS_KEY}:{SECRET}@fade-results/z", "s3://fade-results/z", "credentials do not belong in the URI"),
+    ],
+)
+def test_bad_storage_is_one_line_naming_the_uri_exit_2_in_seconds(s3, tmp_path, capsys, monkeypatch, storage, shown, why):
+    monkeypatch.chdir(tmp_path)
+    sweep = _sweep_file(tmp_path, TINY)
+    for argv in (["run", str(sweep), "--storage", storage], ["table", storage], ["verify", storage], ["status", storage]):
+        started = time.monotonic()
+        assert main(argv) == 2, argv
+        assert time.monotonic() - started < 20, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("fade-sweep: error: "), err
+        assert shown in err and why in err, err
+        assert SECRET not in err and ACCESS_KEY not in err and "endpoint_override" not in err, err
+    assert list(tmp_path.iterdir()) == [sweep]  # nothing local written: no `s3:` or `ftp:` folder
+
+
+def test_no_credential_in_any_object_of_the_bucket(tiny_runs, s3):
+    objects = _objects(s3)
+    assert objects
+    leaked = [k for k, body in objects.items() if SECRET.encode() in body or ACCESS_KEY.encode() in body]
+    assert leaked == []
+
+
+def test_submit_accepts_a_uri_and_carries_no_credential(monkeypatch, tmp_path):
+    from cluster import jobs
+
+    sent = {}
+
+    class FakeClient:
+        def submit_job(self, **kw):
+            sent.update(kw)
+            return "raysubmit_1"
+
+    monkeypatch.setattr(jobs, "client", lambda address: FakeClient())
+    sweep = parse_sweep(TINY, "tiny")
+    assert jobs.submit(sweep, "http://127.0.0.1:8265", f"s3://{BUCKET}/x", []) == "raysubmit_1"
+    assert f"run --storage s3://{BUCKET}/x --address auto" in sent["entrypoint"]
+    assert "mkdir -p s3:" not in sent["entrypoint"] and "cd s3:" not in sent["entrypoint"]
+    dumped = json.dumps({k: v for k, v in sent.items() if k != "runtime_env"}) + json.dumps(sent["runtime_env"].get("env_vars", {}))
+    assert SECRET not in dumped and ACCESS_KEY not in dumped
+
+
+def test_object_storage_cluster_configs():
+    configs = Path(__file__).resolve().parents[1] / "cluster" / "configs"
+    aws = yaml.safe_load((configs / "ray-cluster.aws.s3.yaml").read_text())
+    assert all("IamInstanceProfile" in t["node_config"] for t in aws["available_node_types"].values())
+    assert not any("efs" in c for c in aws["setup_commands"])
+    head = " ".join(aws["head_start_ray_commands"])
+    assert "RAY_AUTH_MODE=token" in head and "--dashboard-host=127.0.0.1" in head
+    documents = list(yaml.safe_load_all((configs / "raycluster.kuberay.s3.yaml").read_text()))
+    account = next(d for d in documents if d["kind"] == "ServiceAccount")
+    assert "eks.amazonaws.com/role-arn" in account["metadata"]["annotations"]
+    cluster = next(d for d in documents if d["kind"] == "RayCluster")
+    pods = [cluster["spec"]["headGroupSpec"]["template"]["spec"], *(g["template"]["spec"] for g in cluster["spec"]["workerGroupSpecs"])]
+    for pod in pods:
+        assert pod["serviceAccountName"] == account["metadata"]["name"] and "volumes" not in pod
+        assert not any(e["name"].startswith("AWS_SECRET") for e in pod["containers"][0]["env"])
