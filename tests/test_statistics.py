@@ -116,7 +116,7 @@ def test_outlier_flags_hand_computed(store, capsys):
     flagged = cells.filter(pl.col("outliers") > 0)["config_id"].to_list()
     assert flagged == [_cell(cells, "sgd", alpha=0.1)["config_id"]]  # the diverged seed is not an outlier
     md = tables.table_text(store, "best", "md", stat="median")
-    assert "1.2 [" in md and "†" in md and "sgd: outlier seed 4 (9)" in md
+    assert "| sgd | 1.2 † | [" in md and "sgd: outlier seed 4 (9)" in md
     csv = _csv(capsys, str(store), "--stat", "median")
     assert csv.filter(pl.col("optimizer") == "sgd")["outlier_seeds"].to_list() == ["4:9"]
 
@@ -157,7 +157,7 @@ def test_bootstrap_ci_matches_plain_numpy_bootstrap(stat, fn):
     idx = np.sort(stats.resample_indices(10), axis=1)
     ordered = np.sort(x[0])
     exact = np.percentile([fn(ordered[i]) for i in idx], [2.5, 97.5])
-    assert [out["ci_low"][0], out["ci_high"][0]] == pytest.approx(exact, rel=1e-12)
+    assert [out["ci_low"][0], out["ci_high"][0]] == pytest.approx(exact, rel=1e-6)  # float32 products
 
 
 def test_bootstrap_ci_in_store_and_reproducible_across_processes(store):

@@ -24,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from sweeps.results import queries, stats
+from sweeps.results.record import recorded_pairs
 
 
 def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -38,7 +39,9 @@ def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.Data
         cells = queries.cells(frame, stat).collect()
     keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
     observed = cells.select(*keys, "stat_value", "diverged_seeds")
-    sweep = queries.recorded_sweep(results_dir)
+    wanted = recorded_pairs(results_dir)
+    complete = wanted is not None and len(wanted) == int(cells["seeds"].sum())  # nothing missing: skip the sweep's grid
+    sweep = None if complete else queries.recorded_sweep(results_dir)
     if sweep is not None:  # cells the sweep asked for and the store lacks make the grid not full
         expected = queries.expected_runs(sweep)
         expected = expected.select(c for c in keys if c in expected.columns).unique()

@@ -19,7 +19,8 @@ Definitions (also in the README):
   Implementation: every statistic here is a weighted sum of order statistics. Sort each
   cell's scores once; a resample drawn with SORTED indices from a sorted row is itself
   sorted, so each resample's statistic is a fixed weight vector over the row, and all B
-  statistics of all cells are one matrix product (cells, n) @ (n, B).
+  statistics of all cells are one matrix product (cells, n) @ (n, B) (in float32: about
+  1e-7 relative error in the CI bounds), then one partial sort per row for the quantiles.
 - **Outlier seeds**: among a cell's finite scores, x is an outlier when
   |x - median| > 5 * s, s = 1.4826 * MAD (median absolute deviation; 1.4826 makes it the
   standard deviation for normal data). When MAD = 0 (at least half the seeds share one
@@ -143,10 +144,16 @@ def block_statistics(scores: np.ndarray, stat: str, resamples: int = BOOTSTRAP_R
     high = np.full(m, np.nan)
     if n > 1:
         weights = _resample_weights(stat, n, resamples, seed)
+        weights32 = weights.astype(np.float32)
         rows = np.flatnonzero(finite)
         for start in range(0, rows.size, _CHUNK):
             chunk = rows[start : start + _CHUNK]
-            low[chunk], high[chunk] = _quantiles(ordered[chunk] @ weights)
+            block = ordered[chunk]
+            # float32 halves the memory traffic of the (cells, B) product and its partial sort; a CI
+            # needs ~1e-7 relative precision no more (float64 where float32 would overflow)
+            small = np.abs(block).max(initial=0.0) < 1e30
+            boot = block.astype(np.float32) @ weights32 if small else block @ weights
+            low[chunk], high[chunk] = _quantiles(boot)
     out["ci_low"], out["ci_high"] = low, high
     return out
 

@@ -30,6 +30,7 @@ import polars as pl
 from sweeps.results import queries, stats
 from sweeps.results.compare import compare_table
 from sweeps.results.importance import importance_table
+from sweeps.results.record import recorded_pairs
 from sweeps.spec import LOCATION_SETTINGS
 from tasks import get_task
 
@@ -52,6 +53,13 @@ def stored_cells(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
     return cached[1]
 
 
+def complete(results_dir: str | Path, cells: pl.DataFrame) -> bool:
+    """Every (config, seed) of the recorded sweep is stored (`cells` being the stored cells): then
+    the tables need not enumerate the sweep's expected runs (10,000 config ids to hash)."""
+    wanted = recorded_pairs(results_dir)
+    return wanted is not None and len(wanted) == int(cells["seeds"].sum())
+
+
 def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataFrame | None:
     missing = queries.missing_runs(results_dir)
     if missing.height == 0:
@@ -68,9 +76,11 @@ def best_table(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
     """
     frame = queries.scores(results_dir)
     variant = queries.variant_columns(frame)
-    best = queries.best_configs(stored_cells(results_dir, stat).lazy()).collect()
+    cells = stored_cells(results_dir, stat)
+    done = complete(results_dir, cells)
+    best = queries.best_configs(cells.lazy()).collect()
     best = best.with_columns(status=pl.when(pl.col("all_diverged")).then(pl.lit("all diverged")).otherwise(pl.lit("ok")))
-    sweep = queries.recorded_sweep(results_dir)
+    sweep = None if done else queries.recorded_sweep(results_dir)
     if sweep is not None:  # every method of the sweep gets a row, "missing" where no run finished
         methods = (
             queries.expected_runs(sweep)
@@ -84,7 +94,7 @@ def best_table(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
                 diverged_configs=pl.lit(0, pl.UInt32), stat=pl.lit(stat),
             )
             best = pl.concat([best, absent], how="diagonal_relaxed")
-    missing = _missing_by(results_dir, [*variant, "optimizer"], "missing_runs")
+    missing = None if done else _missing_by(results_dir, [*variant, "optimizer"], "missing_runs")
     if missing is None:
         best = best.with_columns(missing_runs=pl.lit(0, pl.UInt32))
     else:
@@ -139,9 +149,9 @@ def sensitivity_tables(results_dir: str | Path, stat: str = "mean") -> list[Sens
     variant = queries.variant_columns(frame)
     keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
     values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds"]
-    observed = stored_cells(results_dir, stat).filter(
-        pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(*keys, *values)
-    sweep = queries.recorded_sweep(results_dir)
+    cells = stored_cells(results_dir, stat)
+    observed = cells.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(*keys, *values)
+    sweep = None if complete(results_dir, cells) else queries.recorded_sweep(results_dir)
     if sweep is not None:
         expected = queries.expected_runs(sweep)
         if "gamma0" in expected.columns and "theta_lambda" in expected.columns:
@@ -228,10 +238,15 @@ def variant_title(variant: dict) -> str:
     return f"{variant['task']} ({settings})"
 
 
+def score_name(task_name: str) -> str:
+    """The score in a word or two: "MSE", "accuracy" (axis and colorbar titles)."""
+    score = get_task(task_name).score
+    return "MSE" if "MSE" in score else "accuracy" if "accuracy" in score else score
+
+
 def direction(task_name: str) -> str:
     """E.g. "MSE, lower is better" (plot axes and colorbars)."""
-    task = get_task(task_name)
-    return f"{task.score.upper() if task.score.startswith('mse') else task.score}, {'higher' if task.higher_is_better else 'lower'} is better"
+    return f"{score_name(task_name)}, {'higher' if get_task(task_name).higher_is_better else 'lower'} is better"
 
 
 def _score_note(task_name: str, stat: str = "mean") -> str:

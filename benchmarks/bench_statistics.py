@@ -1,0 +1,110 @@
+"""`fade-sweep table` with every statistic on a large store (issue target: 10,000
+configurations x 10 seeds in under 5 s per command).
+
+    python benchmarks/bench_statistics.py                  # build the store in a temp dir, then time
+    python benchmarks/bench_statistics.py --keep DIR       # build into DIR (reused when present)
+
+The store (written with the service's own Parquet writer, 2 bins per run) holds fade
+(alpha 10 x theta_lambda 20 x gamma0 25 = 5,000 configurations: 10 sensitivity tables of
+25 x 20), sgd_wd (alpha 50 x lambda 50) and idbd (theta_alpha 50 x beta0 50): 10,000
+configurations x 10 seeds, a few diverged seeds (0.2%).
+Each command runs as its own process (`python -m sweeps.cli table ...`, what a user
+types), so the times include starting Python and importing polars; the process's own
+time for the table (after imports) is printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sweeps.packs import PackOutcome  # noqa: E402
+from sweeps.results.store import write_pack  # noqa: E402
+from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
+
+GRID = {
+    "fade": {"alpha": np.round(np.geomspace(0.001, 0.1, 10), 5), "theta_lambda": np.round(np.linspace(0.0, 0.02, 20), 5),
+             "gamma0": np.round(np.linspace(-9.0, -0.5, 25), 4)},
+    "sgd_wd": {"alpha": np.round(np.geomspace(0.001, 0.1, 50), 6), "lambda": np.round(np.geomspace(1e-4, 0.1, 50), 7)},
+    "idbd": {"theta_alpha": np.round(np.geomspace(1e-4, 0.05, 50), 7), "beta0": np.round(np.linspace(-8.0, -1.0, 50), 4)},
+}
+
+
+def build(results_dir: Path, seeds: int, pack_configs: int = 500) -> int:
+    document = {"name": results_dir.name, "task": "linear_tracking", "task_settings": {"steps": 2000, "bin": 1000},
+                "seeds": seeds, "optimizers": {m: {k: [float(v) for v in vs] for k, vs in g.items()} for m, g in GRID.items()}}
+    sweep = parse_sweep(document, "bench")
+    rng = np.random.default_rng(0)
+    total = 0
+    for experiment in sweep.experiments:
+        cells = [make_config(experiment, c) for c in experiment.configs()]
+        total += len(cells)
+        for start in range(0, len(cells), pack_configs):
+            pack = Pack(experiment, tuple(cells[start : start + pack_configs]), sweep.seeds)
+            level = rng.gamma(4.0, 0.25, size=(len(pack.configs), 1))  # a per-config level, seeds scattered around it
+            score = (level * rng.lognormal(0.0, 0.2, size=(len(pack.configs), seeds))).reshape(-1)
+            score[rng.random(score.size) < 0.002] = np.inf  # a few diverged seeds
+            mse = np.stack([score, score], axis=1)
+            curves = {"mse": mse, "decay_relevant": None, "decay_irrelevant": None, "step_size_relevant": None,
+                      "step_size_irrelevant": None}
+            if experiment.optimizer == "fade":
+                curves.update(decay_relevant=rng.random(mse.shape), decay_irrelevant=rng.random(mse.shape))
+            write_pack(results_dir, pack, PackOutcome(score, ~np.isfinite(score), np.array([1000, 2000]), curves, 1.0))
+    (results_dir / "sweep.yaml").write_text(yaml.safe_dump(document))
+    return total
+
+
+def time_command(results_dir: Path, kind: str, stat: str) -> tuple[float, float, int]:
+    """(wall seconds of the process, seconds inside it after imports, output characters)."""
+    code = (
+        "import sys, time; t0 = time.perf_counter(); from sweeps.cli import main; t1 = time.perf_counter(); "
+        f"rc = main(['table', {str(results_dir)!r}, '--kind', {kind!r}, '--stat', {stat!r}, '--format', 'md']); "
+        "print(f'@@ {time.perf_counter() - t1:.3f}', file=sys.stderr); sys.exit(rc)"
+    )
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    wall = time.perf_counter() - start
+    if done.returncode != 0:
+        raise RuntimeError(done.stderr[-2000:])
+    inner = float(done.stderr.rsplit("@@ ", 1)[1].split()[0])
+    return wall, inner, len(done.stdout)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--keep", type=Path, help="build the store here (and reuse it when it exists)")
+    parser.add_argument("--kinds", default="best,sensitivity,compare,importance")
+    args = parser.parse_args()
+    root = args.keep or Path(tempfile.mkdtemp(prefix="fade-bench-stats-")) / "big"
+    try:
+        if not (root / "sweep.yaml").exists():
+            start = time.perf_counter()
+            configs = build(root, args.seeds)
+            print(f"store: {configs:,} configs x {args.seeds} seeds, built in {time.perf_counter() - start:.1f} s")
+        print(f"{'kind':<12} {'stat':<7} {'process s':>10} {'table s':>8} {'chars':>9}")
+        worst = 0.0
+        for kind in args.kinds.split(","):
+            for stat in ("mean", "median", "iqm"):
+                wall, inner, chars = time_command(root, kind, stat)
+                worst = max(worst, wall)
+                print(f"{kind:<12} {stat:<7} {wall:>10.2f} {inner:>8.2f} {chars:>9,}")
+        print(f"slowest command: {worst:.2f} s (target: under 5 s)")
+    finally:
+        if args.keep is None:
+            shutil.rmtree(root.parent, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
