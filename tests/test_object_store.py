@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -243,6 +244,7 @@ def test_second_writer_refused_kill_9_and_resume_on_the_bucket(local_ray, s3, tm
         ("ftp://x/y", "ftp://x/y", "the store cannot serve ftp:// URIs"),
         (f"s3://{ACCESS_KEY}:{SECRET}@fade-results/z", "s3://fade-results/z", "credentials do not belong in the URI"),
     ],
+    ids=["wrong-endpoint", "missing-bucket", "ftp", "credentials-in-uri"],
 )
 def test_bad_storage_is_one_line_naming_the_uri_exit_2_in_seconds(s3, tmp_path, capsys, monkeypatch, storage, shown, why):
     monkeypatch.chdir(tmp_path)
@@ -299,3 +301,41 @@ def test_object_storage_cluster_configs():
     for pod in pods:
         assert pod["serviceAccountName"] == account["metadata"]["name"] and "volumes" not in pod
         assert not any(e["name"].startswith("AWS_SECRET") for e in pod["containers"][0]["env"])
+
+
+def test_lease_lock_on_the_bucket(s3, monkeypatch, capsys):
+    import _thread
+
+    from sweeps.results import lock
+    from sweeps.results.location import StoreLocation
+
+    uri, key = f"s3://{BUCKET}/lease/store", "lease/store/writer.lock"
+    location = StoreLocation.parse(uri)
+    assert location.create_exclusive("probe", b"1") is True and location.create_exclusive("probe", b"2") is False
+    assert location.read_bytes("probe") == b"1"  # a conditional create never overwrites
+
+    monkeypatch.setattr(lock, "LEASE_SECONDS", 0.8)
+    monkeypatch.setattr(lock, "SETTLE_SECONDS", 0.1)
+    interrupted = threading.Event()
+    monkeypatch.setattr(_thread, "interrupt_main", lambda *a: interrupted.set())
+    first = lock.StoreLock(uri).acquire()
+    body = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    assert body["pid"] == os.getpid() and body["owner"] and body["expires_at"] > time.time()
+    time.sleep(0.6)  # renewed by the heartbeat: still ours, later expiry
+    renewed = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
+    assert renewed["owner"] == body["owner"] and renewed["expires_at"] > body["expires_at"]
+    with pytest.raises(lock.StoreLocked, match=f"{uri} is being written by pid {os.getpid()} on "):
+        lock.StoreLock(uri).acquire()
+    # another writer took the lease over (this one was frozen): the heartbeat notices and stops the sweep
+    other = {"pid": 1, "host": "elsewhere", "owner": "x", "started": "then", "expires_at": time.time() + 60}
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(other).encode())
+    assert interrupted.wait(5)
+    assert "lost the writer lock: another writer took the store over (pid 1 on elsewhere" in capsys.readouterr().err
+    first.release()
+    assert json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())["owner"] == "x"  # not ours: left alone
+    # an expired lease is taken over with a notice; release deletes it
+    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps({**other, "expires_at": time.time() - 1}).encode())
+    second = lock.StoreLock(uri).acquire()
+    assert "taking over the stale lock of pid 1 on elsewhere" in capsys.readouterr().err
+    second.release()
+    assert key not in _objects(s3, "lease/")

@@ -87,7 +87,7 @@ def _read_holder(fd: int) -> dict | None:
 
 
 def describe(holder: dict | None) -> str:
-    if not holder:
+    if not holder or "pid" not in holder:
         return "another process (it has not written its name yet)"
     return f"pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started', holder.get('started_at'))}"
 
@@ -120,8 +120,15 @@ def _read_object(location: StoreLocation) -> dict | None:
     except FileNotFoundError:
         return None
     except ValueError:
-        return {}  # being written, or damaged: treated as held until it expires (see _stale)
-    return holder if isinstance(holder, dict) else {}
+        holder = None
+    if isinstance(holder, dict):
+        return holder
+    # Damaged (not a JSON object): held until a lease after it was written, then stale.
+    try:
+        written = (location.info(LOCK_FILE).mtime_ns or 0) / 1e9
+    except (OSError, StorageError):
+        written = time.time()
+    return {"expires_at": written + LEASE_SECONDS}
 
 
 class _Lease:
