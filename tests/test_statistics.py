@@ -116,7 +116,7 @@ def test_outlier_flags_hand_computed(store, capsys):
     flagged = cells.filter(pl.col("outliers") > 0)["config_id"].to_list()
     assert flagged == [_cell(cells, "sgd", alpha=0.1)["config_id"]]  # the diverged seed is not an outlier
     md = tables.table_text(store, "best", "md", stat="median")
-    assert "| sgd | 1.2 † | [" in md and "sgd: outlier seed 4 (9)" in md
+    assert "| sgd | 1.2 † | 5 | [" in md and "sgd: outlier seed 4 (9)" in md
     csv = _csv(capsys, str(store), "--stat", "median")
     assert csv.filter(pl.col("optimizer") == "sgd")["outlier_seeds"].to_list() == ["4:9"]
 

@@ -323,13 +323,14 @@ def _heatmap(table: tables.SensitivityTable) -> go.Figure:
         reversescale=not get_task(table.variant["task"]).higher_is_better,
         colorbar={"title": {"text": _colorbar_title(table.variant, table.stat)}},
     ))
-    for i, g in enumerate(gammas):
-        for j, t in enumerate(thetas):
-            r = lookup[(g, t)]
-            if r["best"] or r["tied"]:
-                fig.add_shape(type="rect", x0=j - 0.5, x1=j + 0.5, y0=i - 0.5, y1=i + 0.5, xref="x", yref="y",
-                              line={"color": "#e41a1c" if r["best"] else "#000000", "width": 4 if r["best"] else 3,
-                                    "dash": "solid" if r["best"] else "dash"})
+    outlines = [  # tied first, the best last (on top); set at once (add_shape re-validates every shape each call)
+        {"type": "rect", "x0": j - 0.5, "x1": j + 0.5, "y0": i - 0.5, "y1": i + 0.5, "xref": "x", "yref": "y",
+         "line": {"color": "#e41a1c" if r["best"] else "#000000", "width": 4 if r["best"] else 2,
+                  "dash": "solid" if r["best"] else "dash"}}
+        for i, g in enumerate(gammas) for j, t in enumerate(thetas)
+        for r in (lookup[(g, t)],) if r["best"] or r["tied"]
+    ]
+    fig.update_layout(shapes=sorted(outlines, key=lambda shape: shape["line"]["color"] == "#e41a1c"))
     robust = f"{table.within}/{table.usable} non-diverged cells within 5% of the best" if table.usable else "no usable cell"
     fig.update_layout(
         title=f"Sensitivity: {tables.variant_title(table.variant)}, {table.optimizer}, alpha={table.alpha:g}"

@@ -355,7 +355,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Gri
                 score += f" {OUTLIER_MARK}"
                 footnotes.append(note)
             ci = interval(r.get("ci_low"), r.get("ci_high")) if ok else ""
-            rows.append([r["optimizer"], score, ci, str(r["seeds"]), selected_hyperparameters(r),
+            rows.append([r["optimizer"], score, str(r["seeds"]), ci, selected_hyperparameters(r),
                          f"{r['diverged_configs']}/{r['configs']}", str(r["missing_runs"])])
             if r["best_method"]:
                 marked |= {(i, 0), (i, 1)}
@@ -366,7 +366,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Gri
             _Grid(
                 variant_title({k: first[k] for k in variant}),
                 _score_note(first["task"], stat) + " Best method in bold.",
-                ("method", "score", f"95% CI ({STAT_NAMES[stat]})", "seeds", "selected hyperparameters",
+                ("method", "score", "seeds", f"95% CI ({STAT_NAMES[stat]})", "selected hyperparameters",
                  "diverged configs", "missing runs"),
                 rows,
                 marked,
