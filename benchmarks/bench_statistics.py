@@ -8,14 +8,18 @@ The store (written with the service's own Parquet writer, 2 bins per run) holds 
 (alpha 10 x theta_lambda 20 x gamma0 25 = 5,000 configurations: 10 sensitivity tables of
 25 x 20), sgd_wd (alpha 50 x lambda 50) and idbd (theta_alpha 50 x beta0 50): 10,000
 configurations x 10 seeds, a few diverged seeds (0.2%).
-Each command runs as its own process (`python -m sweeps.cli table ...`, what a user
-types), so the times include starting Python and importing polars; the process's own
-time for the table (after imports) is printed beside it.
+Each command runs as its own process (what `fade-sweep table ...` does), so the times
+include starting Python and the imports; printed: the process's wall time, its CPU time
+(user + system; close to the wall time on an idle machine) and its own time for the table
+after the imports. The load average is printed too: on a shared machine wall times are
+only comparable at similar load.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -65,20 +69,24 @@ def build(results_dir: Path, seeds: int, pack_configs: int = 500) -> int:
     return total
 
 
-def time_command(results_dir: Path, kind: str, stat: str) -> tuple[float, float, int]:
-    """(wall seconds of the process, seconds inside it after imports, output characters)."""
+def time_command(results_dir: Path, kind: str, stat: str) -> tuple[float, float, float, int]:
+    """(wall seconds of the process, its CPU seconds (user + system: what the wall time would be
+    on an idle machine, give or take threads), seconds inside it after imports, output characters)."""
     code = (
         "import sys, time; t0 = time.perf_counter(); from sweeps.cli import main; t1 = time.perf_counter(); "
         f"rc = main(['table', {str(results_dir)!r}, '--kind', {kind!r}, '--stat', {stat!r}, '--format', 'md']); "
         "print(f'@@ {time.perf_counter() - t1:.3f}', file=sys.stderr); sys.exit(rc)"
     )
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
         raise RuntimeError(done.stderr[-2000:])
     inner = float(done.stderr.rsplit("@@ ", 1)[1].split()[0])
-    return wall, inner, len(done.stdout)
+    return wall, cpu, inner, len(done.stdout)
 
 
 def main() -> None:
@@ -93,14 +101,16 @@ def main() -> None:
             start = time.perf_counter()
             configs = build(root, args.seeds)
             print(f"store: {configs:,} configs x {args.seeds} seeds, built in {time.perf_counter() - start:.1f} s")
-        print(f"{'kind':<12} {'stat':<7} {'process s':>10} {'table s':>8} {'chars':>9}")
+        print(f"load average before: {' '.join(f'{v:.1f}' for v in os.getloadavg())} on {os.cpu_count()} CPUs")
+        print(f"{'kind':<12} {'stat':<7} {'wall s':>7} {'CPU s':>6} {'table s':>8} {'chars':>9}")
         worst = 0.0
         for kind in args.kinds.split(","):
             for stat in ("mean", "median", "iqm"):
-                wall, inner, chars = time_command(root, kind, stat)
+                wall, cpu, inner, chars = time_command(root, kind, stat)
                 worst = max(worst, wall)
-                print(f"{kind:<12} {stat:<7} {wall:>10.2f} {inner:>8.2f} {chars:>9,}")
-        print(f"slowest command: {worst:.2f} s (target: under 5 s)")
+                print(f"{kind:<12} {stat:<7} {wall:>7.2f} {cpu:>6.2f} {inner:>8.2f} {chars:>9,}")
+        print(f"slowest command: {worst:.2f} s wall (target: under 5 s); "
+              f"load average after: {' '.join(f'{v:.1f}' for v in os.getloadavg())}")
     finally:
         if args.keep is None:
             shutil.rmtree(root.parent, ignore_errors=True)
