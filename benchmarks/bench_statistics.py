@@ -33,9 +33,9 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sweeps.packs import PackOutcome  # noqa: E402
-from sweeps.results.store import write_pack  # noqa: E402
-from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
+from sweeps.packs import PackOutcome
+from sweeps.results.store import write_pack
+from sweeps.spec import Pack, make_config, parse_sweep
 
 GRID = {
     "fade": {"alpha": np.round(np.geomspace(0.001, 0.1, 10), 5), "theta_lambda": np.round(np.linspace(0.0, 0.02, 20), 5),
@@ -79,7 +79,7 @@ def time_command(results_dir: Path, kind: str, stat: str) -> tuple[float, float,
     )
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)

@@ -13,6 +13,7 @@ The statistics (median, IQM, bootstrap CIs, outlier seeds, paired comparisons, i
 are defined in `sweeps.results.stats`.
 """
 
+from sweeps.results.importance import importance_table
 from sweeps.results.queries import (
     CELL_STATS,
     DDOF,
@@ -31,10 +32,15 @@ from sweeps.results.queries import (
     scores,
     variant_columns,
 )
-from sweeps.results.compare import compare_table
-from sweeps.results.importance import importance_table
 from sweeps.results.stats import block_statistics, main_effect_shares, outlier_mask, paired_comparisons
-from sweeps.results.tables import SensitivityTable, best_table, sensitivity_frame, sensitivity_tables, table_text
+from sweeps.results.tables import (
+    SensitivityTable,
+    best_table,
+    compare_table,
+    sensitivity_frame,
+    sensitivity_tables,
+    table_text,
+)
 
 __all__ = [
     "CELL_STATS",

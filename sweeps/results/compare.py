@@ -8,7 +8,7 @@ bootstrap CI, and the probability of improvement P(method better than reference)
 MSE, higher accuracy) with its CI. Definitions: `sweeps.results.stats`.
 
     from sweeps import results
-    results.compare_table("results/linear-demo", stat="median", reference="sgd")
+    results.compare_table("results/linear-demo", stat="median", reference="sgd")  # tables.compare_table
 """
 
 from __future__ import annotations
@@ -26,21 +26,19 @@ COMPARE_COLUMNS = (
 )
 
 
-def compare_table(results_dir: str | Path, stat: str = "mean", reference: str | None = None,
-                  best: pl.DataFrame | None = None) -> pl.DataFrame:
-    """One row per (task settings, method): its selected configuration against the reference's.
+def paired_table(results_dir: str | Path, best: pl.DataFrame, stat: str = "mean",
+                 reference: str | None = None) -> pl.DataFrame:
+    """One row per (task settings, method) of `best` (the best table, `tables.best_table(results_dir,
+    stat)`; `results.compare_table` passes it): its selected configuration against the reference's.
 
     `reference`: a method name; default the best method of each task settings (by `stat`).
     `status`: "ok", "reference" (the reference's own row), "no shared seeds", or the
     method's best-table status ("all diverged", "missing") / "no reference" when the
     reference has no usable configuration there. Raises ValueError for an unknown method.
     """
-    from sweeps.results.tables import best_table  # tables renders this module's output
-
     stats.check_stat(stat)
     frame = queries.scores(results_dir)
     variant = queries.variant_columns(frame)
-    best = best_table(results_dir, stat) if best is None else best
     if reference is not None and reference not in set(best["optimizer"]):
         raise ValueError(f"unknown reference method {reference!r}; the methods here: {', '.join(sorted(set(best['optimizer'])))}")
     chosen = best.filter(pl.col("status") == "ok")

@@ -110,11 +110,11 @@ def _quantiles(boot: np.ndarray, level: float = CI_LEVEL) -> tuple[np.ndarray, n
     b = boot.shape[-1]
     tail = (1 - level) / 2
     positions = [tail * (b - 1), (1 - tail) * (b - 1)]
-    kth = sorted({min(int(math.floor(h)) + d, b - 1) for h in positions for d in (0, 1)})
+    kth = sorted({min(math.floor(h) + d, b - 1) for h in positions for d in (0, 1)})
     part = np.partition(boot, kth, axis=-1)
     out = []
     for h in positions:
-        lo = int(math.floor(h))
+        lo = math.floor(h)
         hi = min(lo + 1, b - 1)
         frac = h - lo
         out.append(part[..., lo] + frac * (part[..., hi] - part[..., lo]))

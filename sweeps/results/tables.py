@@ -28,7 +28,7 @@ from pathlib import Path
 import polars as pl
 
 from sweeps.results import queries, stats
-from sweeps.results.compare import compare_table
+from sweeps.results.compare import paired_table
 from sweeps.results.importance import importance_table
 from sweeps.results.record import recorded_pairs
 from sweeps.spec import LOCATION_SETTINGS
@@ -114,6 +114,14 @@ _SENSITIVITY_COLUMNS = (
     "gamma0", "lambda0", "theta_lambda", "mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat",
     "stat_value", "seeds", "diverged_seeds", "outlier_seeds", "status", "best", "tied", "within_5pct", "config_id",
 )
+
+
+def compare_table(results_dir: str | Path, stat: str = "mean", reference: str | None = None) -> pl.DataFrame:
+    """Paired comparisons (compare.py): per (task settings, method), its selected configuration
+    against the reference method's (default: the best method) on their shared seeds: difference
+    stat(method) - stat(reference) and P(method better than reference), each with a 95% paired
+    bootstrap CI. Raises ValueError for an unknown reference."""
+    return paired_table(results_dir, best_table(results_dir, stat), stat, reference)
 
 
 @dataclass(frozen=True)
@@ -443,7 +451,7 @@ def _compare_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_
         grids.append(_Grid(
             f"{variant_title({k: first[k] for k in variant})}: paired comparison with {reference or 'no reference'}",
             note,
-            ("method", "selected hyperparameters", name, f"difference [95% CI]", f"P(better than {reference}) [95% CI]",
+            ("method", "selected hyperparameters", name, "difference [95% CI]", f"P(better than {reference}) [95% CI]",
              "shared seeds"),
             rows, marked))
     return grids
