@@ -8,7 +8,10 @@ The pack is timed through the engine a sweep uses (streams, training, per-bin me
 after a short warm-up (compilation, data loading). The naive loop is the plain
 single-run PyTorch reference of tests/test_neural_learners.py (nn.Sequential, autograd,
 torch.optim, FADE written out) in float32 on one thread: what one process per run gets.
-Figures are run-steps per second (one run advanced by one step = one run-step). On a
+Figures are run-steps per second (one run advanced by one step = one run-step). With
+`--clock cpu` both rates are per CPU-second (time.process_time, all of the pack's threads
+together), for a machine shared with other work: the pack's figure is then what each core
+it used delivered, and speed-up >= N means the pack beats N one-run processes per core. On a
 GPU the rate is also given as a fraction of the HBM bandwidth: at batch size 1 per run,
 every run-step must at least read and write the run's own state once (weights, Adam
 moments, FADE's gamma and trace), so `state bytes x 2 x rate / peak` is the share of the
@@ -39,16 +42,21 @@ GRID = {  # the published grids' shapes: alpha x theta_lambda x gamma0 (fade), o
     "sgd": {"alpha": [0.05, 0.01, 0.005, 0.001, 0.0005]},
     "adam": {"alpha": [0.005, 0.001, 0.0005, 0.0001, 0.00005]},
 }
+EXTRA = {"lambda": [1e-4, 1e-3, 1e-2, 1e-1], "kappa": [1.0, 2.0, 4.0]}  # sgd_wd/adamw, *_wclip
 
 
 def experiment(task: str, optimizer: str, steps: int, data_dir: str):
     settings = ({"steps": steps, "score_window": steps // 4, "bin": steps // 4} if task == "nonlinear"
                 else {"steps": steps, "bin": steps // 4, "data_dir": data_dir, "split": "bymerge", "train": False})
-    grid = GRID["fade" if optimizer.startswith("fade") else "adam" if "adam" in optimizer else "sgd"]
+    grid = dict(GRID["fade" if optimizer.startswith("fade") else "adam" if "adam" in optimizer else "sgd"])
+    grid.update({k: v for k, v in EXTRA.items() if k in get_neural_learner(optimizer).hyperparameters})
     name = {"nonlinear": "nonlinear_tracking", "emnist": "emnist_label_permuted"}[task]
     sweep = parse_sweep({"name": "bench", "task": name, "task_settings": settings, "seeds": 5,
                          "optimizers": {optimizer: grid}}, "bench")
     return sweep.experiments[0]
+
+
+CLOCK = time.perf_counter  # time.process_time with --clock cpu
 
 
 def pack_rate(task: str, optimizer: str, runs: int, steps: int, data_dir: str, device: str, threads: int) -> tuple[float, int]:
@@ -68,16 +76,16 @@ def pack_rate(task: str, optimizer: str, runs: int, steps: int, data_dir: str, d
         chunks = runner.run()
         next(chunks)
         torch.cuda.synchronize()
-        start = time.perf_counter()
+        start = CLOCK()
         for _ in chunks:
             pass
         torch.cuda.synchronize()
-        return pack.runs * (steps - steps // 4) / (time.perf_counter() - start), pack.runs
+        return pack.runs * (steps - steps // 4) / (CLOCK() - start), pack.runs
     runner = make_runner(pack, steps, device=device)
-    start = time.perf_counter()
+    start = CLOCK()
     for _ in runner.run():
         pass
-    return pack.run_steps / (time.perf_counter() - start), pack.runs
+    return pack.run_steps / (CLOCK() - start), pack.runs
 
 
 PEAK_GBS = {"H100": 3350, "H200": 4800}  # HBM bandwidth, GB/s, by device name
@@ -112,9 +120,9 @@ def naive_rate(task: str, optimizer: str, steps: int, data_dir: str) -> float:
     hp = exp.configs()[0]
     torch.set_num_threads(1)
     reference(optimizer, hp, spec.architecture, 0, x[:20], target[:20], dtype=torch.float32)  # warm-up: lazy inits
-    start = time.perf_counter()
+    start = CLOCK()
     reference(optimizer, hp, spec.architecture, 0, x, target, dtype=torch.float32)
-    return steps / (time.perf_counter() - start)
+    return steps / (CLOCK() - start)
 
 
 def main() -> None:
@@ -128,10 +136,14 @@ def main() -> None:
     parser.add_argument("--data-dir", default=os.environ.get("FADE_EMNIST_DIR", str(SHARED_EMNIST)))
     parser.add_argument("--peak-gbs", type=float, help="HBM bandwidth for the fraction column (default: by GPU name)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive per-run loop")
+    parser.add_argument("--clock", choices=["wall", "cpu"], default="wall",
+                        help="rates per wall-clock second, or per CPU-second (process_time: for a loaded machine)")
     args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.process_time if args.clock == "cpu" else time.perf_counter
     peak = args.peak_gbs or peak_gbs(args.device)
     where = torch.cuda.get_device_name() if args.device == "cuda" else f"{args.threads} CPU threads"
-    print(f"device {args.device} ({where}), torch {torch.__version__}")
+    print(f"device {args.device} ({where}), torch {torch.__version__}, rates per {args.clock}-clock second")
     print(f"{'task':<10} {'optimizer':<13} {'pack runs':>9} {'pack run-steps/s':>17} {'naive steps/s':>14} {'speed-up':>9}"
           f" {'state MB/run':>12} {'HBM share':>9}")
     for task in (["nonlinear", "emnist"] if args.task == "both" else [args.task]):

@@ -79,11 +79,16 @@ class Sums(NamedTuple):
 # As in fade_core.linear: reassociation and FMA let LLVM vectorise the inner loops;
 # IEEE NaN/inf semantics stay (no 'nnan'/'ninf'), so a diverging run shows as NaN/inf.
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
+# error_model="numpy": a float division by zero gives inf/NaN as in torch instead of raising
+# ZeroDivisionError. Python's model puts a test and a branch before every division, and a
+# loop with one does not vectorise (Adam's rows, two divisions per weight, ran 4.5x slower).
+# No divisor here can be 0 except through a NaN/inf run, so no number changes.
+_ERRORS = "numpy"
 
 
 # Per-parameter rules are pure scalar functions; LLVM inlines them into the row loops
 # and vectorises those. (numba's IR-level inline="always" defeated vectorisation: 4x slower.)
-_scalar = numba.njit(fastmath=_FASTMATH, cache=True)
+_scalar = numba.njit(fastmath=_FASTMATH, error_model=_ERRORS, cache=True)
 
 
 @_scalar
@@ -124,6 +129,14 @@ def _adam_constants(alpha, k, out):
 
 
 @_scalar
+def _null_adam(out):
+    """Constants for which `_adam` with gradient 0 leaves m, v and the parameter exactly as they
+    are (1 - beta1 = 0, beta2 = 1, 1 - beta2 = 0, step 0), in `out`'s dtype."""
+    out[0], out[1], out[2], out[3], out[4], out[5], out[6] = 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0
+    return (out[0], out[1], out[2], out[3], out[4], out[5], out[6])
+
+
+@_scalar
 def _adam_alpha_eff(v, alpha, first_step, ac):
     """alpha / (sqrt(v_hat) + eps) with v_hat before this step's update; alpha on the first step."""
     return alpha if first_step else alpha / (np.sqrt(v * ac[2]) + ac[6])
@@ -132,7 +145,7 @@ def _adam_alpha_eff(v, alpha, first_step, ac):
 # Adam's element rule as torch.optim.Adam writes it: sqrt(v) / sqrt(bias correction 2) is a
 # division, not a product with a reciprocal, so no 'arcp' (which lets LLVM make it one) and
 # no 'reassoc' here.
-@numba.njit(fastmath={"nsz", "contract"}, cache=True)
+@numba.njit(fastmath={"nsz", "contract"}, error_model=_ERRORS, cache=True)
 def _adam(m, v, w, grad, ac):
     """torch.optim.Adam on one parameter -> (m, v, w); ac from `_adam_constants`."""
     m = m + ac[3] * (grad - m)  # torch's lerp_
@@ -140,34 +153,10 @@ def _adam(m, v, w, grad, ac):
     return m, v, w - ac[0] * m / (np.sqrt(v) / ac[1] + ac[6])  # torch's addcdiv_(m, sqrt(v)/sqrt(bc2) + eps)
 
 
-@_scalar
-def _update_element(p, m, v, gm, tr, i, grad, q, alpha, lam, shrink, theta, wd_mode, adam, clip, bound, fade,
-                    first_step, ac):
-    """Any learner on parameter i of p: FADE decay (if on), weight decay (decoupled: times
-    `shrink`, the run's 1 - alpha * lambda), base step, clipping; in the parameters' dtype (the
-    decayed FADE value is stored before the base step: a float64 value here would make numba
-    type w, and with it the whole step, float64 in float32 runs)."""
-    if fade:
-        alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, ac) if adam else alpha
-        gm[i], tr[i], p[i] = _fade(gm[i], tr[i], p[i], grad, q, alpha_eff, theta)
-    w = p[i]
-    if wd_mode == WD_COUPLED:
-        grad = grad + lam * w
-    elif wd_mode == WD_DECOUPLED:
-        w = w * shrink
-    if adam:
-        m[i], v[i], w = _adam(m[i], v[i], w, grad, ac)
-    else:
-        w = w - alpha * grad
-    if clip:
-        w = min(max(w, -bound), bound)
-    p[i] = w
-
-
 # The loops below are separate (not inlined) functions over slices that start at 0:
 # LLVM vectorises those; with offsets computed at run time inside the big parallel
 # body it does not (measured: 5x slower).
-_dense = numba.njit(fastmath=_FASTMATH, cache=True)
+_dense = numba.njit(fastmath=_FASTMATH, error_model=_ERRORS, cache=True)
 
 
 @_dense
@@ -205,7 +194,7 @@ def _sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha):
 
 
 # No 'reassoc' here: with it LLVM factors W - alpha*lam*W into W * (1 - alpha*lam) again.
-@numba.njit(fastmath={"nsz", "contract"}, cache=True)
+@numba.njit(fastmath={"nsz", "contract"}, error_model=_ERRORS, cache=True)
 def _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam):
     """W <- W - alpha * (delta inp^T + lam * W), per element as torch.optim.SGD(weight_decay)
     computes it (d = G + lam * W; W -= alpha * d). Not a shrink factor 1 - alpha * lam: in
@@ -238,31 +227,71 @@ def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, next_in
         z[j] = acc
 
 
+# Whole layers per call (rows sliced inside, as in _sgd_rank_one): a call per row cost an
+# NRT incref/decref of each of its array arguments (atomics on the pack-wide arrays' shared
+# refcounts, which the threads then pass back and forth) and the call itself.
 @_dense
-def _fade_sgd_row(p, gm, tr, inp, dj, factor, alpha, theta):
-    for i in range(p.shape[0]):
-        xi = inp[i]
-        grad = dj * xi
-        gm[i], tr[i], w = _fade(gm[i], tr[i], p[i], grad, xi * xi * factor, alpha, theta)
-        p[i] = w - alpha * grad
-
-
-@_dense
-def _fade_adam_row(p, m, v, gm, tr, inp, dj, factor, alpha, theta, first_step, ac):
-    for i in range(p.shape[0]):
-        xi = inp[i]
-        grad = dj * xi
-        alpha_eff = _adam_alpha_eff(v[i], alpha, first_step, ac)
-        gm[i], tr[i], w = _fade(gm[i], tr[i], p[i], grad, xi * xi * factor, alpha_eff, theta)
-        m[i], v[i], p[i] = _adam(m[i], v[i], w, grad, ac)
+def _fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta):
+    """FADE then SGD on the layer whose W starts at p[w0] (its gamma and trace at gm[e0], tr[e0])."""
+    for j in range(fan_out):
+        row, e = w0 + j * fan_in, e0 + j * fan_in
+        pr, gr, tr_ = p[row : row + fan_in], gm[e : e + fan_in], tr[e : e + fan_in]
+        dj, fj = delta[j], factor[j]
+        for i in range(fan_in):
+            xi = inp[i]
+            grad = dj * xi
+            gr[i], tr_[i], w = _fade(gr[i], tr_[i], pr[i], grad, xi * xi * fj, alpha, theta)
+            pr[i] = w - alpha * grad
 
 
 @_dense
-def _adam_row(p, m, v, inp, dj, shrink, ac, bound):
-    """Adam (AdamW's decoupled decay as `shrink`), then clipping to +-bound (inf: none)."""
-    for i in range(p.shape[0]):
-        m[i], v[i], w = _adam(m[i], v[i], p[i] * shrink, dj * inp[i], ac)
-        p[i] = min(max(w, -bound), bound)
+def _fade_adam_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, first_step, ac):
+    """FADE then Adam on the layer whose W starts at p[w0] (its gamma and trace at gm[e0], tr[e0])."""
+    for j in range(fan_out):
+        row, e = w0 + j * fan_in, e0 + j * fan_in
+        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
+        gr, tr_ = gm[e : e + fan_in], tr[e : e + fan_in]
+        dj, fj = delta[j], factor[j]
+        for i in range(fan_in):
+            xi = inp[i]
+            grad = dj * xi
+            alpha_eff = _adam_alpha_eff(vr[i], alpha, first_step, ac)
+            gr[i], tr_[i], w = _fade(gr[i], tr_[i], pr[i], grad, xi * xi * fj, alpha_eff, theta)
+            mr[i], vr[i], pr[i] = _adam(mr[i], vr[i], w, grad, ac)
+
+
+@_dense
+def _adam_rank_one(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, ac, bound):
+    """Adam (AdamW's decoupled decay as `shrink`) on the layer whose W starts at p[w0], then
+    clipping to +-bound (inf: none)."""
+    for j in range(fan_out):
+        row = w0 + j * fan_in
+        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
+        dj = delta[j]
+        for i in range(fan_in):
+            mr[i], vr[i], w = _adam(mr[i], vr[i], pr[i] * shrink, dj * inp[i], ac)
+            pr[i] = min(max(w, -bound), bound)
+
+
+@_dense
+def _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, ac, bound, next_inp, z, zero):
+    """`_adam_rank_one` fused with the next step's W @ next_inp (bias not added), as
+    `_sgd_rank_one_then_affine`: the first layer's weights are read once per step, and the
+    product's multiply-adds run beside Adam's divisions and square roots (which bound the
+    loop). With delta = 0, shrink = 1, bound = inf and `_NULL_ADAM` constants the step leaves
+    W, m and v as they are, so that call is the forward pass alone and every W @ x of the first
+    layer comes from this one loop (identical rounding whatever the segmenting)."""
+    for j in range(fan_out):
+        row = w0 + j * fan_in
+        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
+        dj = delta[j]
+        acc = zero
+        for i in range(fan_in):
+            mr[i], vr[i], w = _adam(mr[i], vr[i], pr[i] * shrink, dj * inp[i], ac)
+            w = min(max(w, -bound), bound)
+            pr[i] = w
+            acc += w * next_inp[i]
+        z[j] = acc
 
 
 @_dense
@@ -274,13 +303,31 @@ def _clip(p, bound):
 @_dense
 def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, wd_mode, adam, clip, bound, fade,
                  first_step, ac):
-    """A bias: gradient delta[j], FADE curvature factor[j]."""
+    """Any learner on a bias (gradient delta[j], FADE curvature factor[j]): FADE decay (if on),
+    weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step, clipping;
+    in the parameters' dtype (the decayed FADE value is stored before the base step: a float64
+    value here would make numba type w, and with it the whole step, float64 in float32 runs).
+    One loop with the rule inline: a call per element cost an NRT incref/decref of each array."""
     for j in range(p.shape[0]):
-        _update_element(p, m, v, gm, tr, j, delta[j], factor[j], alpha, lam, shrink, theta, wd_mode, adam, clip, bound,
-                        fade, first_step, ac)
+        grad = delta[j]
+        if fade:
+            alpha_eff = _adam_alpha_eff(v[j], alpha, first_step, ac) if adam else alpha
+            gm[j], tr[j], p[j] = _fade(gm[j], tr[j], p[j], grad, factor[j], alpha_eff, theta)
+        w = p[j]
+        if wd_mode == WD_COUPLED:
+            grad = grad + lam * w
+        elif wd_mode == WD_DECOUPLED:
+            w = w * shrink
+        if adam:
+            m[j], v[j], w = _adam(m[j], v[j], w, grad, ac)
+        else:
+            w = w - alpha * grad
+        if clip:
+            w = min(max(w, -bound), bound)
+        p[j] = w
 
 
-@numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)
+@numba.njit(fastmath=_FASTMATH, error_model=_ERRORS, parallel=True, cache=True)
 def run_segment(setup, hp, state, data, sums):
     """Advance R runs by data.x.shape[0] steps: `Setup`, `RunHyperparameters`,
     `RunState` (updated in place), `Stream`, `Sums` (accumulated in place)."""
@@ -310,14 +357,22 @@ def run_segment(setup, hp, state, data, sums):
         one = ones[0]  # 1 in the parameters' dtype (numba makes float32 op int a float64)
         head_factor = np.ones(n_out, dtype=params.dtype)
         shrink = one - a * la if wd_mode == WD_DECOUPLED else one  # AdamW's decay factor
-        # A plain-SGD first layer fuses its update with the next step's forward (see
-        # _sgd_rank_one_then_affine); z[:sizes[1]] then holds W0 @ x_t when step t starts.
-        # (Not with L2: its row loop must not reassociate, and the fused loop's sum needs to.)
-        fused = not (fade_start == 0 or adam or clip or wd_mode != WD_NONE)
+        # A plain-SGD or any Adam first layer (not under FADE) fuses its update with the next
+        # step's forward (see _sgd_rank_one_then_affine, _adam_rank_one_then_affine);
+        # z[:sizes[1]] then holds W0 @ x_t when step t starts. (Not SGD with L2: its row loop
+        # must not reassociate, and the fused loop's sum needs to.)
+        fused_sgd = not (fade_start == 0 or adam or clip or wd_mode != WD_NONE)
+        fused_adam = adam and fade_start > 0
+        fused = fused_sgd or fused_adam
         zero_in = np.zeros(n_in, dtype=params.dtype)
-        if fused:
-            # (starts[0], not a literal 0: a literal would compile a differently-vectorised copy)
+        # (starts[0], not a literal 0: a literal would compile a differently-vectorised copy)
+        if fused_sgd:
             _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, x[0, s], z, one - one)
+        elif fused_adam:
+            null = _null_adam(adam_scalars)
+            adam_scalars[0] = np.inf
+            _adam_rank_one_then_affine(p, m, v, starts[0], n_in, sizes[1], zero_in, ones - ones, one, null,
+                                       adam_scalars[0], x[0, s], z, one - one)
         for t in range(steps):
             k = adam_steps + t + 1  # this step's Adam step number
             ac = _adam_constants(a, k, adam_scalars)  # a tuple: adam_scalars is free for reuse
@@ -391,23 +446,17 @@ def run_segment(setup, hp, state, data, sums):
                 bound = kappa[r] / math.sqrt(fan_in)
                 first = k == 1
                 if fade and not adam:
-                    for j in range(fan_out):
-                        row, e = w0 + j * fan_in, w0 + j * fan_in - fade_start
-                        _fade_sgd_row(p[row : row + fan_in], gm[e : e + fan_in], tr[e : e + fan_in], inp, d_layer[j],
-                                      factor[j], a, th)
+                    _fade_sgd_rank_one(p, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th)
                 elif fade:
-                    for j in range(fan_out):
-                        row, e = w0 + j * fan_in, w0 + j * fan_in - fade_start
-                        _fade_adam_row(p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in],
-                                       gm[e : e + fan_in], tr[e : e + fan_in], inp, d_layer[j], factor[j], a, th, first,
-                                       ac)
+                    _fade_adam_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th,
+                                        first, ac)
                 elif adam:
                     adam_scalars[0] = bound if clip else np.inf  # in the parameters' dtype
-                    limit = adam_scalars[0]
-                    for j in range(fan_out):
-                        row = w0 + j * fan_in
-                        _adam_row(p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in], inp, d_layer[j],
-                                  shrink, ac, limit)
+                    if layer == 0 and fused:
+                        _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, adam_scalars[0],
+                                                   x[t + 1, s] if t + 1 < steps else zero_in, z, one - one)
+                    else:
+                        _adam_rank_one(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, adam_scalars[0])
                 else:  # SGD (L2 coupled into the gradient), and clipping after the step
                     if layer == 0 and fused:
                         _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a,
