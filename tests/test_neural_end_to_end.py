@@ -25,7 +25,7 @@ NONLINEAR = {
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)  # never a Ray another process started
     yield
     ray.shutdown()
 
