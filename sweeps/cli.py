@@ -281,6 +281,9 @@ def _cmd_status(args) -> None:
         finished = sum(e.rel.endswith(".parquet") for e in location.list(SCORES, recursive=True))
         print(format_status(status, finished))
         return
+    looks_like_path = args.target and ("/" in args.target or args.target.startswith((".", "~")))
+    if args.target and (looks_like_path or not (args.address or os.environ.get("RAY_ADDRESS"))):
+        raise UserError(f"{args.target}: no such results folder (give STORAGE/<sweep name>; a job id needs --address)")
     from cluster import jobs
 
     try:

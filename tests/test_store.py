@@ -442,3 +442,24 @@ def test_verify_finds_an_orphan_and_missing_runs(tmp_path, capsys):
     assert f"{orphan.relative_to(results_dir)}: orphan (no manifest names it" in out
     assert f"linear_tracking/fade: {4 * SEEDS} runs of the current sweep have no result" in out
     assert "2 problems (1 missing runs, 1 orphan)" in out
+
+
+def test_a_truncated_committed_file_is_named_by_readers_and_set_aside_on_resume(full):
+    victim = store.committed_files(full)[0]
+    runs_before = results.scores(full).collect().height
+    data = victim.read_bytes()
+    victim.write_bytes(data[:100])
+    with pytest.raises(store.StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
+        results.scores(full).collect()
+    assert store.set_aside_damaged(full) == [str(victim.relative_to(full))]
+    assert 0 < results.scores(full).collect().height < runs_before  # that pack is no longer committed
+    assert list((full / "history").glob("damaged-*.json")), "the manifest is kept, not lost"
+    assert victim in store.orphans(full)
+
+
+@pytest.mark.parametrize("typo", ["s3:/bucket/x", "s3:bucket", "gs:/b/p"])
+def test_a_uri_missing_its_slashes_is_refused_not_made_a_folder(typo, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", "linear-demo", "--storage", typo]) == 2
+    assert "a URI needs two slashes" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir()), "nothing written, no local folder named like a scheme"

@@ -46,7 +46,7 @@ CASES = [
     (_with(optimizers__fade__theta=0.1), "optimizers.fade.theta: fade does not take theta; it takes alpha, theta_lambda, gamma0"),
     (_with(optimizers__fade__gamma0=None), "optimizers.fade: missing hyperparameter(s) gamma0"),
     (_with(optimizers__fade__alpha=[-0.1]), "optimizers.fade.alpha: -0.1 is out of range; alpha (step size) must be > 0"),
-    (_with(optimizers__fade__alpha="fast"), "optimizers.fade.alpha: 'fast' is out of range"),
+    (_with(optimizers__fade__alpha="fast"), "optimizers.fade.alpha: 'fast' is not a number; alpha (step size) must be > 0"),
     (_with(seeds=0), "seeds: must be a positive int"),
     (_with(task="cartpole"), "task: unknown task 'cartpole'; choose one of linear_tracking"),
     (_with(task_settings={"noise": -1}), "task_settings: linear_tracking needs noise >= 0"),
@@ -318,3 +318,10 @@ def test_closed_pipe_ends_quietly():
     )
     assert shell.stdout.startswith("preset ") and shell.stdout.count("\n") == 1
     assert shell.stderr == ""
+
+
+def test_a_directory_or_a_missing_results_folder_is_named_as_such(tmp_path, capsys):
+    assert main(["run", str(tmp_path)]) == 2
+    assert "a directory, not a sweep file" in capsys.readouterr().err
+    assert main(["status", str(tmp_path / "nowhere")]) == 2  # never taken for a job id without --address
+    assert "no such results folder" in capsys.readouterr().err

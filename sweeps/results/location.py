@@ -127,6 +127,9 @@ class StoreLocation:
         text = os.fspath(target) if not isinstance(target, str) else target
         match = _URI.match(text)
         if not match:
+            typo = re.match(r"^(s3|gs|gcs|file):/?(?!/)", text, re.IGNORECASE)
+            if typo:  # `s3:/bucket` or `s3:bucket` would otherwise become a local folder named `s3:`
+                raise StorageError(f"storage {redact(text)}: a URI needs two slashes: write {typo.group(1)}://BUCKET/PREFIX (a local folder may not start with {typo.group(1)}:)")
             path = Path(text).expanduser()
             return cls(pafs.LocalFileSystem(), str(path.absolute()), str(path.absolute()), str(path), True)
         scheme = match.group(1).lower()

@@ -308,6 +308,32 @@ def select(manifests: list[Manifest], wanted: set[tuple[str, int]] | frozenset |
     return Selection(tuple(whole), tuple(partial), outside, superseded)
 
 
+def damage(location: StoreLocation, manifest: Manifest, kind: str) -> str | None:
+    """Why a committed file cannot be what its manifest recorded (missing, or truncated / grown:
+    its size differs), or None. A same-size change needs the hash: `fade-sweep verify`."""
+    entry = manifest.files[kind]
+    if not location.is_file(entry["path"]):
+        return "missing, but its manifest names it"
+    size = location.size(entry["path"])
+    return None if size == entry["bytes"] else f"{size} bytes, but its manifest recorded {entry['bytes']} (damaged)"
+
+
+def set_aside_damaged(results_dir: str | Path | StoreLocation) -> list[str]:
+    """Un-commit every pack with a missing or damaged file (only while holding the writer lock):
+    its manifest moves to history/damaged-<name>, its files become orphans, and its runs are
+    planned again. Returns the damaged files."""
+    location = as_location(results_dir)
+    damaged = []
+    for manifest in read_manifests(location):
+        bad = [manifest.files[k]["path"] for k in KINDS if damage(location, manifest, k)]
+        if bad:
+            rel = f"{MANIFESTS}/{manifest.name}"
+            location.write_bytes(f"history/damaged-{manifest.name}", location.read_bytes(rel))
+            location.delete(rel)
+            damaged.extend(bad)
+    return damaged
+
+
 def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list[pl.LazyFrame]:
     """One lazy scan per task (tasks differ in their settings columns), partitions from the paths.
 
@@ -316,8 +342,11 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
     by_task: dict[str, list[str]] = {}
     for m in manifests:
         rel = m.files[kind]["path"]
-        if not location.is_file(rel):
-            raise StoreError(f"{location.url(rel)}: missing, but {MANIFESTS}/{m.name} names it; run `fade-sweep verify {location}`")
+        if why := damage(location, m, kind):
+            raise StoreError(
+                f"{location.url(rel)}: {why} ({MANIFESTS}/{m.name}); run `fade-sweep verify {location}`, and "
+                "`fade-sweep run ... --resume` to set the damaged pack aside and run it again"
+            )
         by_task.setdefault(m.task, []).append(location.path(rel))
     if location.local:
         return [

@@ -199,6 +199,8 @@ class Sweep:
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file; raises `SweepError` with a one-line message."""
     path = Path(path)
+    if path.is_dir():
+        raise SweepError(f"{path}: a directory, not a sweep file (give a YAML file or a preset name: `fade-sweep presets`)")
     if not path.is_file():
         raise SweepError(f"{path}: no such sweep file (give a YAML file or a preset name: `fade-sweep presets`)")
     return parse_sweep(read_yaml(path), str(path))
@@ -356,7 +358,9 @@ def _parse_grid(task, optimizer: str, grid: Any, key: str, fail) -> tuple[tuple[
         if not values:
             raise fail(f"{key}.{name}", "empty list; give at least one value")
         for value in values:
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not _accepts(spec, value):
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise fail(f"{key}.{name}", f"{_short(value)} is not a number; {name} ({spec.meaning}) must be {spec.allowed()}")
+            if not _accepts(spec, value):
                 scope = f" for {task.family} {optimizer} ({why})" if why else ""
                 raise fail(f"{key}.{name}", f"{_short(value)} is out of range; {name} ({spec.meaning}) must be {spec.allowed()}{scope}")
         if len(set(values)) != len(values):

@@ -33,7 +33,7 @@ from cluster.storage import check_storage
 from sweeps.results.location import StoreLocation
 from sweeps.results.lock import refuse_if_locked, store_lock
 from sweeps.results.record import check_and_record, print_notices, sweep_pairs
-from sweeps.results.store import finished_runs, has_results, remove_orphans
+from sweeps.results.store import finished_runs, has_results, remove_orphans, set_aside_damaged
 from sweeps.spec import Config, Experiment, Pack, PackResources, Sweep, SweepError, check_task_data, make_config, plan_packs
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 from sweeps.tune.progress import SweepProgress
@@ -430,6 +430,10 @@ def _run_sweep_locked(sweep: Sweep, results_dir: StoreLocation, resume: bool, op
     started, ray_start, dashboard_url = ray
     # The store records the sweep it holds (refusing a dtype or settings change under stored runs).
     print_notices(check_and_record(results_dir, sweep, options.dtype))
+    damaged = set_aside_damaged(results_dir)  # packs whose files were truncated or lost: run again
+    if damaged:
+        print(f"Set aside {len(damaged)} damaged files of committed packs ({', '.join(map(str, damaged[:3]))}"
+              f"{', ...' if len(damaged) > 3 else ''}); their packs run again (manifests kept in history/)")
     removed = remove_orphans(results_dir)  # files of interrupted writes: no manifest names them
     if removed:
         print(f"Removed {len(removed)} orphan files of interrupted writes from {results_dir}")
