@@ -215,7 +215,8 @@ def _cmd_run(args) -> None:
     if outcome.skipped_runs:
         print(f"Resumed: {outcome.skipped_runs:,} runs were already in the store and were not re-run.")
     if outcome.resumed_packs:
-        print(f"Resumed: {outcome.resumed_packs} interrupted packs continued from their checkpoints.")
+        n = outcome.resumed_packs
+        print(f"Resumed: {n} interrupted pack{'s' if n > 1 else ''} continued from {'their' if n > 1 else 'its'} checkpoints.")
     if outcome.packs:
         print(
             f"Done: {outcome.packs} packs, {outcome.run_steps:.3e} run-steps in {outcome.wall_seconds:.1f} s wall "
