@@ -216,7 +216,8 @@ def _cmd_run(args) -> None:
         print(f"Resumed: {outcome.skipped_runs:,} runs were already in the store and were not re-run.")
     if outcome.resumed_packs:
         n = outcome.resumed_packs
-        print(f"Resumed: {n} interrupted pack{'s' if n > 1 else ''} continued from {'their' if n > 1 else 'its'} checkpoints.")
+        print(f"Resumed: {n} interrupted packs continued from their checkpoints." if n > 1
+              else "Resumed: 1 interrupted pack continued from its checkpoint.")
     if outcome.packs:
         print(
             f"Done: {outcome.packs} packs, {outcome.run_steps:.3e} run-steps in {outcome.wall_seconds:.1f} s wall "
