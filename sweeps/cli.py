@@ -258,10 +258,26 @@ def _dry_run(args, sweep, resources: PackResources) -> None:
     print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots))
 
 
+def _refuse_if_being_written(storage: str, name: str) -> None:
+    """A second writer of the same results folder is refused before a job is submitted, where
+    the storage is visible from here too (a shared mount or an object store); otherwise the
+    job itself is refused on the cluster (exit 2 in its logs)."""
+    from sweeps.results.location import StorageError, StoreLocation
+    from sweeps.results.lock import refuse_if_locked
+
+    location = StoreLocation.parse(storage) / name  # a URI the store cannot serve: exit 2 here
+    try:
+        if not location.local or location.local_path.is_dir():
+            refuse_if_locked(location)
+    except StorageError:
+        return  # not reachable from here; the cluster checks it
+
+
 def _cmd_submit(args) -> None:
     from cluster import jobs
 
     sweep = resolve_sweep(args.sweep)
+    _refuse_if_being_written(args.storage, sweep.name)
     job_id = jobs.submit(sweep, args.address, args.storage, args.run_args, args.pip)
     print(job_id)
     print(f"Follow it: fade-sweep status {job_id} --address {args.address}; fade-sweep logs {job_id} --address {args.address} --follow",

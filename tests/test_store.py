@@ -463,3 +463,15 @@ def test_a_uri_missing_its_slashes_is_refused_not_made_a_folder(typo, tmp_path, 
     assert main(["run", "linear-demo", "--storage", typo]) == 2
     assert "a URI needs two slashes" in capsys.readouterr().err
     assert not any(tmp_path.iterdir()), "nothing written, no local folder named like a scheme"
+
+
+def test_submit_refuses_a_results_folder_being_written_before_any_job(full, capsys):
+    from sweeps.results.lock import StoreLock
+
+    document = yaml.safe_load((full / "sweep.yaml").read_text())
+    sweep_file = full.parent / "s.yaml"
+    sweep_file.write_text(yaml.safe_dump(document))
+    with StoreLock(full):  # this process is writing the folder
+        code = main(["submit", str(sweep_file), "--address", "http://127.0.0.1:1", "--storage", str(full.parent)])
+    assert code == 2
+    assert "is being written by pid" in capsys.readouterr().err  # refused before the job server was contacted
