@@ -21,6 +21,7 @@ from cluster.local import start_local_cluster, stop_local_cluster
 from sweeps import results
 from sweeps.packs import make_runner
 from sweeps.spec import Pack, make_config, parse_sweep
+from tests.helpers import read_status_json
 
 # Long enough packs (coupled learner, float64) to be interrupted mid-run; 4 packs of 3 runs.
 SWEEP = {
@@ -86,13 +87,6 @@ def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen | 
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _status(results_dir: Path) -> dict:
-    try:
-        return json.loads((results_dir / "status.json").read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {"trials": []}
-
-
 CHECKPOINTED = 11 * 20_000 * 3  # run-steps of a pack once the driver has seen its first checkpoint (chunk 10)
 
 
@@ -101,7 +95,7 @@ def _checkpointed_running_trial(results_dir: Path):
 
     status.json is written by the driver as it processes results in order, so a reported
     chunk past the checkpoint's means the checkpoint is known to Tune."""
-    for trial in _status(results_dir)["trials"]:
+    for trial in read_status_json(results_dir)["trials"]:
         if trial["state"] == "running" and trial["pid"] and CHECKPOINTED <= trial["run_steps_done"] < trial["run_steps_total"] // 2:
             return trial
     return None
@@ -125,7 +119,7 @@ def test_two_node_cluster_runs_trials_on_both_nodes(two_nodes, tmp_path):
     done = _cli("run", str(sweep), "--storage", str(tmp_path), "--address", local.address, "--runs-per-pack", "3", "--no-report")
     out, _ = done.communicate(timeout=300)
     assert done.returncode == 0, out
-    status = _status(tmp_path / "small")
+    status = read_status_json(tmp_path / "small")
     assert status["state"] == "finished"
     assert len({t["node_id"] for t in status["trials"]}) == 2, status  # both nodes ran packs
     assert results.scores(tmp_path / "small").collect().height == 12
@@ -140,7 +134,7 @@ def test_killed_worker_is_retried_from_its_checkpoint(two_nodes, sweep_file, ref
     os.kill(victim["pid"], signal.SIGKILL)
     out, _ = run.communicate(timeout=600)
     assert run.returncode == 0, out
-    restored = {t["pack_id"]: t["restored_from_step"] for t in _status(results_dir)["trials"]}
+    restored = {t["pack_id"]: t["restored_from_step"] for t in read_status_json(results_dir)["trials"]}
     assert restored[victim["pack_id"]] > 0, restored  # continued from its checkpoint, not from step 0
     _assert_complete_and_exact(results_dir, reference_scores)
 
@@ -159,7 +153,7 @@ def test_killed_driver_then_resume(two_nodes, sweep_file, reference_scores, tmp_
     out, _ = resume.communicate(timeout=600)
     assert resume.returncode == 0, out
     assert all(p.stat().st_mtime_ns == t for p, t in finished.items())  # finished packs were not re-run
-    assert any(t["restored_from_step"] > 0 for t in _status(results_dir)["trials"]), out + json.dumps(_status(results_dir))  # interrupted ones continued
+    assert any(t["restored_from_step"] > 0 for t in read_status_json(results_dir)["trials"]), out + json.dumps(read_status_json(results_dir))  # interrupted ones continued
     _assert_complete_and_exact(results_dir, reference_scores)
     # and the status command reads it back
     status = _cli("status", str(results_dir))

@@ -10,14 +10,11 @@ import sys
 import numpy as np
 import polars as pl
 import pytest
-import yaml
 
 from sweeps import results
 from sweeps.cli import main
-from sweeps.packs import PackOutcome
 from sweeps.results import stats, tables
-from sweeps.results.store import write_pack
-from sweeps.spec import Pack, make_config, parse_sweep
+from tests.helpers import write_known_store
 
 SWEEP = {
     "name": "robust",
@@ -51,20 +48,7 @@ SCORES = {
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    results_dir = tmp_path_factory.mktemp("stats") / "robust"
-    sweep = parse_sweep(SWEEP, "test")
-    for experiment in sweep.experiments:
-        for values in experiment.configs():
-            key = (experiment.optimizer, tuple(values.values()))
-            pack = Pack(experiment, (make_config(experiment, values),), sweep.seeds)
-            score = np.array(SCORES[key])
-            decays = experiment.optimizer == "fade"
-            curves = {"mse": np.stack([score, score]).T, "decay_relevant": np.full((5, 2), 0.1) if decays else None,
-                      "decay_irrelevant": np.full((5, 2), 0.2) if decays else None,
-                      "step_size_relevant": None, "step_size_irrelevant": None}
-            write_pack(results_dir, pack, PackOutcome(score, ~np.isfinite(score), np.array([2, 4]), curves, 1.0))
-    (results_dir / "sweep.yaml").write_text(yaml.safe_dump(SWEEP))
-    return results_dir
+    return write_known_store(tmp_path_factory.mktemp("stats") / "robust", SWEEP, SCORES)
 
 
 def _cell(frame: pl.DataFrame, optimizer: str, **hp) -> dict:
