@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import numpy as np
+import torch
 import yaml
 
-from sweeps.packs import PackOutcome
+from sweeps.packs import PackOutcome, make_runner
 from sweeps.results.store import write_pack
 from sweeps.spec import Pack, make_config, parse_sweep
 
@@ -40,3 +41,16 @@ def read_status_json(results_dir: Path) -> dict:
         return json.loads((results_dir / "status.json").read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return {"trials": []}
+
+
+def scores_in_process(document: dict) -> dict[tuple[str, int], float]:
+    """Every (config, seed) score of a one-experiment sweep computed in this process as one
+    float64 pack, never interrupted: what a resumed sweep must reproduce bit for bit."""
+    sweep = parse_sweep(document, "reference")
+    (experiment,) = sweep.experiments
+    pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), sweep.seeds)
+    runner = make_runner(pack, 100_000, torch.float64)
+    for _ in runner.run():
+        pass
+    keys = [(c.config_id, s) for c in pack.configs for s in pack.seeds]
+    return dict(zip(keys, runner.outcome().score))

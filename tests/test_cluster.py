@@ -14,14 +14,11 @@ from pathlib import Path
 
 import polars as pl
 import pytest
-import torch
 import yaml
 
 from cluster.local import start_local_cluster, stop_local_cluster
 from sweeps import results
-from sweeps.packs import make_runner
-from sweeps.spec import Pack, make_config, parse_sweep
-from tests.helpers import read_status_json
+from tests.helpers import read_status_json, scores_in_process
 
 # Long enough packs (coupled learner, float64) to be interrupted mid-run; 4 packs of 3 runs.
 SWEEP = {
@@ -54,17 +51,9 @@ def sweep_file(two_nodes):
 
 
 @pytest.fixture(scope="module")
-def reference_scores():
+def reference_scores() -> dict:
     """Every run of SWEEP computed in-process, one pack, no interruption."""
-    sweep = parse_sweep(SWEEP, "reference")
-    (experiment,) = sweep.experiments
-    pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), sweep.seeds)
-    runner = make_runner(pack, 100_000, torch.float64)
-    for _ in runner.run():
-        pass
-    outcome = runner.outcome()
-    keys = [(c.config_id, s) for c in pack.configs for s in pack.seeds]
-    return dict(zip(keys, outcome.score))
+    return scores_in_process(SWEEP)
 
 
 def _cli(*args: str, **popen) -> subprocess.Popen:

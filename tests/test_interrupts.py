@@ -20,15 +20,13 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from sweeps import results
-from sweeps.packs import make_runner
 from sweeps.results.store import finished_runs
-from sweeps.spec import Pack, make_config, parse_sweep
+from sweeps.spec import parse_sweep
 from sweeps.tune.driver import newest_checkpoints, recorded_packs
-from tests.helpers import read_status_json
+from tests.helpers import read_status_json, scores_in_process
 
 # 6 configs x 2 seeds, 2 runs per pack: 6 packs of a few seconds each, 2 at a time.
 SWEEP = {
@@ -52,14 +50,7 @@ def sweep_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def reference_scores() -> dict:
     """Every run of SWEEP computed in-process, one pack, no interruption."""
-    sweep = parse_sweep(SWEEP, "reference")
-    (experiment,) = sweep.experiments
-    pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), sweep.seeds)
-    runner = make_runner(pack, 100_000, torch.float64)
-    for _ in runner.run():
-        pass
-    keys = [(c.config_id, s) for c in pack.configs for s in pack.seeds]
-    return dict(zip(keys, runner.outcome().score))
+    return scores_in_process(SWEEP)
 
 
 def _env(**extra: str) -> dict[str, str]:
