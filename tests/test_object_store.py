@@ -22,7 +22,6 @@ from pathlib import Path
 import polars as pl
 import pytest
 import ray
-import torch
 import yaml
 
 boto3 = pytest.importorskip("boto3")
@@ -30,8 +29,8 @@ pytest.importorskip("moto.server")
 
 from sweeps import results  # noqa: E402
 from sweeps.cli import main  # noqa: E402
-from sweeps.packs import make_runner  # noqa: E402
-from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
+from sweeps.spec import parse_sweep  # noqa: E402
+from tests.helpers import scores_in_process
 
 BUCKET = "fade-results"
 ACCESS_KEY = "AKIAFADESWEEPTEST01"
@@ -179,16 +178,6 @@ def test_readers_and_commands_work_from_the_uri(tiny_runs, s3, tmp_path, capsys)
     assert direct.height == TINY_RUNS and set(direct["optimizer"]) == {"sgd", "fade"}
 
 
-def _reference(document: dict) -> dict:
-    sweep = parse_sweep(document, "reference")
-    (experiment,) = sweep.experiments
-    pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), sweep.seeds)
-    runner = make_runner(pack, 100_000, torch.float64)
-    for _ in runner.run():
-        pass
-    return dict(zip([(c.config_id, s) for c in pack.configs for s in pack.seeds], runner.outcome().score))
-
-
 def _packs_in_store(uri: str) -> int:
     try:
         return len(results.store.finished_runs(uri)) // 2
@@ -227,7 +216,7 @@ def test_second_writer_refused_kill_9_and_resume_on_the_bucket(local_ray, s3, tm
     assert main(["run", str(sweep), "--storage", storage, "--resume", *LONG_OPTIONS[2:]]) == 0
     out = capsys.readouterr()
     assert SECRET not in out.out + out.err
-    reference = _reference(LONG)
+    reference = scores_in_process(LONG)
     scores = results.scores(uri).collect()
     assert scores.height == len(reference) == scores.select("config_id", "seed").unique().height
     for row in scores.iter_rows(named=True):
