@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweeps.packs import PackOutcome  # noqa: E402
 from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
-from sweeps.results.store import write_pack  # noqa: E402
+from sweeps.store.dataset import write_pack  # noqa: E402
 
 
 def build(results_dir: Path, configs: int, seeds: int, bins: int) -> None:
@@ -51,8 +51,8 @@ def build(results_dir: Path, configs: int, seeds: int, bins: int) -> None:
 
 
 def measure(results_dir: Path) -> None:
-    from sweeps.results.report import write_report
-    from sweeps.results import table_text
+    from sweeps.analysis.report import write_report
+    from sweeps.analysis.tables import table_text
 
     start = time.perf_counter()
     best = table_text(results_dir, "best", "md")

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sweeps.packs import PackOutcome
-from sweeps.results.store import write_pack
+from sweeps.store.dataset import write_pack
 from sweeps.spec import Pack, make_config, parse_sweep
 
 GRID = {

@@ -27,7 +27,7 @@ import sweeps
 import tasks
 from cluster.connect import check_reachable
 from cluster.errors import ClusterError
-from sweeps.results.location import StoreLocation, is_uri
+from sweeps.store.location import StoreLocation, is_uri
 from sweeps.spec import Sweep
 
 

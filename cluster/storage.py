@@ -18,7 +18,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.errors import ClusterError
-from sweeps.results.location import StorageError, StoreLocation, redact
+from sweeps.store.location import StorageError, StoreLocation, redact
 
 MARKER_PREFIX = ".reachable-"
 

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from cluster.errors import ClusterError
-from sweeps.results.status import format_rate
+from sweeps.store.status import format_rate
 from sweeps.spec import PackResources, SweepError, check_task_data, cpu_only_tasks, preset_names, resolve_sweep
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
@@ -131,7 +131,7 @@ def _cmd_presets(args) -> None:
 
 
 def _require_results(results_dir: str) -> None:
-    from sweeps.results.location import StoreLocation
+    from sweeps.store.location import StoreLocation
 
     location = StoreLocation.parse(results_dir)  # a URI the store cannot serve: exit 2
     location.check()  # an unreachable object store or a missing bucket: exit 2
@@ -140,18 +140,18 @@ def _require_results(results_dir: str) -> None:
 
 
 def _cmd_report(args) -> None:
-    from sweeps.results.report import write_report
+    from sweeps.analysis.report import write_report
 
     _require_results(args.results_dir)
     figures = write_report(args.results_dir, args.out, args.images)
-    from sweeps.results.location import StoreLocation
+    from sweeps.store.location import StoreLocation
 
     out = StoreLocation.parse(args.out)
     print(f"Report: {out.local_path.resolve() if out.local else out} ({len(figures)} figures; opens offline in any browser)")
 
 
 def _cmd_table(args) -> None:
-    from sweeps.results import table_text
+    from sweeps.analysis.tables import table_text
 
     _require_results(args.results_dir)
     try:
@@ -163,7 +163,7 @@ def _cmd_table(args) -> None:
 
 def _cmd_verify(args) -> int:
     """One line per problem, then a summary; exit 0 clean, 1 problems, 2 not a store."""
-    from sweeps.results.verify import NotAStore, format_verification, verify_store
+    from sweeps.store.verify import NotAStore, format_verification, verify_store
 
     try:
         verification = verify_store(args.results_dir)
@@ -197,7 +197,7 @@ def _cmd_run(args) -> None:
     if args.dry_run:
         _dry_run(args, sweep, resources)
         return
-    from sweeps.results import table_text
+    from sweeps.analysis.tables import table_text
     from sweeps.tune.driver import ExecutionOptions, run_sweep
 
     options = ExecutionOptions(
@@ -230,7 +230,7 @@ def _cmd_run(args) -> None:
     print(f"Results: {outcome.results_dir}\n")
     print(table_text(outcome.results_dir, "best", args.table_format).rstrip("\n"))
     if not args.no_report:
-        from sweeps.results.report import write_report
+        from sweeps.analysis.report import write_report
 
         report = outcome.results_dir / "report.html"
         figures = write_report(outcome.results_dir, report)
@@ -262,8 +262,8 @@ def _refuse_if_being_written(storage: str, name: str) -> None:
     """A second writer of the same results folder is refused before a job is submitted, where
     the storage is visible from here too (a shared mount or an object store); otherwise the
     job itself is refused on the cluster (exit 2 in its logs)."""
-    from sweeps.results.location import StorageError, StoreLocation
-    from sweeps.results.lock import refuse_if_locked
+    from sweeps.store.location import StorageError, StoreLocation
+    from sweeps.store.lock import refuse_if_locked
 
     location = StoreLocation.parse(storage) / name  # a URI the store cannot serve: exit 2 here
     try:
@@ -285,11 +285,11 @@ def _cmd_submit(args) -> None:
 
 
 def _cmd_status(args) -> None:
-    from sweeps.results.location import StoreLocation, is_uri
+    from sweeps.store.location import StoreLocation, is_uri
 
     if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
-        from sweeps.results.status import format_status, read_status
-        from sweeps.results.store import SCORES
+        from sweeps.store.status import format_status, read_status
+        from sweeps.store.dataset import SCORES
 
         location = StoreLocation.parse(args.target)  # a URI the store cannot serve: exit 2
         location.check()
@@ -381,7 +381,7 @@ def _run_command(args) -> int:
 
 def _redact(text: str) -> str:
     """Messages never show credentials (nor URI query strings)."""
-    from sweeps.results.location import redact
+    from sweeps.store.location import redact
 
     return redact(text)
 

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from sweeps.packs import PackOutcome, make_runner
-from sweeps.results.store import write_pack
+from sweeps.store.dataset import write_pack
 from sweeps.spec import Pack, make_config, parse_sweep
 
 

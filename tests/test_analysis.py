@@ -9,7 +9,7 @@ import polars as pl
 import pytest
 
 from sweeps import results
-from sweeps.results import tables
+from sweeps.analysis import tables
 from tests.helpers import write_known_store
 
 SWEEP = {
@@ -98,7 +98,7 @@ def test_exports_parse_back(store):
 
 
 def test_curves_summary_downsamples_and_bands(store):
-    from sweeps.results.report import summarise_curves
+    from sweeps.analysis.report import summarise_curves
 
     best = tables.best_table(store)
     fade_id = best.filter(pl.col("optimizer") == "fade")["config_id"][0]

@@ -16,8 +16,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lowest first: a module may import its own layer and the layers before it.
-LAYERS = ("fade_core", "tasks", "sweeps.spec", "sweeps.packs", "sweeps.results", "cluster", "sweeps.tune", "sweeps.cli")
-RAY_FREE = ("fade_core", "tasks", "sweeps.spec", "sweeps.packs", "sweeps.results")
+LAYERS = ("fade_core", "tasks", "sweeps.spec", "sweeps.packs", "sweeps.store", "sweeps.analysis", "sweeps.results", "cluster", "sweeps.tune", "sweeps.cli")
+RAY_FREE = ("fade_core", "tasks", "sweeps.spec", "sweeps.packs", "sweeps.store", "sweeps.analysis", "sweeps.results")
 PROJECT = ("fade_core", "tasks", "sweeps", "cluster")
 
 
@@ -136,7 +136,7 @@ print(json.dumps({"codes": codes, "ray": sorted(m for m in sys.modules if m == "
 def small_store(tmp_path_factory) -> Path:
     """A real store of a tiny linear sweep, written without Ray (packs + results layers)."""
     from sweeps.packs import make_runner
-    from sweeps.results.store import write_pack
+    from sweeps.store.dataset import write_pack
     from sweeps.spec import parse_sweep, plan_packs
 
     document = {"name": "tiny", "task": "linear_tracking", "task_settings": {"steps": 400, "bin": 100}, "seeds": 2,

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from sweeps import results
-from sweeps.results.store import finished_runs
+from sweeps.store.dataset import finished_runs
 from sweeps.spec import parse_sweep
 from sweeps.tune.driver import newest_checkpoints, recorded_packs
 from tests.helpers import read_status_json, scores_in_process
@@ -271,7 +271,7 @@ def test_unreachable_address_exit_2(sweep_file, tmp_path, how):
 
 
 def test_status_of_a_dead_driver(tmp_path):
-    from sweeps.results.status import STALE_SECONDS, SweepStatus, TrialStatus, driver_gone, format_status, read_status
+    from sweeps.store.status import STALE_SECONDS, SweepStatus, TrialStatus, driver_gone, format_status, read_status
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

@@ -20,10 +20,11 @@ import yaml
 from sweeps import results
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
-from sweeps.results import store, tables
-from sweeps.results.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
-from sweeps.results.record import check_and_record
-from sweeps.results.verify import verify_store
+from sweeps.analysis import tables
+from sweeps.store import dataset as store
+from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
+from sweeps.store.record import check_and_record
+from sweeps.store.verify import verify_store
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,7 +190,7 @@ def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from sweeps.results.lock import StoreLock
+    from sweeps.store.lock import StoreLock
     lock = StoreLock(sys.argv[1]).acquire()
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
@@ -238,7 +239,7 @@ def test_stale_lock_held_by_an_heir_of_a_dead_writer_is_taken_over(tmp_path, cap
     results_dir = tmp_path / "db"
     script = textwrap.dedent("""
         import os, sys, time
-        from sweeps.results.lock import StoreLock
+        from sweeps.store.lock import StoreLock
         lock = StoreLock(sys.argv[1]).acquire()
         child = os.fork()
         if child == 0:  # let go of the test's pipes, keep the lock's descriptor
@@ -466,7 +467,7 @@ def test_a_uri_missing_its_slashes_is_refused_not_made_a_folder(typo, tmp_path, 
 
 
 def test_submit_refuses_a_results_folder_being_written_before_any_job(full, capsys):
-    from sweeps.results.lock import StoreLock
+    from sweeps.store.lock import StoreLock
 
     document = yaml.safe_load((full / "sweep.yaml").read_text())
     sweep_file = full.parent / "s.yaml"

@@ -10,11 +10,11 @@ No Ray here. The query API (polars LazyFrames):
     results.importance_table("results/linear-demo")                 # main-effect variance shares
 
 The statistics (median, IQM, bootstrap CIs, outlier seeds, paired comparisons, importance)
-are defined in `sweeps.results.stats`.
+are defined in `sweeps.analysis.stats`.
 """
 
-from sweeps.results.importance import importance_table
-from sweeps.results.queries import (
+from sweeps.analysis.importance import importance_table
+from sweeps.analysis.queries import (
     CELL_STATS,
     DDOF,
     HYPERPARAMETER_COLUMNS,
@@ -32,8 +32,8 @@ from sweeps.results.queries import (
     scores,
     variant_columns,
 )
-from sweeps.results.stats import block_statistics, main_effect_shares, outlier_mask, paired_comparisons
-from sweeps.results.tables import (
+from sweeps.analysis.stats import block_statistics, main_effect_shares, outlier_mask, paired_comparisons
+from sweeps.analysis.tables import (
     SensitivityTable,
     best_table,
     compare_table,

@@ -30,10 +30,10 @@ from ray import tune
 from cluster.connect import connect
 from cluster.placement import parallel_slots
 from cluster.storage import check_storage
-from sweeps.results.location import StoreLocation
-from sweeps.results.lock import refuse_if_locked, store_lock
-from sweeps.results.record import check_and_record, print_notices, sweep_pairs
-from sweeps.results.store import finished_runs, has_results, remove_orphans, set_aside_damaged
+from sweeps.store.location import StoreLocation
+from sweeps.store.lock import refuse_if_locked, store_lock
+from sweeps.store.record import check_and_record, print_notices, sweep_pairs
+from sweeps.store.dataset import finished_runs, has_results, remove_orphans, set_aside_damaged
 from sweeps.spec import Config, Experiment, Pack, PackResources, Sweep, SweepError, check_task_data, make_config, plan_packs
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 from sweeps.tune.progress import SweepProgress

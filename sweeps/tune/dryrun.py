@@ -11,7 +11,7 @@ import numba
 import torch
 
 from sweeps.packs import make_runner
-from sweeps.results.status import format_rate
+from sweeps.store.status import format_rate
 from sweeps.spec import Experiment, Pack, PackResources, Sweep, make_config, plan_packs
 from tasks import get_task
 

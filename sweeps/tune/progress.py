@@ -16,7 +16,7 @@ from pathlib import Path
 from ray.tune import Callback
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from sweeps.results.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate
+from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate
 from sweeps.spec import Pack
 
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS

@@ -23,8 +23,8 @@ from ray import tune
 
 from sweeps.packs import ChunkProgress, make_runner
 from sweeps.packs.neural import use_tf32
-from sweeps.results.location import StoreLocation
-from sweeps.results.store import pack_written, write_pack
+from sweeps.store.location import StoreLocation
+from sweeps.store.dataset import pack_written, write_pack
 from sweeps.spec import Pack
 
 CHECKPOINT_FILE = "pack_state.pt"  # tensors only, loaded with weights_only=True

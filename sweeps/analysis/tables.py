@@ -27,10 +27,10 @@ from pathlib import Path
 
 import polars as pl
 
-from sweeps.results import queries, stats
-from sweeps.results.compare import paired_table
-from sweeps.results.importance import importance_table
-from sweeps.results.record import recorded_pairs
+from sweeps.analysis import queries, stats
+from sweeps.analysis.compare import paired_table
+from sweeps.analysis.importance import importance_table
+from sweeps.store.record import recorded_pairs
 from sweeps.spec import LOCATION_SETTINGS
 from tasks import get_task
 

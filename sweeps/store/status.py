@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from sweeps.results.location import StoreLocation, as_location
+from sweeps.store.location import StoreLocation, as_location
 
 STATUS_FILE = "status.json"
 HEARTBEAT_SECONDS = 1.0  # how often a live driver refreshes updated_at (at least every few seconds)

@@ -33,9 +33,9 @@ import polars as pl
 from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
-from sweeps.results import queries, tables
-from sweeps.results.importance import importance_table
-from sweeps.results.location import StoreLocation, as_location
+from sweeps.analysis import queries, tables
+from sweeps.analysis.importance import importance_table
+from sweeps.store.location import StoreLocation, as_location
 from tasks import get_task
 
 MAX_POINTS = 400

@@ -1,5 +1,5 @@
 """Hyperparameter importance: a main-effect variance decomposition of the cell statistic
-over each method's full-factorial grid (definition: `sweeps.results.stats.main_effect_shares`).
+over each method's full-factorial grid (definition: `sweeps.analysis.stats.main_effect_shares`).
 
 Per (task settings, method), over the hyperparameters with more than one value in its
 grid: the share of the variance of the chosen statistic across cells explained by each
@@ -23,8 +23,8 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from sweeps.results import queries, stats
-from sweeps.results.record import recorded_pairs
+from sweeps.analysis import queries, stats
+from sweeps.store.record import recorded_pairs
 
 
 def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.DataFrame | None = None) -> pl.DataFrame:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import yaml
 
-from sweeps.results.location import StoreLocation, as_location
-from sweeps.results.store import finished_runs
+from sweeps.store.location import StoreLocation, as_location
+from sweeps.store.dataset import finished_runs
 from sweeps.spec import LOCATION_SETTINGS, Sweep, SweepError, make_config, parse_sweep
 
 SWEEP_RECORD = "sweep.yaml"

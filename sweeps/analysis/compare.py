@@ -5,7 +5,7 @@ Seeds are paired: for a given seed every configuration of every method sees the 
 stream, so a method's score on seed s is compared with the reference's on seed s. Per
 (task settings, method): the difference stat(method) - stat(reference) with its paired
 bootstrap CI, and the probability of improvement P(method better than reference) (lower
-MSE, higher accuracy) with its CI. Definitions: `sweeps.results.stats`.
+MSE, higher accuracy) with its CI. Definitions: `sweeps.analysis.stats`.
 
     from sweeps import results
     results.compare_table("results/linear-demo", stat="median", reference="sgd")  # tables.compare_table
@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from sweeps.results import queries, stats
+from sweeps.analysis import queries, stats
 
 COMPARE_COLUMNS = (
     "reference", "stat", "stat_value", "reference_value", "difference", "diff_ci_low", "diff_ci_high",

@@ -19,9 +19,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.results.location import StoreLocation, as_location
-from sweeps.results.record import STORE_RECORD, SWEEP_RECORD, recorded_pairs, recorded_sweep
-from sweeps.results.store import (
+from sweeps.store.location import StoreLocation, as_location
+from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, recorded_pairs, recorded_sweep
+from sweeps.store.dataset import (
     CURVES,
     KINDS,
     MANIFESTS,

@@ -51,7 +51,7 @@ import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.packs.outcome import PackOutcome
-from sweeps.results.location import Entry, StoreLocation, as_location
+from sweeps.store.location import Entry, StoreLocation, as_location
 from sweeps.spec import Pack
 
 SCORES, CURVES = "scores", "curves"

@@ -55,7 +55,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
-from sweeps.results.location import StorageError, StoreLocation, as_location, redact
+from sweeps.store.location import StorageError, StoreLocation, as_location, redact
 from sweeps.spec import SweepError
 
 LOCK_FILE = "writer.lock"

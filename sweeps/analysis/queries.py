@@ -1,7 +1,7 @@
 """Query a results directory with polars: LazyFrames over scores and curves, and the
 aggregations every table needs (per-cell mean, std with ddof=1, standard error, median,
 IQM, bootstrap CI, seed count, diverged and outlier seeds; best configuration per method
-by the chosen statistic). The statistics' definitions are in `sweeps.results.stats`.
+by the chosen statistic). The statistics' definitions are in `sweeps.analysis.stats`.
 
     from sweeps import results
     cells = results.cells(results.scores("results/linear-noise0"), stat="median").collect()
@@ -18,10 +18,10 @@ import polars as pl
 import pyarrow as pa
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.results import stats
-from sweeps.results.location import as_location
-from sweeps.results.record import recorded_pairs, recorded_sweep
-from sweeps.results.store import (
+from sweeps.analysis import stats
+from sweeps.store.location import as_location
+from sweeps.store.record import recorded_pairs, recorded_sweep
+from sweeps.store.dataset import (
     CURVES,
     SCORES,
     Selection,
@@ -97,7 +97,7 @@ def cells(frame: pl.LazyFrame, stat: str = "mean") -> pl.LazyFrame:
     Adds mean, std (ddof=1), sem, median, iqm, min, max, the 95% bootstrap CI of `stat`
     (ci_low, ci_high), `stat` (its name) and `stat_value` (its value: what ranks cells),
     seeds, diverged_seeds, any_diverged, outliers (count) and outlier_seeds ("seed:score"
-    joined by "; ", null when none). Definitions: `sweeps.results.stats`. Computed eagerly
+    joined by "; ", null when none). Definitions: `sweeps.analysis.stats`. Computed eagerly
     with numpy (cells grouped by seed count, no loop per cell); returned lazy.
     """
     stats.check_stat(stat)

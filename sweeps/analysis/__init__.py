@@ -1,0 +1,1 @@
+"""Statistics, tables, comparisons, importance and the report, computed from the store's frames. No Ray, no torch."""
