@@ -293,39 +293,119 @@ def test_object_storage_cluster_configs():
         assert not any(e["name"].startswith("AWS_SECRET") for e in pod["containers"][0]["env"])
 
 
-def test_lease_lock_on_the_bucket(s3, monkeypatch, capsys):
+LEASE_URI, LEASE_KEY = f"s3://{BUCKET}/lease/store", "lease/store/writer.lock"
+
+
+@pytest.fixture
+def leases(s3, monkeypatch):
+    """Leases on LEASE_URI driven by hand: no heartbeat thread unless a test starts one; the sweep
+    interruption a lost lease raises is recorded in an event instead of hitting pytest."""
     import _thread
 
     from sweeps.store import lock
-    from sweeps.store.location import StoreLocation
 
-    uri, key = f"s3://{BUCKET}/lease/store", "lease/store/writer.lock"
-    location = StoreLocation.parse(uri)
-    assert location.create_exclusive("probe", b"1") is True and location.create_exclusive("probe", b"2") is False
-    assert location.read_bytes("probe") == b"1"  # a conditional create never overwrites
-
-    monkeypatch.setattr(lock, "LEASE_SECONDS", 0.8)
-    monkeypatch.setattr(lock, "SETTLE_SECONDS", 0.1)
     interrupted = threading.Event()
     monkeypatch.setattr(_thread, "interrupt_main", lambda *a: interrupted.set())
-    first = lock.StoreLock(uri).acquire()
-    body = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
-    assert body["pid"] == os.getpid() and body["owner"] and body["expires_at"] > time.time()
-    time.sleep(0.6)  # renewed by the heartbeat: still ours, later expiry
-    renewed = json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())
-    assert renewed["owner"] == body["owner"] and renewed["expires_at"] > body["expires_at"]
-    with pytest.raises(lock.StoreLocked, match=f"{uri} is being written by pid {os.getpid()} on "):
-        lock.StoreLock(uri).acquire()
-    # another writer took the lease over (this one was frozen): the heartbeat notices and stops the sweep
-    other = {"pid": 1, "host": "elsewhere", "owner": "x", "started": "then", "expires_at": time.time() + 60}
-    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps(other).encode())
-    assert interrupted.wait(5)
+    made = []
+
+    def lease(interval: float = 3600.0) -> lock._Lease:
+        made.append(lock._Lease(lock.as_location(LEASE_URI), "fade-sweep run lease-test"))
+        made[-1].interval = interval
+        return made[-1]
+
+    yield lease, interrupted
+    for each in made:
+        each.release()
+    s3.delete_object(Bucket=BUCKET, Key=LEASE_KEY)
+
+
+def _lease_body(s3) -> dict:
+    return json.loads(s3.get_object(Bucket=BUCKET, Key=LEASE_KEY)["Body"].read())
+
+
+OTHER = {"pid": 1, "host": "elsewhere", "owner": "x", "started": "then"}
+
+
+def test_lease_lock_on_the_bucket(s3, leases, capsys):
+    from sweeps.store import lock
+
+    new_lease, interrupted = leases
+    first = new_lease()
+    first.acquire()
+    body = _lease_body(s3)
+    assert body["pid"] == os.getpid() and body["owner"] == first.owner and body["expires_at"] > time.time()
+    assert first.renew() and _lease_body(s3)["expires_at"] > body["expires_at"]  # renewed: still ours, later expiry
+    with pytest.raises(lock.StoreLocked, match=f"{LEASE_URI} is being written by pid {os.getpid()} on "):
+        lock.StoreLock(LEASE_URI).acquire()
+    # another writer took the lease over (this one was frozen): the next renewal fails and stops the sweep
+    s3.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=json.dumps({**OTHER, "expires_at": time.time() + 60}).encode())
+    assert not interrupted.is_set() and first.renew() is False and interrupted.is_set()
     assert "lost the writer lock: another writer took the store over (pid 1 on elsewhere" in capsys.readouterr().err
     first.release()
-    assert json.loads(s3.get_object(Bucket=BUCKET, Key=key)["Body"].read())["owner"] == "x"  # not ours: left alone
+    assert _lease_body(s3)["owner"] == "x"  # not ours: left alone
     # an expired lease is taken over with a notice; release deletes it
-    s3.put_object(Bucket=BUCKET, Key=key, Body=json.dumps({**other, "expires_at": time.time() - 1}).encode())
-    second = lock.StoreLock(uri).acquire()
+    s3.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=json.dumps({**OTHER, "expires_at": time.time() - 1}).encode())
+    second = lock.StoreLock(LEASE_URI).acquire()
     assert "taking over the stale lock of pid 1 on elsewhere" in capsys.readouterr().err
     second.release()
-    assert key not in _objects(s3, "lease/")
+    assert LEASE_KEY not in _objects(s3, "lease/")
+
+
+def test_a_takeover_between_read_and_renewal_is_never_overwritten(s3, leases, capsys):
+    new_lease, interrupted = leases
+    first = new_lease()
+    first.acquire()
+    write = first.object.write
+
+    def taken_over_first(data: bytes) -> bool:  # the other writer's takeover lands just before our write
+        s3.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=json.dumps({**OTHER, "expires_at": time.time() + 60}).encode())
+        return write(data)
+
+    first.object.write = taken_over_first
+    assert first.renew() is False and interrupted.is_set()
+    assert _lease_body(s3)["owner"] == "x"  # the renewal lost the race and wrote nothing
+    assert "lost the writer lock: another writer took the store over (pid 1 on elsewhere" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("previous", ["free", "expired"])
+def test_two_writers_racing_for_the_lock_exactly_one_wins(s3, leases, previous):
+    from sweeps.store import lock
+
+    new_lease, _ = leases
+    if previous == "expired":
+        s3.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=json.dumps({**OTHER, "expires_at": time.time() - 1}).encode())
+    loser, winner = new_lease(), new_lease()
+    write = loser.object.write
+
+    def overtaken(data: bytes) -> bool:  # the winner's whole take lands between the loser's read and its write
+        winner.acquire()
+        return write(data)
+
+    loser.object.write = overtaken
+    with pytest.raises(lock.StoreLocked, match=f"{LEASE_URI} is being written by pid {os.getpid()} on "):
+        loser.acquire()
+    assert _lease_body(s3)["owner"] == winner.owner
+    assert winner.renew()
+
+
+def test_heartbeat_notices_a_takeover_and_stops_cleanly(s3, leases):
+    new_lease, interrupted = leases
+    lease = new_lease(interval=0.05)
+    renewed = threading.Event()
+    renew = lease.renew
+    lease.renew = lambda: renewed.set() or renew()
+    lease.acquire()
+    assert renewed.wait(120)  # the thread renews (waits for the event, however loaded the machine)
+    s3.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=json.dumps({**OTHER, "expires_at": time.time() + 60}).encode())
+    assert interrupted.wait(120)
+    lease.release()
+    assert not lease._thread.is_alive() and _lease_body(s3)["owner"] == "x"
+
+
+def test_a_writer_exiting_without_release_frees_the_lease_quietly(s3):
+    """At interpreter exit the heartbeat is stopped and joined before the S3 subsystem finalizes."""
+    script = f"import time; from sweeps.store.lock import StoreLock; StoreLock({LEASE_URI!r}).acquire(); time.sleep(1.5)"
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=Path(__file__).resolve().parents[1], env={**os.environ, "FADE_SWEEP_LEASE_SECONDS": "2"})
+    assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]
+    assert LEASE_KEY not in _objects(s3, "lease/")

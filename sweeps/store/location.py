@@ -18,8 +18,8 @@ rebuild the same location.
 
 Writes: local files go to a hidden temporary name, are fsynced and renamed into place;
 objects are written in one request (a PUT, or a multipart upload completed at close): on
-S3 and GCS an object appears whole or not at all. `create_exclusive` is a conditional
-create (S3 `If-None-Match: *` through boto3, where installed): the lock's building block.
+S3 and GCS an object appears whole or not at all. `s3_client` gives boto3 for the conditional
+writes pyarrow cannot send (S3 `If-None-Match` / `If-Match`): the writer lease's building block.
 """
 
 from __future__ import annotations
@@ -379,49 +379,24 @@ class StoreLocation:
         self._put(rel, lambda f: f.write(data))
         return len(data), hashlib.sha256(data).hexdigest()
 
-    def create_exclusive(self, rel: str, data: bytes) -> bool | None:
-        """Create `rel` only if absent: True created, False it existed; None where the store cannot
-        create conditionally (the caller falls back to write-then-re-read)."""
-        if self.local:
-            path = Path(self.path(rel))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return False
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            return True
-        if not isinstance(self.fs, pafs.S3FileSystem):
+    def s3_client(self):
+        """A boto3 client on this location's S3 endpoint, region and credential chain, for what pyarrow
+        cannot send: conditional writes (If-None-Match / If-Match, the writer lease). None where the
+        store is not S3 or boto3 is not installed."""
+        if self.local or not isinstance(self.fs, pafs.S3FileSystem):
             return None
         try:
             import boto3
             from botocore.config import Config
-            from botocore.exceptions import BotoCoreError, ClientError
         except ImportError:
             return None
         endpoint, scheme = _endpoint(dict(parse_qsl(self.query.lstrip("?"))))
-        region = getattr(self.fs, "region", None) or None
-        try:
-            client = boto3.client(
-                "s3",
-                endpoint_url=f"{scheme or 'https'}://{endpoint}" if endpoint else None,
-                region_name=region,
-                config=Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=REQUEST_TIMEOUT_S, retries={"max_attempts": 2}),
-            )
-            bucket, _, key = self.path(rel).partition("/")
-            client.put_object(Bucket=bucket, Key=key, Body=data, IfNoneMatch="*")
-        except ClientError as err:
-            code = str(err.response.get("Error", {}).get("Code", ""))
-            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
-            if code in ("PreconditionFailed", "ConditionalRequestConflict") or status in (409, 412):
-                return False
-            if code in ("NotImplemented", "InvalidArgument") or status == 501:
-                return None
-            raise StorageError(f"{self.url(rel)}: cannot write ({redact(code or str(status))})") from None
-        except BotoCoreError as err:
-            raise StorageError(f"{self.url(rel)}: cannot write ({redact(type(err).__name__)})") from None
-        return True
+        return boto3.client(
+            "s3",
+            endpoint_url=f"{scheme or 'https'}://{endpoint}" if endpoint else None,
+            region_name=getattr(self.fs, "region", None) or None,
+            config=Config(connect_timeout=CONNECT_TIMEOUT_S, read_timeout=REQUEST_TIMEOUT_S, retries={"max_attempts": 2}),
+        )
 
     def delete(self, rel: str) -> None:
         """Remove a file (object); absent is fine."""

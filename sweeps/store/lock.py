@@ -19,15 +19,20 @@ RESULTS_DIR/writer.lock with the same body plus an owner token and an expiry:
 
     {..., "owner": "<random>", "lease_seconds": 60, "renewed_at": ..., "expires_at": ...}
 
-Taking it: read the object; a live holder (not expired, and not a dead pid on this host) is
-refused as above. Otherwise create it conditionally (S3 `If-None-Match: *` via boto3, so of
-two writers racing for a free lock exactly one succeeds), or, taking over an expired or dead
-holder's lease (or on a store without conditional writes), overwrite it, wait a moment and
-re-read: whoever's token is there wins, the other is refused. While held, a heartbeat thread
-renews the lease every lease/4 seconds, re-reading first; if it finds another owner's token
-(its lease expired while it was paused or cut off, and someone took over) it says so and
-interrupts the sweep (as Ctrl-C would: finished packs stay, exit 130). Release deletes the
-object if it is still ours.
+Every write of the lease object is conditional on the version last read or written (S3,
+boto3: `If-None-Match: *` to create, `If-Match: <ETag>` to renew, take over or delete), so
+of two writers exactly one wins each write and the other learns it at once. Taking it: read
+the object; a live holder (not expired, and not a dead pid on this host) is refused as
+above; a free lock is created, an expired or dead holder's lease replaced (with a notice),
+each only if unchanged since the read: a writer that loses the race re-reads and is
+refused. While held, a heartbeat thread renews the lease every lease/4 seconds, again only
+if unchanged since its last renewal; a renewal that fails (its lease expired while it was
+paused or cut off, and someone took over) says so and interrupts the sweep (as Ctrl-C
+would: finished packs stay, exit 130). Release (also at interpreter exit) stops and joins
+the heartbeat, then deletes the object if unchanged. Stores without conditional writes (GCS
+through pyarrow, an S3-compatible store that refuses them) fall back to plain writes:
+write, wait a moment, re-read (whoever's token is there wins), and re-read before each
+renewal, which leaves a takeover between that read and the write unseen.
 
 What a lease guarantees, and what it cannot: two writers never both START on a free or
 held lock; a writer killed in any way blocks the store until its lease expires (at once
@@ -41,6 +46,7 @@ newest manifest, so no half pack is visible and nothing is counted twice.
 
 from __future__ import annotations
 
+import atexit
 import errno
 import fcntl
 import json
@@ -114,21 +120,96 @@ def _body(command: str) -> dict:
     }
 
 
-def _read_object(location: StoreLocation) -> dict | None:
+def _parse_holder(raw: bytes, written) -> dict:
+    """The lease body; a damaged one (not a JSON object) is held until a lease after `written()`, then stale."""
     try:
-        holder = json.loads(location.read_bytes(LOCK_FILE))
-    except FileNotFoundError:
-        return None
+        holder = json.loads(raw)
     except ValueError:
         holder = None
-    if isinstance(holder, dict):
-        return holder
-    # Damaged (not a JSON object): held until a lease after it was written, then stale.
+    return holder if isinstance(holder, dict) else {"expires_at": written() + LEASE_SECONDS}
+
+
+def _read_object(location: StoreLocation) -> dict | None:
+    """Who holds the lease of an object store (None: nobody), read with the store's filesystem."""
+    def written() -> float:
+        try:
+            return (location.info(LOCK_FILE).mtime_ns or 0) / 1e9
+        except (OSError, StorageError):
+            return time.time()
+
     try:
-        written = (location.info(LOCK_FILE).mtime_ns or 0) / 1e9
-    except (OSError, StorageError):
-        written = time.time()
-    return {"expires_at": written + LEASE_SECONDS}
+        return _parse_holder(location.read_bytes(LOCK_FILE), written)
+    except FileNotFoundError:
+        return None
+
+
+class _LeaseObject:
+    """The lease object's reads and writes. On S3 (boto3 installed) each write is conditional on the
+    version (ETag) last read or written here: a create only if absent (If-None-Match: *), a renewal,
+    takeover or delete only if unchanged since (If-Match), so of two writers exactly one wins and the
+    other learns it. Elsewhere (GCS through pyarrow, a store refusing conditions) writes are plain and
+    `conditional` is False: the caller settles and re-reads."""
+
+    def __init__(self, location: StoreLocation):
+        self.location = location
+        self.client = location.s3_client()
+        self.bucket, _, self.key = location.path(LOCK_FILE).partition("/")
+        self.version: str | None = None  # the ETag we last saw; None: absent (or not conditional)
+
+    @property
+    def conditional(self) -> bool:
+        return self.client is not None
+
+    def read(self) -> dict | None:
+        if not self.conditional:
+            return _read_object(self.location)
+        got = self._request("read", self.client.get_object, Bucket=self.bucket, Key=self.key)
+        if got is None:
+            self.version = None
+            return None
+        self.version = got["ETag"]
+        return _parse_holder(got["Body"].read(), got["LastModified"].timestamp)
+
+    def write(self, data: bytes) -> bool:
+        """Write if the object is still at `version` (absent when None); False: someone else wrote first."""
+        if self.conditional:
+            condition = {"IfMatch": self.version} if self.version else {"IfNoneMatch": "*"}
+            put = self._request("write", self.client.put_object, Bucket=self.bucket, Key=self.key, Body=data, **condition)
+            if put is not None:
+                self.version = put["ETag"]
+                return True
+            if self.conditional:
+                return False
+        self.location.write_bytes(LOCK_FILE, data)  # no conditions here
+        return True
+
+    def delete(self, owner: str) -> None:
+        """Delete the lease if it is still `owner`'s: on S3 only if unchanged since `version`."""
+        if self.conditional:
+            self._request("delete", self.client.delete_object, Bucket=self.bucket, Key=self.key, IfMatch=self.version)
+            if self.conditional:
+                return
+        if (self.read() or {}).get("owner") == owner:
+            self.location.delete(LOCK_FILE)
+
+    def _request(self, what: str, call, **args) -> dict | None:
+        """One S3 request; None: its condition failed or the object is absent. A store that refuses
+        conditions turns this object plain (`conditional` False) and also answers None."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            return call(**args)
+        except ClientError as err:
+            code = str(err.response.get("Error", {}).get("Code", ""))
+            status = err.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in ("PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey") or status in (409, 412):
+                return None
+            if code in ("NotImplemented", "InvalidArgument") or status == 501:
+                self.client = None
+                return None
+            raise StorageError(f"{self.location.url(LOCK_FILE)}: cannot {what} ({redact(code or str(status))})") from None
+        except BotoCoreError as err:
+            raise StorageError(f"{self.location.url(LOCK_FILE)}: cannot {what} ({redact(type(err).__name__)})") from None
 
 
 class _Lease:
@@ -139,73 +220,86 @@ class _Lease:
         self.command = command
         self.owner = uuid.uuid4().hex
         self.body: dict | None = None
+        self.object = _LeaseObject(location)
+        self.interval = max(0.2, LEASE_SECONDS / 4)  # between renewals
+        self.expires_at = 0.0  # of the last lease we wrote
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.lost = False
 
-    def _stamp(self) -> bytes:
+    def _write(self) -> bool:
+        """Write a fresh lease (conditional: see _LeaseObject); False: another writer wrote first."""
         now = time.time()
         self.body.update(renewed_at=now, expires_at=now + LEASE_SECONDS, lease_seconds=LEASE_SECONDS)
-        return json.dumps(self.body).encode()
+        if not self.object.write(json.dumps(self.body).encode()):
+            return False
+        self.expires_at = now + LEASE_SECONDS
+        return True
 
     def acquire(self) -> None:
-        location = self.location
+        location, lease = self.location, self.object
         location.check()
         for _ in range(10):
-            holder = _read_object(location)
+            holder = lease.read()
             if holder is not None and holder.get("owner") != self.owner and not _stale(holder):
                 raise StoreLocked(f"{location} is being written by {describe(holder)}")
             self.body = {**_body(self.command), "owner": self.owner}
-            if holder is None:
-                created = location.create_exclusive(LOCK_FILE, self._stamp())
-                if created is False:
-                    continue  # someone else created it first: read who
-                if created is None:  # no conditional create here: write, then see who won
-                    location.write_bytes(LOCK_FILE, self._stamp())
-                    time.sleep(SETTLE_SECONDS)
-            else:
+            if holder is not None:
                 print(f"{location}: taking over the stale lock of {describe(holder)} (no longer running)", file=sys.stderr)
-                location.write_bytes(LOCK_FILE, self._stamp())
+            if not self._write():
+                continue  # another writer created or took it over since we read: read who
+            if not lease.conditional:  # a plain write: wait, then see whose token is there
                 time.sleep(SETTLE_SECONDS)
-            now_held = _read_object(location)
-            if not now_held or now_held.get("owner") != self.owner:
-                raise StoreLocked(f"{location} is being written by {describe(now_held)}")
+                now_held = _read_object(location)
+                if not now_held or now_held.get("owner") != self.owner:
+                    raise StoreLocked(f"{location} is being written by {describe(now_held)}")
             self._thread = threading.Thread(target=self._heartbeat, name="fade-sweep-lease", daemon=True)
             self._thread.start()
+            atexit.register(self.release)  # before the filesystems finalize: stop the heartbeat, free the lease
             return
         raise StoreLocked(f"{location}: could not take {LOCK_FILE} (it keeps changing); try again")
 
-    def _heartbeat(self) -> None:
-        interval = max(0.2, LEASE_SECONDS / 4)
-        while not self._stop.wait(interval):
-            try:
+    def renew(self) -> bool:
+        """Extend the lease once (the heartbeat's step); False: it is no longer ours and the sweep was stopped."""
+        try:
+            if not self.object.conditional:  # plain writes: re-read first (a takeover in between goes unseen)
                 holder = _read_object(self.location)
                 if holder is not None and holder.get("owner") not in (None, self.owner):
-                    self._lose(f"another writer took the store over ({describe(holder)})")
-                    return
-                self.location.write_bytes(LOCK_FILE, self._stamp())
-            except (OSError, StorageError) as err:
-                if time.time() > self.body.get("expires_at", 0):
-                    self._lose(f"the lease could not be renewed before it expired ({redact(str(err))})")
-                    return
+                    return self._lose(f"another writer took the store over ({describe(holder)})")
+            if not self._write():
+                holder = self.object.read()  # still our token: our own write landed twice (a retried request)
+                if holder is None or holder.get("owner") != self.owner:
+                    return self._lose(f"another writer took the store over ({describe(holder)})")
+        except (OSError, StorageError) as err:
+            if time.time() > self.expires_at:
+                return self._lose(f"the lease could not be renewed before it expired ({redact(str(err))})")
+        return True
 
-    def _lose(self, why: str) -> None:
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.interval) and self.renew():
+            pass
+
+    def _lose(self, why: str) -> bool:
         import _thread
 
         self.lost = True
         print(f"fade-sweep: {self.location}: lost the writer lock: {why}; stopping this sweep", file=sys.stderr)
         _thread.interrupt_main()
+        return False
 
     def release(self) -> None:
+        """Stop and join the heartbeat, then delete the lease if it is still ours. Idempotent (also runs at exit)."""
+        atexit.unregister(self.release)
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=30)
+        if self.lost or self.body is None:
+            return
         try:
-            holder = _read_object(self.location)
-            if holder and holder.get("owner") == self.owner:
-                self.location.delete(LOCK_FILE)
+            self.object.delete(self.owner)  # a lease another writer took over is left alone
         except (OSError, StorageError):
             pass  # it expires by itself
+        self.body = None
 
 
 class StoreLock:
