@@ -44,7 +44,7 @@ class TaskSpec:
                 raise ValueError(f"setting {key} of task {self.name} must be a single {kind.__name__}, got {value!r}")
             try:
                 coerced[key] = kind(value)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, OverflowError):  # OverflowError: int(inf)
                 raise ValueError(f"setting {key} of task {self.name} must be a {kind.__name__}, got {value!r}") from None
             if kind is int and coerced[key] != value:
                 raise ValueError(f"setting {key} of task {self.name} must be a whole number, got {value!r}")
