@@ -10,6 +10,9 @@ learners run all configurations x seeds at once and must give every run the same
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -422,6 +425,36 @@ def test_a_diverging_run_does_not_touch_its_neighbours(engine):
 
 
 # ---------------------------------------------------------------- the registry
+LIGHT_IMPORT = """
+import sys, types
+package = types.ModuleType("fade_core")  # fade_core/__init__ itself is not under test here
+package.__path__ = [sys.argv[1]]
+sys.modules["fade_core"] = package
+from fade_core.neural import NEURAL_LEARNERS
+assert "fade_sgd" in NEURAL_LEARNERS
+print(sorted(m for m in sys.modules if m in ("torch", "numba") or m.startswith("fade_core.")))
+import fade_core.neural
+print(fade_core.neural.make_runs.__module__, "torch" in sys.modules, "numba" in sys.modules)
+"""
+
+
+def test_registry_import_loads_neither_torch_nor_numba():
+    """`from fade_core.neural import NEURAL_LEARNERS` (a sweep's validation, the command line)
+    loads rules.py only; the torch/numba exports load when first asked for. A fresh
+    interpreter, so no other test's imports count."""
+    package = Path(__file__).resolve().parents[1] / "fade_core"
+    out = subprocess.run([sys.executable, "-c", LIGHT_IMPORT, str(package)], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["['fade_core.neural', 'fade_core.neural.rules']", "fade_core.neural.torch_ops True True"]
+
+
+def test_unknown_attribute_of_the_lazy_package_is_an_attribute_error():
+    import fade_core.neural
+
+    with pytest.raises(AttributeError, match="has no attribute 'NeuralRun'"):
+        fade_core.neural.NeuralRun  # noqa: B018
+    assert {"make_runs", "NeuralRuns", "NEURAL_LEARNERS"} <= set(dir(fade_core.neural))
+
+
 @pytest.mark.parametrize("parts", [{"weight_decay": "coupled"}, {"weight_decay": "decoupled"}, {"clip": True}])
 @pytest.mark.parametrize("fade", ["head", "all"])
 def test_registry_refuses_fade_with_weight_decay_or_clipping(fade, parts):
