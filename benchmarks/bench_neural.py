@@ -16,6 +16,13 @@ GPU the rate is also given as a fraction of the HBM bandwidth: at batch size 1 p
 every run-step must at least read and write the run's own state once (weights, Adam
 moments, FADE's gamma and trace), so `state bytes x 2 x rate / peak` is the share of the
 memory system's limit the pack reaches.
+
+On a CPU (`--clock cpu`) it states a roofline for one core instead: the bytes and flops
+one run-step needs with the kernel's passes over the weights (each state array read and
+written once, the forward product of every layer after the first a second read), where
+a run's state lives (L2 if it fits, else L3), and the two roofs measured here in the same
+process (a read-modify-write stream over a buffer of the state's size; independent
+float32 FMAs), so the fraction does not depend on an assumed clock or on the load.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ import time
 from pathlib import Path
 
 import numba
+import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -109,6 +117,70 @@ def peak_gbs(device: str) -> float | None:
     return next((v for k, v in PEAK_GBS.items() if k in name), None)
 
 
+L2_BYTES = 1 << 20  # per core (AMD EPYC of the issue)
+# Flops per parameter and step beyond the forward and backward products, by base step; FADE's
+# rule adds its own (clamped gamma, exp as 7 FMAs and a rescale, trace and decay: ~26).
+UPDATE_FLOPS = {"sgd": 2, "adam": 12}
+FADE_FLOPS = 26
+
+
+def roofline_model(task: str, optimizer: str, dtype_bytes: int = 4) -> tuple[float, float, str]:
+    """(bytes, flops) one run-step needs with the CPU kernel's passes over the weights, and
+    where the run's state lives."""
+    from tasks import get_task
+
+    sizes = get_task(experiment(task, optimizer, 8, "").task).architecture.sizes
+    per_layer = [fan_in * fan_out + fan_out for fan_in, fan_out in zip(sizes[:-1], sizes[1:])]
+    total, later = sum(per_layer), sum(per_layer[1:])
+    learner = get_neural_learner(optimizer)
+    covered = {"none": 0, "head": per_layer[-1], "all": total}[learner.fade]
+    state = state_bytes(task, optimizer, dtype_bytes)
+    traffic = 2 * state + dtype_bytes * later  # read + write every state array once; the second forward read
+    flops = 2 * total + 2 * later + UPDATE_FLOPS[learner.base] * total + FADE_FLOPS * covered
+    return traffic, flops, "L2" if state <= L2_BYTES else "L3"
+
+
+@numba.njit(fastmath=True, cache=True)
+def _stream(buffer, repeats):
+    """Read-modify-write `buffer` `repeats` times: an SGD pass over a state of that size."""
+    scale, shift = np.float32(0.9999999), np.float32(1e-9)
+    for _ in range(repeats):
+        for i in range(buffer.shape[0]):
+            buffer[i] = buffer[i] * scale + shift
+
+
+def measured_roofs(state_bytes_: int) -> tuple[float, float]:
+    """(bytes/s, flops/s) one core reaches here, per CLOCK second: a stream over a buffer of
+    the run's state size, and float32 matrix products of cache-resident 128 x 128 blocks
+    (BLAS: near the FMA units' peak)."""
+    numba.set_num_threads(1)
+    torch.set_num_threads(1)
+    buffer = np.ones(max(1024, state_bytes_ // 4), dtype=np.float32)
+    repeats = max(4, int(2e8 // buffer.nbytes))
+    _stream(buffer, 1)  # compile
+    start = CLOCK()
+    _stream(buffer, repeats)
+    bandwidth = 2 * buffer.nbytes * repeats / (CLOCK() - start)
+    a, b, c = (torch.ones(128, 128) for _ in range(3))
+    start = CLOCK()
+    for _ in range(400):
+        torch.mm(a, b, out=c)
+    return bandwidth, 2 * 128**3 * 400 / (CLOCK() - start)
+
+
+def roofline(task: str, optimizer: str, rate: float) -> str:
+    """The roofline lines for one CPU row: per run-step needs, the bound, the fraction reached."""
+    traffic, flops, level = roofline_model(task, optimizer)
+    bandwidth, peak = measured_roofs(state_bytes(task, optimizer))
+    by_memory, by_flops = bandwidth / traffic, peak / flops
+    bound, limit = ("memory", by_memory) if by_memory < by_flops else ("FLOPs", by_flops)
+    note = " (Adam: 2 IEEE divisions + 1 sqrt per parameter, not in the FMA roof)" if "adam" in optimizer else ""
+    return (f"  roofline {task} {optimizer}: {traffic / 1e3:,.0f} kB and {flops / 1e3:,.0f} kflop per run-step; state in {level};"
+            f" measured {bandwidth / 1e9:,.1f} GB/s ({level}-sized stream), {peak / 1e9:,.1f} GFLOP/s per core ->"
+            f" {by_memory:,.0f} run-steps/s by memory, {by_flops:,.0f} by FLOPs; bound: {bound}, reached"
+            f" {rate / limit:.0%}{note}")
+
+
 def naive_rate(task: str, optimizer: str, steps: int, data_dir: str) -> float:
     exp = experiment(task, optimizer, steps, data_dir)
     from tasks import get_task
@@ -155,6 +227,8 @@ def main() -> None:
         share = f"{2 * mb * 1e6 * rate / (peak * 1e9):.1%}" if peak else "-"
         print(f"{task:<10} {args.optimizer:<13} {packed:>9} {rate:>17,.0f} {naive:>14,.0f} {rate / naive:>8.1f}x"
               f" {mb:>12.2f} {share:>9}")
+        if args.device == "cpu" and args.clock == "cpu":
+            print(roofline(task, args.optimizer, rate))
 
 
 if __name__ == "__main__":

@@ -10,6 +10,9 @@ learners run all configurations x seeds at once and must give every run the same
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -421,7 +424,61 @@ def test_a_diverging_run_does_not_touch_its_neighbours(engine):
     assert torch.equal(runs.net.flat[1:], alone.net.flat)
 
 
+@pytest.mark.parametrize("optimizer", list(GRIDS))
+def test_every_learner_is_chunk_and_pack_invariant_bit_for_bit(optimizer):
+    """The compiled kernel fuses each layer's update with a forward or backward product; a
+    run's numbers must still not depend on how its steps are segmented nor on which runs
+    share its pack: one 60-step call alone vs segments of 1, 22 and 37 steps beside another
+    configuration, float32, a two-hidden-layer LeakyReLU classifier."""
+    arch = Architecture((12, 10, 8, 5), negative_slope=0.01)
+    gen = torch.Generator().manual_seed(5)
+    x, y = torch.randn(60, 1, 12, generator=gen), torch.randint(0, 5, (60, 1), generator=gen)
+    grid = GRIDS[optimizer]
+    alone = make_runs(optimizer, arch, [3], {k: [v] for k, v in grid[0].items()}, "cross_entropy")
+    pair = make_runs(optimizer, arch, [8, 3], {k: [grid[1][k], grid[0][k]] for k in grid[0]}, "cross_entropy")
+    sums, pair_sums = StepSums.zeros(1, arch, "cross_entropy", "cpu"), StepSums.zeros(2, arch, "cross_entropy", "cpu")
+    alone.advance(x, y, torch.zeros(1, dtype=torch.int64), sums)
+    for lo, hi in ((0, 1), (1, 23), (23, 60)):
+        pair.advance(x[lo:hi], y[lo:hi], torch.zeros(2, dtype=torch.int64), pair_sums)
+    for name, tensor in alone.state_dict().items():
+        if tensor.dim() > 0 and tensor.shape[0] == 1:
+            assert torch.equal(pair.state_dict()[name][1:], tensor), name
+    assert torch.equal(pair.net.flat[1:], alone.net.flat) and torch.isfinite(alone.net.flat).all()
+    for got, want in zip(pair_sums.tensors(), sums.tensors()):
+        assert torch.equal(got[1:], want)
+
+
 # ---------------------------------------------------------------- the registry
+LIGHT_IMPORT = """
+import sys, types
+package = types.ModuleType("fade_core")  # fade_core/__init__ itself is not under test here
+package.__path__ = [sys.argv[1]]
+sys.modules["fade_core"] = package
+from fade_core.neural import NEURAL_LEARNERS
+assert "fade_sgd" in NEURAL_LEARNERS
+print(sorted(m for m in sys.modules if m in ("torch", "numba") or m.startswith("fade_core.")))
+import fade_core.neural
+print(fade_core.neural.make_runs.__module__, "torch" in sys.modules, "numba" in sys.modules)
+"""
+
+
+def test_registry_import_loads_neither_torch_nor_numba():
+    """`from fade_core.neural import NEURAL_LEARNERS` (a sweep's validation, the command line)
+    loads rules.py only; the torch/numba exports load when first asked for. A fresh
+    interpreter, so no other test's imports count."""
+    package = Path(__file__).resolve().parents[1] / "fade_core"
+    out = subprocess.run([sys.executable, "-c", LIGHT_IMPORT, str(package)], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["['fade_core.neural', 'fade_core.neural.rules']", "fade_core.neural.torch_ops True True"]
+
+
+def test_unknown_attribute_of_the_lazy_package_is_an_attribute_error():
+    import fade_core.neural
+
+    with pytest.raises(AttributeError, match="has no attribute 'NeuralRun'"):
+        fade_core.neural.NeuralRun  # noqa: B018
+    assert {"make_runs", "NeuralRuns", "NEURAL_LEARNERS"} <= set(dir(fade_core.neural))
+
+
 @pytest.mark.parametrize("parts", [{"weight_decay": "coupled"}, {"weight_decay": "decoupled"}, {"clip": True}])
 @pytest.mark.parametrize("fade", ["head", "all"])
 def test_registry_refuses_fade_with_weight_decay_or_clipping(fade, parts):

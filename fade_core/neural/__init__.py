@@ -3,21 +3,33 @@
 `rules` defines the learners as parts (the registry), `torch_ops` the batched torch
 step and the runs' state (the CUDA path), `cpu_kernel` the compiled CPU path that
 `NeuralRuns.advance` uses on CPUs.
+
+The torch and numba exports load on first use (module `__getattr__`): the registry is
+what a sweep's validation, the command line and the cluster jobs read, and torch plus a
+numba compile cache cost seconds to import there.
 """
 
-from fade_core.neural.rules import GAMMA_MAX, GAMMA_MIN, NEURAL_LEARNERS, NeuralLearner, get_neural_learner
-from fade_core.neural.torch_ops import Loss, NeuralRuns, StepResult, StepSums, hyperparameter_tensors, make_runs
+from __future__ import annotations
 
-__all__ = [
-    "GAMMA_MAX",
-    "GAMMA_MIN",
-    "NEURAL_LEARNERS",
-    "Loss",
-    "NeuralLearner",
-    "NeuralRuns",
-    "StepResult",
-    "StepSums",
-    "get_neural_learner",
-    "hyperparameter_tensors",
-    "make_runs",
-]
+import importlib
+from typing import Any
+
+from fade_core.neural.rules import GAMMA_MAX, GAMMA_MIN, NEURAL_LEARNERS, NeuralLearner, get_neural_learner
+
+_LAZY = {name: "fade_core.neural.torch_ops"
+         for name in ("Loss", "NeuralRuns", "StepResult", "StepSums", "hyperparameter_tensors", "make_runs")}
+
+__all__ = ["GAMMA_MAX", "GAMMA_MIN", "NEURAL_LEARNERS", "NeuralLearner", "get_neural_learner", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    """The torch-backed exports, imported when first asked for (PEP 562)."""
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

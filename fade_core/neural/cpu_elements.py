@@ -1,0 +1,140 @@
+"""The per-parameter rules of the compiled CPU kernel (cpu_kernel), as scalar functions.
+
+LLVM inlines them into the row loops of cpu_kernel and vectorises those, so every rule
+here is branch-free arithmetic in the parameters' own dtype: a float64 constant in a
+float32 run would make numba widen the whole rule to float64 (half the vector width,
+plus conversions), and torch computes a float32 run's rule in float32 too. The dtype's
+constants come in as `FadeConstants` (or from `_exp_small`'s per-dtype specialisation).
+(numba's IR-level inline="always" defeated vectorisation: 4x slower.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba import types
+from numba.extending import intrinsic, overload
+
+from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN
+
+# As in fade_core.linear: reassociation and FMA let LLVM vectorise the inner loops;
+# IEEE NaN/inf semantics stay (no 'nnan'/'ninf'), so a diverging run shows as NaN/inf.
+FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
+# error_model="numpy": a float division by zero gives inf/NaN as in torch instead of raising
+# ZeroDivisionError. Python's model puts a test and a branch before every division, and a
+# loop with one does not vectorise (Adam's rows, two divisions per weight, ran 4.5x slower).
+# No divisor here can be 0 except through a NaN/inf run, so no number changes.
+ERRORS = "numpy"
+
+_scalar = numba.njit(fastmath=FASTMATH, error_model=ERRORS, cache=True)
+
+
+@intrinsic
+def _pow2(typingctx, k):
+    """2 ** k for an integral float k whose power is a normal number, written as its bits
+    (exponent field k + bias): a shift and an add, which LLVM vectorises (ldexp is a libm call)."""
+    if not isinstance(k, types.Float):
+        return None
+
+    def codegen(context, builder, signature, args):
+        bits, mantissa, bias = (32, 23, 127) if k.bitwidth == 32 else (64, 52, 1023)
+        integer = ir.IntType(bits)
+        field = builder.add(builder.fptosi(args[0], integer), ir.Constant(integer, bias))
+        return builder.bitcast(builder.shl(field, ir.Constant(integer, mantissa)), context.get_value_type(k))
+
+    return k(k), codegen
+
+
+def _exp_small(x):
+    """exp(x) for x in FADE's clamp range [-15, 0], in x's dtype (compiled only)."""
+
+
+@overload(_exp_small, fastmath=FASTMATH)
+def _exp_small_for(x):
+    """exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (Cody-Waite: ln 2 split in
+    a high part whose product with k is exact and a low part), exp(r) as a Taylor
+    polynomial for |r| <= ln 2 / 2: degree 7 in float32 (measured: within 1.2 ulp of
+    exp over [-15, 0]), 12 in float64 (5 ulp, relative 8e-16). libm's exp is a scalar call
+    that LLVM cannot vectorise, and it dominated the FADE rows."""
+    dtype = np.float32 if x.bitwidth == 32 else np.float64
+    log2e, half = dtype(1 / math.log(2)), dtype(0.5)
+    if dtype is np.float32:
+        hi, lo = dtype(0.693359375), dtype(-2.12194440e-4)
+    else:
+        hi, lo = dtype(6.93147180369123816490e-01), dtype(1.90821492927058770002e-10)
+    c = tuple(dtype(1 / math.factorial(n)) for n in range(13))
+
+    if dtype is np.float32:
+        def exp_poly(r):
+            return c[0] + r * (c[1] + r * (c[2] + r * (c[3] + r * (c[4] + r * (c[5] + r * (c[6] + r * c[7]))))))
+    else:
+        def exp_poly(r):
+            return c[0] + r * (c[1] + r * (c[2] + r * (c[3] + r * (c[4] + r * (c[5] + r * (c[6] + r * (
+                c[7] + r * (c[8] + r * (c[9] + r * (c[10] + r * (c[11] + r * c[12])))))))))))
+    poly = numba.njit(fastmath=FASTMATH)(exp_poly)
+
+    def exp_small(x):
+        k = np.floor(x * log2e + half)
+        r = (x - k * hi) - k * lo
+        return _pow2(k) * poly(r)
+
+    return exp_small
+
+
+@_scalar
+def fade_constants(like):
+    """FADE's constants in the dtype of array `like`: (gamma's lower and upper clamp, 1, 0)."""
+    c = np.empty(4, dtype=like.dtype)
+    c[0], c[1], c[2], c[3] = GAMMA_MIN, GAMMA_MAX, 1.0, 0.0
+    return (c[0], c[1], c[2], c[3])
+
+
+@_scalar
+def fade(gamma, trace, w, grad, q, alpha_eff, theta, fc):
+    """FADE on one parameter before its base step -> (gamma, trace, decayed w); fc from
+    `fade_constants`."""
+    lo, hi, one, zero = fc
+    gamma = min(max(gamma - theta * grad * trace, lo), hi)
+    decay = _exp_small(gamma)
+    return gamma, trace * max(one - decay - alpha_eff * q, zero) - decay * w, w * (one - decay)
+
+
+@_scalar
+def adam_constants(alpha, k, out):
+    """Adam's per-step scalars for step k (1-based), computed in float64 as torch.optim.Adam does
+    on the host, into `out` (the parameters' dtype, so the element loops stay in that precision):
+    alpha / (1 - beta1^k), sqrt(1 - beta2^k), 1 / (1 - beta2^(k-1)) (for FADE's v_hat before the
+    update), 1 - beta1, beta2, 1 - beta2, eps."""
+    out[0] = alpha / (1.0 - BETA1**k)
+    out[1] = math.sqrt(1.0 - BETA2**k)
+    out[2] = 1.0 / (1.0 - BETA2 ** (k - 1)) if k > 1 else 0.0
+    out[3], out[4], out[5], out[6] = 1.0 - BETA1, BETA2, 1.0 - BETA2, EPS
+    return (out[0], out[1], out[2], out[3], out[4], out[5], out[6])
+
+
+@_scalar
+def null_adam(out):
+    """Constants for which `adam` with gradient 0 leaves m, v and the parameter exactly as they
+    are (1 - beta1 = 0, beta2 = 1, 1 - beta2 = 0, step 0), in `out`'s dtype."""
+    out[0], out[1], out[2], out[3], out[4], out[5], out[6] = 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0
+    return (out[0], out[1], out[2], out[3], out[4], out[5], out[6])
+
+
+@_scalar
+def adam_alpha_eff(v, alpha, first_step, ac):
+    """alpha / (sqrt(v_hat) + eps) with v_hat before this step's update; alpha on the first step."""
+    return alpha if first_step else alpha / (np.sqrt(v * ac[2]) + ac[6])
+
+
+# Adam's element rule as torch.optim.Adam writes it: sqrt(v) / sqrt(bias correction 2) is a
+# division, not a product with a reciprocal, so no 'arcp' (which lets LLVM make it one) and
+# no 'reassoc' here.
+@numba.njit(fastmath={"nsz", "contract"}, error_model=ERRORS, cache=True)
+def adam(m, v, w, grad, ac):
+    """torch.optim.Adam on one parameter -> (m, v, w); ac from `adam_constants`."""
+    m = m + ac[3] * (grad - m)  # torch's lerp_
+    v = ac[4] * v + ac[5] * grad * grad
+    return m, v, w - ac[0] * m / (np.sqrt(v) / ac[1] + ac[6])  # torch's addcdiv_(m, sqrt(v)/sqrt(bc2) + eps)
