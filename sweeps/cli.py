@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections import Counter
 import os
 import shlex
 import sys
@@ -372,7 +373,8 @@ def _cmd_status(args) -> None:
 
     if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
         from sweeps.store.status import format_status, read_status
-        from sweeps.store.dataset import SCORES
+        from sweeps.spec import TUNING
+        from sweeps.store.dataset import SCORES, read_manifests
 
         location = StoreLocation.parse(args.target)  # a URI the store cannot serve: exit 2
         location.check()
@@ -381,6 +383,9 @@ def _cmd_status(args) -> None:
             raise UserError(f"{location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
         finished = sum(e.rel.endswith(".parquet") for e in location.list(SCORES, recursive=True))
         print(format_status(status, finished))
+        stages = Counter(m.run_stage for m in read_manifests(location))
+        if len(stages) > 1 or TUNING not in stages:
+            print("committed packs: " + ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items(), reverse=True)))
         return
     looks_like_path = args.target and ("/" in args.target or args.target.startswith((".", "~")))
     if args.target and (looks_like_path or not (args.address or os.environ.get("RAY_ADDRESS"))):

@@ -24,6 +24,7 @@ from sweeps.store.record import recorded_pairs, recorded_sweep
 from sweeps.store.dataset import (
     CURVES,
     SCORES,
+    STAGE,
     Selection,
     notice_once,
     run_keys,
@@ -99,7 +100,7 @@ def config_curves(results_dir: str | Path, config_id: str) -> pl.LazyFrame:
 
 def variant_columns(frame: pl.LazyFrame) -> list[str]:
     """The task and its settings: what separates one table from another (e.g. noise level)."""
-    known = {"optimizer", "config_id", "stage", *HYPERPARAMETER_COLUMNS, *PER_RUN}
+    known = {"optimizer", "config_id", STAGE, *HYPERPARAMETER_COLUMNS, *PER_RUN}
     return [c for c in frame.collect_schema().names() if c not in known and c != "step"]
 
 
@@ -113,7 +114,7 @@ def cells(frame: pl.LazyFrame, stat: str = "mean") -> pl.LazyFrame:
     with numpy (cells grouped by seed count, no loop per cell); returned lazy.
     """
     stats.check_stat(stat)
-    keys = [c for c in frame.collect_schema().names() if c not in PER_RUN]
+    keys = [c for c in frame.collect_schema().names() if c not in (*PER_RUN, STAGE)]  # a frame holds one stage
     grouped = (
         frame.group_by(keys)
         .agg(
