@@ -313,9 +313,8 @@ def _cmd_confirm(args) -> None:
     if sweep is None:
         raise UserError(f"{args.results_dir}: no recorded sweep (sweep.yaml); give STORAGE/<sweep name> of a sweep run by fade-sweep")
     seeds = args.seeds or sweep.confirm_seeds or len(sweep.seeds)
-    resources = PackResources(args.cpus_per_pack or sweep.resources.cpus,
-                              sweep.resources.gpus if args.gpus_per_pack is None else args.gpus_per_pack)
-    outcome = confirm_sweep(args.results_dir, seeds, stat=args.stat, options=_execution_options(args, resources, "float32"))
+    options = _execution_options(args, _resources(args, sweep), "float32")  # the store's dtype is used
+    outcome = confirm_sweep(args.results_dir, seeds, stat=args.stat, options=options)
     _summary(outcome, "every confirmation run already has a score")
     print(f"Results: {outcome.results_dir}\n")
     print(_stage_text(args.results_dir, "confirm", "md", args.stat).rstrip("\n"))
