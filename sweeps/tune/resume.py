@@ -16,7 +16,7 @@ from typing import Callable
 
 from sweeps.spec import TUNING, Config, Experiment, Pack, Sweep, make_config
 from sweeps.store.location import StoreLocation
-from sweeps.tune.trainable import CHECKPOINT_FILE, CHECKPOINT_META
+from sweeps.packs.runner import CHECKPOINT_FILE, CHECKPOINT_META
 
 PACKS_RECORD = "packs.json"  # inside a Tune experiment: what its pack ids mean (JSON, never a pickle)
 PACKS_RECORD_FORMAT = 1
