@@ -245,6 +245,10 @@ def _cmd_run(args) -> None:
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
     if args.dry_run:
         _dry_run(args, sweep, resources)
+        if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
+            steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
+            print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
+                  f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
         return
     from sweeps.analysis.tables import table_text
     from sweeps.tune.driver import confirm_sweep, run_sweep
