@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from collections import Counter
 import os
 import shlex
 import sys
@@ -53,6 +54,16 @@ def _float_above(low: float, inclusive: bool, what: str):
 
 
 _positive_int = _int_at_least(1, "a positive integer")
+
+
+def _seed_list(text: str) -> int | tuple[int, ...]:
+    """`--seeds`: N (fresh seeds) or a comma-separated list of distinct seeds >= 0."""
+    if "," not in text:
+        return _positive_int(text)
+    seeds = tuple(_int_at_least(0, "seeds >= 0")(part.strip()) for part in text.split(",") if part.strip())
+    if len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"repeated seed in {text!r}")
+    return seeds
 _nonnegative_int = _int_at_least(0, "an integer >= 0")
 _positive_float = _float_above(0.0, False, "a positive number")
 _nonnegative_float = _float_above(0.0, True, "a number >= 0")
@@ -61,24 +72,26 @@ _nonnegative_float = _float_above(0.0, True, "a number >= 0")
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fade-sweep", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    execution = argparse.ArgumentParser(add_help=False)  # how packs run: shared by run and confirm
+    execution.add_argument("--address", help="attach to a running Ray cluster (HOST:PORT, ray://..., auto); default: embedded local Ray")
+    execution.add_argument("--num-cpus", type=_positive_int, help="CPUs of the embedded local Ray (default: all)")
+    execution.add_argument("--cpus-per-pack", type=_positive_float, help="CPUs per trial (default: the sweep file's, else 1)")
+    execution.add_argument("--gpus-per-pack", type=_nonnegative_float, help="GPUs per trial; a fraction packs several trials per GPU")
+    execution.add_argument("--chunk-steps", type=_positive_int, default=DEFAULT_CHUNK_STEPS, help="steps per compiled chunk")
+    execution.add_argument("--checkpoint-every", type=_nonnegative_int, default=DEFAULT_CHECKPOINT_EVERY,
+                           help="chunks between checkpoints (0: never)")
+    execution.add_argument("--max-failures", type=_nonnegative_int, default=3, help="retries of a failed pack, each from its last checkpoint")
+    execution.add_argument("--runs-per-pack", type=_positive_int, help="override the automatic pack size")
+    execution.add_argument("--tf32", action="store_true",
+                           help="let float32 matrix products on GPUs use TF32 (faster; about 1e-3 relative error); off by default")
 
-    run = commands.add_parser("run", help="run a sweep file or preset to completion on Ray Tune")
+    run = commands.add_parser("run", parents=[execution], help="run a sweep file or preset to completion on Ray Tune")
     run.add_argument("sweep", help="a sweep YAML file or a preset name (see `fade-sweep presets`)")
     run.add_argument("--storage", default="results",
                      help="results go under STORAGE/<sweep name>: a local path (default: ./results) or s3://BUCKET/PREFIX, gs://...")
-    run.add_argument("--address", help="attach to a running Ray cluster (HOST:PORT, ray://..., auto); default: embedded local Ray")
     run.add_argument("--resume", action="store_true", help="finish an interrupted sweep; finished runs are kept")
     run.add_argument("--dry-run", action="store_true", help="print the plan and an estimated wall time, run nothing")
-    run.add_argument("--num-cpus", type=_positive_int, help="CPUs of the embedded local Ray (default: all)")
-    run.add_argument("--cpus-per-pack", type=_positive_float, help="CPUs per trial (default: the sweep file's, else 1)")
-    run.add_argument("--gpus-per-pack", type=_nonnegative_float, help="GPUs per trial; a fraction packs several trials per GPU")
-    run.add_argument("--chunk-steps", type=_positive_int, default=DEFAULT_CHUNK_STEPS, help="steps per compiled chunk")
-    run.add_argument("--checkpoint-every", type=_nonnegative_int, default=DEFAULT_CHECKPOINT_EVERY, help="chunks between checkpoints (0: never)")
-    run.add_argument("--max-failures", type=_nonnegative_int, default=3, help="retries of a failed pack, each from its last checkpoint")
-    run.add_argument("--runs-per-pack", type=_positive_int, help="override the automatic pack size")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    run.add_argument("--tf32", action="store_true",
-                     help="let float32 matrix products on GPUs use TF32 (faster; about 1e-3 relative error); off by default")
     run.add_argument("--table-format", choices=("md", "latex", "csv"), default="md", help="format of the closing table")
     run.add_argument("--no-report", action="store_true", help="skip writing RESULTS_DIR/report.html at the end")
 
@@ -103,14 +116,23 @@ def _parser() -> argparse.ArgumentParser:
 
     table = commands.add_parser("table", help="print a table from a results directory")
     table.add_argument("results_dir", help="STORAGE/<sweep name>")
-    table.add_argument("--kind", choices=("best", "sensitivity", "compare", "importance"), default="best",
+    table.add_argument("--kind", choices=("best", "sensitivity", "compare", "importance", "confirm", "robustness"), default="best",
                        help="best configuration per method, sensitivity grids, paired comparison of methods, "
-                            "hyperparameter importance (default: best)")
+                            "hyperparameter importance, confirmation on fresh seeds, sensitivity across settings (default: best)")
     table.add_argument("--stat", choices=("mean", "median", "iqm"), default="mean",
                        help="statistic over seeds shown and used to select the best configuration (default: mean)")
     table.add_argument("--reference", metavar="METHOD",
                        help="--kind compare: the method the others are compared with (default: the best method)")
     table.add_argument("--format", choices=("md", "latex", "csv"), default="md")
+
+    confirm = commands.add_parser("confirm", parents=[execution],
+                                  help="re-run each method's selected configuration on fresh seeds (the confirmation stage)")
+    confirm.add_argument("results_dir", help="STORAGE/<sweep name> of a finished sweep")
+    confirm.add_argument("--seeds", type=_seed_list,
+                         help="N fresh seeds (after the largest tuning seed), or a comma-separated list of seeds that are "
+                              "not tuning seeds (default: the sweep file's confirm: block, else as many as the tuning seeds)")
+    confirm.add_argument("--stat", choices=("mean", "median", "iqm"), default="mean",
+                         help="statistic over the tuning seeds that selects the configuration to confirm (default: mean)")
 
     report = commands.add_parser("report", help="write the figures and tables as one offline HTML file")
     report.add_argument("results_dir", help="STORAGE/<sweep name>")
@@ -150,12 +172,39 @@ def _cmd_report(args) -> None:
     print(f"Report: {out.local_path.resolve() if out.local else out} ({len(figures)} figures; opens offline in any browser)")
 
 
+def _stage_text(results_dir: str, kind: str, fmt: str, stat: str) -> str:
+    """`table --kind confirm | robustness`: the tuning frame (and the confirmation frame) to the tables."""
+    from sweeps.analysis import queries
+    from sweeps.analysis.confirm import confirmation_table, confirmation_text
+    from sweeps.analysis.robustness import robustness_table, robustness_text
+    from sweeps.spec import CONFIRMATION
+    from sweeps.store.stages import read_confirmation
+
+    tuning = queries.scores(results_dir)
+    if kind == "robustness":
+        table = robustness_table(tuning)
+        return robustness_text(table, fmt) if table.height else "No method runs in two or more settings of this sweep.\n"
+    record = read_confirmation(results_dir)
+    if record is None or not queries.selection(results_dir, stage=CONFIRMATION).runs:
+        raise UserError(f"{results_dir}: no confirmation runs; run `fade-sweep confirm {results_dir} --seeds N` first")
+    table = confirmation_table(tuning, queries.scores(results_dir, stage=CONFIRMATION), stat)
+    return confirmation_text(table, fmt, stat, f"; seeds {_seed_span(record.seeds)}, selected by the {record.stat}")
+
+
+def _seed_span(seeds: tuple[int, ...]) -> str:
+    contiguous = list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))) if seeds else False
+    return f"{seeds[0]}-{seeds[-1]}" if contiguous and len(seeds) > 2 else ", ".join(map(str, seeds))
+
+
 def _cmd_table(args) -> None:
     from sweeps.analysis.tables import table_text
 
     _require_results(args.results_dir)
     try:
-        text = table_text(args.results_dir, args.kind, args.format, stat=args.stat, reference=args.reference)
+        if args.kind in ("confirm", "robustness"):
+            text = _stage_text(args.results_dir, args.kind, args.format, args.stat)
+        else:
+            text = table_text(args.results_dir, args.kind, args.format, stat=args.stat, reference=args.reference)
     except ValueError as err:  # e.g. an unknown --reference
         raise UserError(str(err)) from None
     print(text.rstrip("\n"))
@@ -196,22 +245,51 @@ def _cmd_run(args) -> None:
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
     if args.dry_run:
         _dry_run(args, sweep, resources)
+        if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
+            steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
+            print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
+                  f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
         return
     from sweeps.analysis.tables import table_text
-    from sweeps.tune.driver import ExecutionOptions, run_sweep
+    from sweeps.tune.driver import confirm_sweep, run_sweep
 
-    options = ExecutionOptions(
+    options = _execution_options(args, resources, args.dtype)
+    outcome = run_sweep(sweep, args.storage, resume=args.resume, options=options)
+    _summary(outcome, "every (config, seed) already has a score")
+    print(f"Results: {outcome.results_dir}\n")
+    print(table_text(outcome.results_dir, "best", args.table_format).rstrip("\n"))
+    if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
+        print(f"\nConfirmation: each method's selected configuration on {len(sweep.confirm_seeds)} fresh seeds")
+        _summary(confirm_sweep(outcome.results_dir, sweep.confirm_seeds, options=options),
+                 "every confirmation run already has a score")
+        print(_stage_text(str(outcome.results_dir), "confirm", args.table_format, "mean").rstrip("\n"))
+    if not args.no_report:
+        from sweeps.analysis.report import write_report
+
+        report = outcome.results_dir / "report.html"
+        figures = write_report(outcome.results_dir, report)
+        print(f"\nReport: {report} ({len(figures)} figures, opens offline in any browser)")
+
+
+def _execution_options(args, resources: PackResources | None, dtype: str):
+    from sweeps.tune.driver import ExecutionOptions
+
+    return ExecutionOptions(
         address=args.address,
         num_cpus=args.num_cpus,
         chunk_steps=args.chunk_steps,
-        dtype=args.dtype,
+        dtype=dtype,
         runs_per_pack=args.runs_per_pack,
         resources=resources,
         checkpoint_every=args.checkpoint_every,
         max_failures=args.max_failures,
         tf32=args.tf32,
+        notify=print,
     )
-    outcome = run_sweep(sweep, args.storage, resume=args.resume, options=options)
+
+
+def _summary(outcome, nothing: str) -> None:
+    """What a run or confirm did: resumed runs and packs, then the Done line (or that nothing ran)."""
     if outcome.skipped_runs:
         print(f"Resumed: {outcome.skipped_runs:,} runs were already in the store and were not re-run.")
     if outcome.resumed_packs:
@@ -226,15 +304,24 @@ def _cmd_run(args) -> None:
             f"Tune overhead {100 * outcome.tune_overhead_fraction:.1f}%)"
         )
     else:
-        print("Nothing to run: every (config, seed) already has a score.")
-    print(f"Results: {outcome.results_dir}\n")
-    print(table_text(outcome.results_dir, "best", args.table_format).rstrip("\n"))
-    if not args.no_report:
-        from sweeps.analysis.report import write_report
+        print(f"Nothing to run: {nothing}.")
 
-        report = outcome.results_dir / "report.html"
-        figures = write_report(outcome.results_dir, report)
-        print(f"\nReport: {report} ({len(figures)} figures, opens offline in any browser)")
+
+def _cmd_confirm(args) -> None:
+    """The confirmation stage of a finished sweep; run again after an interrupt, it resumes."""
+    from sweeps.store.record import recorded_sweep
+    from sweeps.tune.driver import confirm_sweep
+
+    _require_results(args.results_dir)
+    sweep = recorded_sweep(args.results_dir)
+    if sweep is None:
+        raise UserError(f"{args.results_dir}: no recorded sweep (sweep.yaml); give STORAGE/<sweep name> of a sweep run by fade-sweep")
+    seeds = args.seeds or sweep.confirm_seeds or len(sweep.seeds)
+    options = _execution_options(args, _resources(args, sweep), "float32")  # the store's dtype is used
+    outcome = confirm_sweep(args.results_dir, seeds, stat=args.stat, options=options)
+    _summary(outcome, "every confirmation run already has a score")
+    print(f"Results: {outcome.results_dir}\n")
+    print(_stage_text(args.results_dir, "confirm", "md", args.stat).rstrip("\n"))
 
 
 def _dry_run(args, sweep, resources: PackResources) -> None:
@@ -289,7 +376,8 @@ def _cmd_status(args) -> None:
 
     if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
         from sweeps.store.status import format_status, read_status
-        from sweeps.store.dataset import SCORES
+        from sweeps.spec import TUNING
+        from sweeps.store.dataset import SCORES, read_manifests
 
         location = StoreLocation.parse(args.target)  # a URI the store cannot serve: exit 2
         location.check()
@@ -298,6 +386,9 @@ def _cmd_status(args) -> None:
             raise UserError(f"{location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
         finished = sum(e.rel.endswith(".parquet") for e in location.list(SCORES, recursive=True))
         print(format_status(status, finished))
+        stages = Counter(m.run_stage for m in read_manifests(location))
+        if len(stages) > 1 or TUNING not in stages:
+            print("committed packs: " + ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items(), reverse=True)))
         return
     looks_like_path = args.target and ("/" in args.target or args.target.startswith((".", "~")))
     if args.target and (looks_like_path or not (args.address or os.environ.get("RAY_ADDRESS"))):
@@ -326,6 +417,9 @@ def _cmd_logs(args) -> None:
 def _interrupted_message(args, err: KeyboardInterrupt) -> str:
     """`interrupted: N of M packs done; continue with `fade-sweep run ... --resume``, for a run."""
     what = str(err) if str(err).startswith("interrupted") else "interrupted"
+    if args.command == "confirm":
+        seeds = [] if args.seeds is None else ["--seeds", str(args.seeds) if isinstance(args.seeds, int) else ",".join(map(str, args.seeds))]
+        return f"{what}; continue with `{shlex.join(['fade-sweep', 'confirm', args.results_dir, *seeds])}`"
     if args.command != "run":
         return what
     command = ["fade-sweep", "run", args.sweep, "--storage", args.storage]
@@ -341,6 +435,7 @@ COMMANDS = {
     "logs": _cmd_logs,
     "presets": _cmd_presets,
     "table": _cmd_table,
+    "confirm": _cmd_confirm,
     "report": _cmd_report,
     "verify": _cmd_verify,
 }

@@ -144,10 +144,11 @@ def test_report_renders_offline_in_headless_chromium(store, tmp_path):
     html = out.read_text()
     assert not re.search(r"<(script|link)[^>]+(src|href)=", html)  # nothing loaded from elsewhere: plotly.js is inline
     kinds = re.findall(r"data-kind='([a-z-]+)'", html)
-    assert kinds == ["curves", "decay", "parallel", "slices", "slices", "importance", "heatmap"]
+    assert kinds == ["curves", "decay", "parallel", "slices", "slices", "importance", "heatmap", "profile"]
     # a table of contents linking every figure and table section
     anchors = re.findall(r"<li><a href='#([a-z0-9-]+)'>", html)
-    assert anchors == ["figures", *(f"figure-{i}" for i in range(len(kinds))), "best", "compare", "sensitivity", "importance"]
+    assert anchors == ["figures", *(f"figure-{i}" for i in range(len(kinds))), "best", "compare", "sensitivity", "importance",
+                       "how-sure"]
     assert all(f"id='{a}'" in html for a in anchors)
     dom = _chromium(tmp_path, f"file://{out}", "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
@@ -166,6 +167,7 @@ def test_report_renders_offline_in_headless_chromium(store, tmp_path):
     assert by_kind["heatmap"].count('stroke: rgb(228, 26, 28)') >= 1  # the best cell outlined
     assert "diverged (1/3)" in dom.stdout and "missing" in dom.stdout
     assert "Paired comparisons" in dom.stdout and "Seeds are paired" in dom.stdout
+    assert "No confirmation stage" in dom.stdout and "fraction of runs (seeds)" in by_kind["profile"]  # How sure are we?
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     shot = _chromium(tmp_path, f"--screenshot={artifacts / 'report.png'}", "--window-size=1280,5200", f"file://{out}")

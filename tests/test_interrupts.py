@@ -25,7 +25,7 @@ import yaml
 from sweeps import results
 from sweeps.store.dataset import finished_runs
 from sweeps.spec import parse_sweep
-from sweeps.tune.driver import newest_checkpoints, recorded_packs
+from sweeps.tune.resume import newest_checkpoints, recorded_packs
 from tests.helpers import read_status_json, scores_in_process
 
 # 6 configs x 2 seeds, 2 runs per pack: 6 packs of a few seconds each, 2 at a time.

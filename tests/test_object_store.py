@@ -179,6 +179,24 @@ def test_readers_and_commands_work_from_the_uri(tiny_runs, s3, tmp_path, capsys)
     assert direct.height == TINY_RUNS and set(direct["optimizer"]) == {"sgd", "fade"}
 
 
+def test_the_confirmation_stage_on_the_bucket_equals_a_local_one(tiny_runs, s3, capsys):
+    """`fade-sweep confirm` of the bucket's store and of the local one: the same fresh-seed rows, tables and verify."""
+    _, uri, local = tiny_runs
+    for where in (uri, str(local)):
+        assert main(["confirm", where, "--seeds", "2", "--chunk-steps", "700"]) == 0
+    remote, disk = (results.scores(where, stage="confirmation").collect() for where in (uri, local))
+    assert remote.height == disk.height == 2 * 2 and set(remote["seed"]) == {2, 3}  # 2 methods x 2 fresh seeds
+    assert _comparable(remote).equals(_comparable(disk))
+    capsys.readouterr()
+    assert main(["table", uri, "--kind", "confirm", "--format", "csv"]) == 0
+    remote_table = capsys.readouterr().out
+    assert main(["table", str(local), "--kind", "confirm", "--format", "csv"]) == 0
+    assert remote_table == capsys.readouterr().out
+    assert main(["verify", uri]) == 0 and f"{uri}: clean (" in capsys.readouterr().out
+    record = json.loads(s3.get_object(Bucket=BUCKET, Key="x/tiny/confirmation.json")["Body"].read())
+    assert record["seeds"] == [2, 3] and record["tuning_seeds"] == [0, 1]  # the stage's record lives in the bucket
+
+
 def _packs_in_store(uri: str) -> int:
     try:
         return len(dataset.finished_runs(uri)) // 2

@@ -336,7 +336,7 @@ def test_a_change_of_dtype_or_task_settings_under_stored_runs_is_refused(full):
     check_and_record(full, parse_sweep(variants, "variants"), "float32")
 
 
-def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch, capsys):
+def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
     from sweeps.tune import driver
 
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
@@ -355,14 +355,15 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch, caps
     monkeypatch.setattr(driver, "connect", lambda *a, **k: None)  # no Ray needed up to the packs
     monkeypatch.setattr(driver, "parallel_slots", lambda resources: 1)
     monkeypatch.setattr(driver, "check_storage", lambda results_dir: None)
-    monkeypatch.setattr(driver, "_run_packs", run_packs)
+    monkeypatch.setattr(driver, "run_packs", run_packs)
+    notices = []
     with pytest.raises(SweepError, match="dtype: "):
         driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=driver.ExecutionOptions(dtype="float64"))
     assert orphan.exists() and lock_holder(results_dir) is None  # refused before touching anything; lock released
     with pytest.raises(ReachedTune):
-        driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True)
+        driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=driver.ExecutionOptions(notify=notices.append))
     assert not orphan.exists() and lock_holder(results_dir) is None
-    assert "Removed 1 orphan files of interrupted writes" in capsys.readouterr().out
+    assert any("Removed 1 orphan files of interrupted writes" in line for line in notices)  # a notice, never a print
 
 
 # ---------------------------------------------------------------- tables say what is missing

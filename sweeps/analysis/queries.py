@@ -24,14 +24,16 @@ from sweeps.store.record import recorded_pairs, recorded_sweep
 from sweeps.store.dataset import (
     CURVES,
     SCORES,
+    STAGE,
     Selection,
     notice_once,
-    read_manifests,
     run_keys,
     scan_selection,
     select,
+    stage_manifests,
 )
-from sweeps.spec import Pack, Sweep, make_config
+from sweeps.store.stages import read_confirmation
+from sweeps.spec import TUNING, Pack, Sweep, make_config
 from tasks import TASKS
 
 DDOF = 1  # sample standard deviation across seeds
@@ -45,39 +47,50 @@ HYPERPARAMETER_COLUMNS = tuple(HYPERPARAMETERS)
 METHOD_KEYS = ("task", "optimizer")
 
 
-def selection(results_dir: str | Path, all_runs: bool = False) -> Selection:
-    """Which committed rows a reader reads: each (config, seed) once (from the newest manifest that
-    holds it), and, unless `all_runs`, only the pairs of the store's current sweep (sweep.yaml)."""
-    wanted = None if all_runs else recorded_pairs(results_dir)
-    manifests = read_manifests(results_dir)
-    key = (as_location(results_dir).uri, tuple(m.name for m in manifests), id(wanted))
+def selection(results_dir: str | Path, all_runs: bool = False, stage: str = TUNING) -> Selection:
+    """Which committed rows of `stage` a reader reads: each (config, seed) once (from the newest manifest
+    of the stage that holds it), and, unless `all_runs`, only the pairs of the store's current sweep
+    (sweep.yaml; for the confirmation stage, those of confirmation.json)."""
+    wanted = None if all_runs else _wanted(results_dir, stage)
+    manifests = stage_manifests(results_dir, stage)
+    key = (as_location(results_dir).uri, stage, tuple(m.name for m in manifests), wanted)
     cached = _SELECTIONS.get(key)
-    if cached is None or cached[0] is not wanted:  # manifests are write-once: their names identify them
+    if cached is None:  # manifests are write-once: their names identify them
         _SELECTIONS.clear()
         cached = _SELECTIONS[key] = (wanted, select(manifests, wanted))
-    notice_once(results_dir, cached[1].outside)
+    if stage == TUNING:
+        notice_once(results_dir, cached[1].outside)
     return cached[1]
+
+
+def _wanted(results_dir: str | Path, stage: str) -> frozenset | None:
+    if stage == TUNING:
+        return recorded_pairs(results_dir)
+    record = read_confirmation(results_dir)
+    return frozenset() if record is None else record.pairs()
 
 
 _SELECTIONS: dict[tuple, tuple[frozenset | None, Selection]] = {}
 
 
-def _frame(results_dir: str | Path, kind: str, all_runs: bool) -> pl.LazyFrame:
-    frame = scan_selection(results_dir, selection(results_dir, all_runs), kind)
+def _frame(results_dir: str | Path, kind: str, all_runs: bool, stage: str) -> pl.LazyFrame:
+    frame = scan_selection(results_dir, selection(results_dir, all_runs, stage), kind)
     if frame is None:
-        raise FileNotFoundError(f"no {kind} under {results_dir}/{kind}: run a sweep first (`fade-sweep run ...`)")
+        hint = "run a sweep first (`fade-sweep run ...`)" if stage == TUNING else "run `fade-sweep confirm` first"
+        raise FileNotFoundError(f"no {stage} {kind} under {results_dir}/{kind}: {hint}")
     return frame
 
 
-def scores(results_dir: str | Path, *, all_runs: bool = False) -> pl.LazyFrame:
-    """One row per (config, seed) of the current sweep (every stored run with `all_runs=True`);
-    task and optimizer (the hive partitions) first. Only committed packs are read."""
-    return _frame(results_dir, SCORES, all_runs)
+def scores(results_dir: str | Path, *, all_runs: bool = False, stage: str = TUNING) -> pl.LazyFrame:
+    """One row per (config, seed) of the current sweep (every stored run with `all_runs=True`) in
+    `stage` (tuning: the grid; confirmation: selected configurations on fresh seeds); task and
+    optimizer (the hive partitions) first. Only committed packs are read."""
+    return _frame(results_dir, SCORES, all_runs, stage)
 
 
-def curves(results_dir: str | Path, *, all_runs: bool = False) -> pl.LazyFrame:
+def curves(results_dir: str | Path, *, all_runs: bool = False, stage: str = TUNING) -> pl.LazyFrame:
     """One row per (config, seed, bin), of the same runs as `scores`."""
-    return _frame(results_dir, CURVES, all_runs)
+    return _frame(results_dir, CURVES, all_runs, stage)
 
 
 def config_curves(results_dir: str | Path, config_id: str) -> pl.LazyFrame:
@@ -87,7 +100,7 @@ def config_curves(results_dir: str | Path, config_id: str) -> pl.LazyFrame:
 
 def variant_columns(frame: pl.LazyFrame) -> list[str]:
     """The task and its settings: what separates one table from another (e.g. noise level)."""
-    known = {"optimizer", "config_id", *HYPERPARAMETER_COLUMNS, *PER_RUN}
+    known = {"optimizer", "config_id", STAGE, *HYPERPARAMETER_COLUMNS, *PER_RUN}
     return [c for c in frame.collect_schema().names() if c not in known and c != "step"]
 
 
@@ -101,7 +114,7 @@ def cells(frame: pl.LazyFrame, stat: str = "mean") -> pl.LazyFrame:
     with numpy (cells grouped by seed count, no loop per cell); returned lazy.
     """
     stats.check_stat(stat)
-    keys = [c for c in frame.collect_schema().names() if c not in PER_RUN]
+    keys = [c for c in frame.collect_schema().names() if c not in (*PER_RUN, STAGE)]  # a frame holds one stage
     grouped = (
         frame.group_by(keys)
         .agg(
@@ -226,7 +239,7 @@ def missing_runs(results_dir: str | Path) -> pl.DataFrame:
     sweep = recorded_sweep(results_dir)
     if sweep is None:
         return pl.DataFrame(schema={"config_id": pl.String, "seed": pl.Int64})
-    done = {pair for m in read_manifests(results_dir) for pair in m.pairs()}
+    done = {pair for m in stage_manifests(results_dir, TUNING) for pair in m.pairs()}
     expected = expected_runs(sweep)
     present = pl.DataFrame(
         {"config_id": [c for c, _ in done], "seed": [s for _, s in done]}, schema={"config_id": pl.String, "seed": pl.Int64}

@@ -34,6 +34,7 @@ from plotly.offline import get_plotlyjs
 from plotly.subplots import make_subplots
 
 from sweeps.analysis import queries, tables
+from sweeps.analysis.confirm import confirmation_section
 from sweeps.analysis.importance import importance_table
 from sweeps.store.location import StoreLocation, as_location
 from tasks import get_task
@@ -371,6 +372,10 @@ def write_report(results_dir: str | Path | StoreLocation, out: str | Path | Stor
     `results_dir` and `out` may be local paths or object-store URIs / locations."""
     location = as_location(results_dir)
     figures = build_figures(results_dir, stat)
+    confirmed = queries.selection(results_dir, stage="confirmation").runs  # "How sure are we?" (confirm.py)
+    sure_tables, sure_figures = confirmation_section(
+        queries.scores(results_dir), queries.scores(results_dir, stage="confirmation") if confirmed else None, stat)
+    figures.extend(sure_figures)
     if images is not None:
         export_images(figures, images)
     parts = [
@@ -382,7 +387,8 @@ def write_report(results_dir: str | Path | StoreLocation, out: str | Path | Stor
     sections = [("best", "Best configurations", tables.table_text(results_dir, "best", "html", stat)),
                 ("compare", "Paired comparisons", tables.table_text(results_dir, "compare", "html", stat)),
                 ("sensitivity", "Sensitivity", tables.table_text(results_dir, "sensitivity", "html", stat)),
-                ("importance", "Hyperparameter importance", tables.table_text(results_dir, "importance", "html", stat))]
+                ("importance", "Hyperparameter importance", tables.table_text(results_dir, "importance", "html", stat)),
+                ("how-sure", "How sure are we?", "".join(f"<h3>{escape(title)}</h3>{html}" for title, html in sure_tables))]
     toc = "".join(f"<li><a href='#figure-{i}'>{escape(_plain_title(fig))}</a></li>" for i, (_, fig) in enumerate(figures))
     toc = (f"<nav id='contents'><h2>Contents</h2><ol><li><a href='#figures'>Figures</a><ol>{toc}</ol></li>"
            + "".join(f"<li><a href='#{anchor}'>{escape(name)}</a></li>" for anchor, name, _ in sections) + "</ol></nav>")

@@ -540,5 +540,18 @@ def table_text(results_dir: str | Path, kind: str = "best", fmt: str = "md", sta
         if fmt == "csv":
             return _csv(sensitivity_frame(tables))
         grids = [_sensitivity_grid(t) for t in tables]
-    render = {"md": _markdown, "latex": _latex, "html": _html}[fmt]
-    return "\n".join(render(g) for g in grids)
+    return render(grids, fmt)
+
+
+Grid = _Grid  # for the tables of other modules (confirm.py, robustness.py)
+number = _num
+
+
+def render(grids: list[_Grid], fmt: str) -> str:
+    """Grids as Markdown, LaTeX (booktabs) or HTML (for CSV, write the frame itself: `csv_text`)."""
+    if fmt not in ("md", "latex", "html"):
+        raise ValueError(f"unknown table format {fmt!r}; choose one of md, latex, html (or csv)")
+    return "\n".join({"md": _markdown, "latex": _latex, "html": _html}[fmt](g) for g in grids)
+
+
+csv_text = _csv

@@ -13,14 +13,20 @@ loop here is the same for all of them:
 A family's runner supplies only `load`, `advance`, `close_bin`, `loss_curve`, `outcome`
 and `state_tensors` (the live tensors a checkpoint must hold). Streams are random
 access, so a checkpoint is the state tensors plus `steps_done`; it holds tensors and
-numbers only and loads with `torch.load(weights_only=True)`.
+numbers only and loads with `torch.load(weights_only=True)`. On disk (`save_checkpoint`)
+it is a folder of two files: CHECKPOINT_FILE (the tensors) and CHECKPOINT_META (JSON: the
+pack id, its progress and dtype, so a resume finds the newest checkpoint of a pack from
+the files alone).
 """
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import time
 from abc import ABC, abstractmethod
+from pathlib import Path
 from typing import Any, Iterator
 
 import numpy as np
@@ -31,9 +37,11 @@ from sweeps.spec import Pack
 from sweeps.spec.plan import DEFAULT_CHUNK_STEPS
 from tasks import TaskSpec, get_task
 
-__all__ = ["DEFAULT_CHUNK_STEPS", "PackRunner", "bin_ends"]
+__all__ = ["CHECKPOINT_FILE", "CHECKPOINT_META", "DEFAULT_CHUNK_STEPS", "PackRunner", "bin_ends"]
 
 Checkpoint = dict[str, Any]  # str -> torch.Tensor | int | float | str
+CHECKPOINT_FILE = "pack_state.pt"  # tensors only, loaded with weights_only=True
+CHECKPOINT_META = "pack.json"  # {"pack_id", "steps_done", "total_steps", "dtype"}
 
 
 def bin_ends(steps: int, bin_steps: int) -> np.ndarray:
@@ -149,3 +157,14 @@ class PackRunner(ABC):
             tensor.copy_(saved[f"state.{name}"])
         self.steps_done = int(saved["steps_done"])
         self.wall_seconds = float(saved["wall_seconds"])
+
+    def save_checkpoint(self, directory: Path, dtype: str) -> None:
+        """Write the checkpoint folder: the state (CHECKPOINT_FILE) and what it is (CHECKPOINT_META)."""
+        torch.save(self.state_dict(), directory / CHECKPOINT_FILE)
+        meta = {"pack_id": self.pack.pack_id, "steps_done": self.steps_done, "total_steps": self.settings.steps, "dtype": dtype}
+        (directory / CHECKPOINT_META).write_text(json.dumps(meta))
+
+    def load_checkpoint(self, state: Path | bytes) -> None:
+        """Continue from a checkpoint: its folder, or the bytes of its CHECKPOINT_FILE (read from a store)."""
+        source = io.BytesIO(state) if isinstance(state, bytes) else state / CHECKPOINT_FILE
+        self.load_state_dict(torch.load(source, map_location="cpu", weights_only=True))

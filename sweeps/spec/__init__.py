@@ -3,7 +3,7 @@
 No Ray here: `fade-sweep presets`, validation and the results side use this layer alone.
 """
 
-from sweeps.spec.plan import LOCATION_SETTINGS, Config, Pack, make_config, plan_packs
+from sweeps.spec.plan import CONFIRMATION, LOCATION_SETTINGS, STAGES, TUNING, Config, Pack, make_config, plan_confirmation, plan_packs
 from sweeps.spec.presets import preset_names, resolve_sweep
 from sweeps.spec.resources import PackResources
 from sweeps.spec.sweepfile import (
@@ -11,12 +11,18 @@ from sweeps.spec.sweepfile import (
     Sweep,
     SweepError,
     check_task_data,
+    confirmation_seeds,
     cpu_only_tasks,
     load_sweep,
     parse_sweep,
 )
 
 __all__ = [
+    "CONFIRMATION",
+    "STAGES",
+    "TUNING",
+    "confirmation_seeds",
+    "plan_confirmation",
     "LOCATION_SETTINGS",
     "Config",
     "Experiment",

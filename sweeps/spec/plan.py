@@ -4,6 +4,11 @@ A pack is one (task, settings, optimizer), several grid configurations and a set
 seeds, run as one batched program of R = configs x seeds runs. Pack size adapts to the
 sweep and the cluster; results never depend on it (pack invariance), so packing is
 free to change between a run and its resume.
+
+Planning is stage-aware: the tuning stage covers the sweep's grid on its seeds
+(`plan_packs`); the confirmation stage re-runs a few selected configurations on fresh
+seeds (`plan_confirmation`). A pack carries its stage, and a confirmation pack's id
+includes it, so the two stages never share a pack id.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ MAX_PACK_RUNS = 2000  # above this a pack's stream and loss buffers outgrow the 
 PACKS_PER_CPU = 6  # enough packs that the CPUs finish together (a short idle tail)
 DEFAULT_CHUNK_STEPS = 10_000  # steps a pack advances between two reports to Tune
 DEFAULT_CHECKPOINT_EVERY = 10  # chunks between two checkpoints of a pack
+TUNING, CONFIRMATION = "tuning", "confirmation"
+STAGES = (TUNING, CONFIRMATION)  # the grid on the sweep's seeds; selected configurations on fresh seeds
 
 
 def _digest(payload: object) -> str:
@@ -59,10 +66,12 @@ class Pack:
     experiment: Experiment
     configs: tuple[Config, ...]
     seeds: tuple[int, ...]
+    stage: str = TUNING
 
     @property
     def pack_id(self) -> str:
-        return _digest([[c.config_id for c in self.configs], list(self.seeds)])
+        runs = [[c.config_id for c in self.configs], list(self.seeds)]
+        return _digest(runs if self.stage == TUNING else [*runs, self.stage])  # tuning ids as before stages existed
 
     @property
     def runs(self) -> int:
@@ -82,31 +91,50 @@ def plan_packs(
     sweep: Sweep, cpus: int, done: Iterable[tuple[str, int]] = (), runs_per_pack: int | None = None,
     gpu: bool = False,
 ) -> list[Pack]:
-    """Packs covering every (config, seed) of the sweep not in `done`, largest first.
+    """Tuning packs covering every (config, seed) of the sweep not in `done`, largest first.
 
     Configs are grouped by the seeds they still miss, so a resumed sweep never writes a
     second row for a finished (config, seed). With `gpu`, packs of GPU-capable tasks
     fill the device (MAX_PACK_RUNS runs); CPU packs are sized to keep `cpus` slots busy.
     """
+    work = [(e, [make_config(e, values) for values in e.configs()]) for e in sweep.experiments]
+    return _plan(work, sweep.seeds, TUNING, cpus, done, runs_per_pack, gpu)
+
+
+def plan_confirmation(
+    selected: list[tuple[Experiment, Config]], seeds: tuple[int, ...], cpus: int, done: Iterable[tuple[str, int]] = (),
+    runs_per_pack: int | None = None, gpu: bool = False,
+) -> list[Pack]:
+    """Confirmation packs: each selected configuration on the fresh `seeds`, but the (config, seed)
+    pairs in `done` (confirmation runs already stored)."""
+    by_experiment: dict[int, tuple[Experiment, list[Config]]] = {}
+    for experiment, config in selected:
+        by_experiment.setdefault(id(experiment), (experiment, []))[1].append(config)
+    return _plan(list(by_experiment.values()), seeds, CONFIRMATION, cpus, done, runs_per_pack, gpu)
+
+
+def _plan(
+    work: list[tuple[Experiment, list[Config]]], seeds: tuple[int, ...], stage: str, cpus: int,
+    done: Iterable[tuple[str, int]], runs_per_pack: int | None, gpu: bool,
+) -> list[Pack]:
     finished = set(done)
     pending: list[tuple[Experiment, tuple[int, ...], list[Config]]] = []
     total = 0  # runs of CPU packs
-    on_gpu = {e.task for e in sweep.experiments if gpu and get_task(e.task).runs_on_gpu}
-    for experiment in sweep.experiments:
+    on_gpu = {e.task for e, _ in work if gpu and get_task(e.task).runs_on_gpu}
+    for experiment, configs in work:
         by_seeds: dict[tuple[int, ...], list[Config]] = defaultdict(list)
-        for values in experiment.configs():
-            config = make_config(experiment, values)
-            missing = tuple(s for s in sweep.seeds if (config.config_id, s) not in finished)
+        for config in configs:
+            missing = tuple(s for s in seeds if (config.config_id, s) not in finished)
             if missing:
                 by_seeds[missing].append(config)
                 total += len(missing) * (experiment.task not in on_gpu)
-        pending.extend((experiment, seeds, configs) for seeds, configs in by_seeds.items())
+        pending.extend((experiment, missing, group) for missing, group in by_seeds.items())
     cpu_target = runs_per_pack or pack_runs_target(total, cpus)
     packs = []
-    for experiment, seeds, configs in pending:
+    for experiment, missing, configs in pending:
         target = (runs_per_pack or MAX_PACK_RUNS) if experiment.task in on_gpu else cpu_target
-        n_packs = math.ceil(len(configs) * len(seeds) / target)
+        n_packs = math.ceil(len(configs) * len(missing) / target)
         size = math.ceil(len(configs) / n_packs)
-        packs.extend(Pack(experiment, tuple(configs[i : i + size]), seeds) for i in range(0, len(configs), size))
+        packs.extend(Pack(experiment, tuple(configs[i : i + size]), missing, stage) for i in range(0, len(configs), size))
     # Longest first: Tune starts trials in order, so the tail is made of short packs.
     return sorted(packs, key=lambda p: -p.run_steps)

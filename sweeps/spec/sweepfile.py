@@ -4,6 +4,10 @@ Everything is checked before anything runs; each problem is one line naming the 
 the key and what is allowed (`SweepError`). A loaded `Sweep` is immutable and typed:
 the rest of the service never reads the YAML again.
 
+A sweep may ask for a confirmation stage, `confirm: {seeds: N}` (or a list of seeds): after
+the grid, each method's selected configuration runs again on N fresh seeds, disjoint from
+the tuning seeds (by default the N integers after the largest tuning seed).
+
 Beyond interface.md, a sweep may hold `variants`: a list of blocks that each override
 `task`, `task_settings` and/or `optimizers` (e.g. both noise levels of a preset, each
 with its own selected configurations).
@@ -40,7 +44,8 @@ class SweepError(ValueError):
     """A sweep file (or preset) is malformed; the message is one line with the fix."""
 
 
-TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants", "resources")
+TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants", "resources", "confirm")
+CONFIRM_KEYS = ("seeds",)
 RESOURCE_KEYS = ("cpus_per_pack", "gpus_per_pack")
 VARIANT_KEYS = ("task", "task_settings", "optimizers")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -185,6 +190,7 @@ class Sweep:
     experiments: tuple[Experiment, ...]
     source: str  # the file or preset it came from, for messages
     resources: PackResources = PackResources()  # what each trial asks Ray for
+    confirm_seeds: tuple[int, ...] = ()  # `confirm: {seeds: ...}`: the fresh seeds of the confirmation stage
     document: dict = field(compare=False, repr=False, default_factory=dict)  # the YAML as read, for the store
 
     @property
@@ -243,7 +249,39 @@ def parse_sweep(document: Any, source: str) -> Sweep:
         raise fail("variants", "two variants run the same (task, task_settings, optimizer); merge their grids")
     _check_size(experiments, seed_count, fail)
     seeds = _make_seeds(document.get("seeds", 1))
-    return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source, resources=resources, document=document)
+    confirm = _parse_confirm(document.get("confirm"), seeds, fail)
+    return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source, resources=resources,
+                 confirm_seeds=confirm, document=document)
+
+
+def _parse_confirm(value: Any, tuning: tuple[int, ...], fail) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, dict) or set(value) != set(CONFIRM_KEYS):
+        raise fail("confirm", "must be a mapping {seeds: N} (N fresh seeds) or {seeds: [s, ...]}")
+    _count_seeds(value["seeds"], lambda key, problem: fail(f"confirm.{key}", problem))
+    try:
+        return confirmation_seeds(tuning, value["seeds"])
+    except ValueError as err:
+        raise fail("confirm.seeds", str(err)) from None
+
+
+def confirmation_seeds(tuning: tuple[int, ...], wanted: int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
+    """The seeds of a confirmation stage: N fresh ones after the largest tuning seed (so they never
+    share a stream with a tuning run), or the list given. ValueError if the list reuses a tuning seed:
+    a configuration confirmed on the seeds that selected it would carry the selection bias."""
+    if isinstance(wanted, int):
+        if wanted > MAX_RUNS:
+            raise ValueError(f"{wanted:,} seeds is more than the limit of {MAX_RUNS:,} runs")
+        start = max(tuning) + 1
+        return tuple(range(start, start + wanted))
+    overlap = sorted(set(wanted) & set(tuning))
+    if overlap:
+        raise ValueError(
+            f"seed(s) {', '.join(map(str, overlap[:5]))} are tuning seeds; confirmation seeds must be fresh "
+            f"(disjoint from the tuning seeds {_short(list(tuning))})"
+        )
+    return tuple(wanted)
 
 
 def cpu_only_tasks(experiments) -> list[str]:

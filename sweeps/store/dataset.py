@@ -24,10 +24,18 @@ files named by manifests, so a crash never shows half a pack and a file no manif
 claim the same (config, seed) (a pack written twice), readers take each (config, seed)
 from the NEWEST manifest (by `written_at`, then write id) and ignore older copies.
 
+Stages. A pack belongs to one stage (sweeps.spec.STAGES): `tuning` (the sweep's grid on its
+seeds) or `confirmation` (selected configurations on fresh seeds, see stages.py). Its manifest
+says which ("stage"; a manifest without it predates stages and is tuning) and its data files
+carry a `stage` column for outside readers (polars, DuckDB: filter `stage = 'tuning'`). The
+readers here select manifests by stage, so (config, seed) pairs, the newest-wins rule and
+finished runs are all per stage, and the frames they return hold one stage (`stage` filled in
+for files written before stages).
+
 Manifest (JSON, format 1):
 
     {"format": 1, "pack_id": "...", "write_id": "...", "written_at": 1714000000.123,
-     "task": "linear_tracking", "optimizer": "fade",
+     "task": "linear_tracking", "optimizer": "fade", "stage": "tuning",
      "configs": ["<config id>", ...], "seeds": [0, 1, 2],      # the pack's runs: every config x every seed
      "files": {"scores": {"path": "scores/task=.../pack-....parquet", "rows": 6, "bytes": 4242, "sha256": "..."},
                "curves": {"path": "curves/task=.../pack-....parquet", "rows": 12, "bytes": 5151, "sha256": "..."}}}
@@ -52,7 +60,7 @@ import pyarrow.parquet as pq
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.packs.outcome import PackOutcome
 from sweeps.store.location import Entry, StoreLocation, as_location
-from sweeps.spec import Pack
+from sweeps.spec import STAGES, TUNING, Pack
 
 SCORES, CURVES = "scores", "curves"
 KINDS = (SCORES, CURVES)
@@ -60,6 +68,7 @@ MANIFESTS = "manifests"
 MANIFEST_FORMAT = 1
 PARTITIONS = ("task", "optimizer")  # hive partitions: in the path, never inside a file
 HIVE_SCHEMA = {"task": pl.String, "optimizer": pl.String}
+STAGE = "stage"  # the column (and manifest key) naming a row's stage
 
 
 class StoreError(RuntimeError):
@@ -100,6 +109,7 @@ def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     columns["diverged"] = pa.array(outcome.diverged, pa.bool_())
     columns["steps"] = pa.array(np.full(pack.runs, pack.experiment.settings.steps), pa.int64())
     columns["wall_seconds"] = pa.array(np.full(pack.runs, outcome.wall_seconds), pa.float64())
+    columns[STAGE] = pa.array([pack.stage] * pack.runs, pa.string())
     return pa.table(columns)
 
 
@@ -116,6 +126,7 @@ def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
             columns[name] = pa.FixedSizeListArray.from_arrays(flat, values.shape[2])
         else:
             columns[name] = pa.array(values.reshape(-1), pa.float64())
+    columns[STAGE] = pa.array([pack.stage] * pack.runs * bins, pa.string())
     return pa.table(columns)
 
 
@@ -168,6 +179,7 @@ def write_pack(results_dir: str | Path | StoreLocation, pack: Pack, outcome: Pac
         "written_at": time.time(),
         "task": e.task,
         "optimizer": e.optimizer,
+        STAGE: pack.stage,
         "configs": [c.config_id for c in pack.configs],
         "seeds": [int(s) for s in pack.seeds],
         "files": files,
@@ -193,6 +205,11 @@ class Manifest:
     configs: tuple[str, ...]
     seeds: tuple[int, ...]
     files: dict  # kind -> {"path", "rows", "bytes", "sha256"}
+    stage: str | None = None  # None: written before stages (tuning; its files have no stage column)
+
+    @property
+    def run_stage(self) -> str:
+        return self.stage or TUNING
 
     @property
     def order(self) -> tuple[float, str]:
@@ -218,9 +235,13 @@ def parse_manifest(name: str, raw: bytes) -> Manifest:
             if not (isinstance(entry["path"], str) and entry["path"].startswith(f"{kind}/") and ".." not in entry["path"]):
                 raise ValueError(f"files.{kind}.path {entry['path']!r} is not under {kind}/")
             int(entry["rows"]), int(entry["bytes"]), str(entry["sha256"])
+        stage = doc.get(STAGE)
+        if stage is not None and stage not in STAGES:
+            raise ValueError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
         return Manifest(
             name, str(doc["pack_id"]), str(doc["write_id"]), float(doc["written_at"]), str(doc["task"]),
             str(doc["optimizer"]), tuple(str(c) for c in doc["configs"]), tuple(int(s) for s in doc["seeds"]), files,
+            stage,
         )
     except (KeyError, TypeError) as err:
         raise ValueError(f"missing or mistyped field {err}") from None
@@ -261,14 +282,19 @@ def has_results(results_dir: str | Path | StoreLocation) -> bool:
     return bool(_manifest_entries(results_dir))
 
 
-def finished_runs(results_dir: str | Path | StoreLocation) -> set[tuple[str, int]]:
-    """(config_id, seed) of every committed run (from the manifests; no Parquet is read)."""
-    return {pair for m in read_manifests(results_dir) for pair in m.pairs()}
+def stage_manifests(results_dir: str | Path | StoreLocation, stage: str = TUNING) -> list[Manifest]:
+    """The committed pack writes of one stage, oldest first."""
+    return [m for m in read_manifests(results_dir) if m.run_stage == stage]
+
+
+def finished_runs(results_dir: str | Path | StoreLocation, stage: str = TUNING) -> set[tuple[str, int]]:
+    """(config_id, seed) of every committed run of `stage` (from the manifests; no Parquet is read)."""
+    return {pair for m in stage_manifests(results_dir, stage) for pair in m.pairs()}
 
 
 def pack_written(results_dir: str | Path | StoreLocation, pack: Pack) -> bool:
-    """Whether every run of the pack is committed (by this pack or others)."""
-    done = finished_runs(results_dir)
+    """Whether every run of the pack is committed (by this pack or others of its stage)."""
+    done = finished_runs(results_dir, pack.stage)
     return all((c.config_id, s) in done for c in pack.configs for s in pack.seeds)
 
 
@@ -335,11 +361,12 @@ def set_aside_damaged(results_dir: str | Path | StoreLocation) -> list[str]:
 
 
 def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list[pl.LazyFrame]:
-    """One lazy scan per task (tasks differ in their settings columns), partitions from the paths.
+    """One lazy scan per task (tasks differ in their settings columns) and file schema (with or without
+    the stage column), partitions from the paths.
 
     Local files: polars reads them itself. Object stores: a pyarrow dataset over the same
     filesystem (so the same credentials chain and endpoint), scanned lazily by polars."""
-    by_task: dict[str, list[str]] = {}
+    by_task: dict[tuple[str, bool], list[str]] = {}
     for m in manifests:
         rel = m.files[kind]["path"]
         if why := damage(location, m, kind):
@@ -347,18 +374,20 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
                 f"{location.url(rel)}: {why} ({MANIFESTS}/{m.name}); run `fade-sweep verify {location}`, and "
                 "`fade-sweep run ... --resume` to set the damaged pack aside and run it again"
             )
-        by_task.setdefault(m.task, []).append(location.path(rel))
+        by_task.setdefault((m.task, m.stage is None), []).append(location.path(rel))
     if location.local:
-        return [
-            pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE_SCHEMA, try_parse_hive_dates=False)
-            for paths in by_task.values()
-        ]
-    partitioning = ds.partitioning(pa.schema([("task", pa.string()), ("optimizer", pa.string())]), flavor="hive")
-    return [
-        pl.scan_pyarrow_dataset(ds.dataset(paths, filesystem=location.fs, format="parquet", partitioning=partitioning,
-                                           partition_base_dir=location.path(kind)))
-        for paths in by_task.values()
-    ]
+        frames = {
+            key: pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE_SCHEMA, try_parse_hive_dates=False)
+            for key, paths in by_task.items()
+        }
+    else:
+        partitioning = ds.partitioning(pa.schema([("task", pa.string()), ("optimizer", pa.string())]), flavor="hive")
+        frames = {
+            key: pl.scan_pyarrow_dataset(ds.dataset(paths, filesystem=location.fs, format="parquet",
+                                                    partitioning=partitioning, partition_base_dir=location.path(kind)))
+            for key, paths in by_task.items()
+        }
+    return [frame.with_columns(pl.lit(TUNING).alias(STAGE)) if legacy else frame for (_, legacy), frame in frames.items()]
 
 
 def scan_selection(results_dir: str | Path | StoreLocation, selection: Selection, kind: str) -> pl.LazyFrame | None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -184,8 +183,3 @@ def check_and_record(results_dir: str | Path | StoreLocation, sweep: Sweep, dtyp
     }
     results_dir.write_bytes(STORE_RECORD, json.dumps(record, indent=1).encode(), durable=True)
     return notices
-
-
-def print_notices(notices: list[str]) -> None:
-    for line in notices:
-        print(line, file=sys.stderr)

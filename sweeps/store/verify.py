@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.store.location import StoreLocation, as_location
+from sweeps.store.stages import CONFIRMATION_RECORD, read_confirmation
 from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, recorded_pairs, recorded_sweep
 from sweeps.store.dataset import (
     CURVES,
@@ -32,7 +33,7 @@ from sweeps.store.dataset import (
     orphan_entries,
     parse_manifest,
 )
-from sweeps.spec import make_config
+from sweeps.spec import TUNING, make_config
 
 KEY_TYPES = {"config_id": pa.string(), "seed": pa.int64()}
 EXPECTED_TYPES = {
@@ -164,13 +165,14 @@ def verify_store(results_dir: str | Path | StoreLocation) -> Verification:
         for kind in KINDS:
             _check_file(v, location, m, kind)
 
-    holders: dict[tuple[str, int], list[Manifest]] = defaultdict(list)
+    holders: dict[tuple[str, int], list[Manifest]] = defaultdict(list)  # tuning runs
+    confirming: dict[tuple[str, int], list[Manifest]] = defaultdict(list)
     for m in manifests:
         for pair in m.pairs():
-            holders[pair].append(m)
-    v.runs = len(holders)
+            (holders if m.run_stage == TUNING else confirming)[pair].append(m)
+    v.runs = len(holders) + len(confirming)
     shared: dict[tuple[str, ...], list[tuple[str, int]]] = defaultdict(list)
-    for pair, ms in holders.items():
+    for pair, ms in [*holders.items(), *confirming.items()]:  # a duplicate is a pair held twice in one stage
         if len(ms) > 1:
             shared[tuple(m.name for m in ms)].append(pair)
     for names, pairs in shared.items():
@@ -197,7 +199,27 @@ def verify_store(results_dir: str | Path | StoreLocation) -> Verification:
         for (task, optimizer), n in sorted(lacking.items()):
             if n:
                 v.add("missing runs", f"{task}/{optimizer}: {n} runs of the current sweep have no result")
+    _check_confirmation(v, location, confirming)
     return v
+
+
+def _check_confirmation(v: Verification, location: StoreLocation, confirming: dict) -> None:
+    """The confirmation stage: its record readable, and each of its runs stored (counted as missing)."""
+    try:
+        record = read_confirmation(location)
+    except ValueError as err:
+        v.add("record", str(err))
+        return
+    if record is None:
+        if confirming:
+            v.notes.append(f"{len(confirming)} stored confirmation runs but no {CONFIRMATION_RECORD}; ignored")
+        return
+    lacking = Counter(row["optimizer"] for row in record.selected for s in record.seeds
+                      if (row["config_id"], s) not in confirming)
+    v.missing += sum(lacking.values())
+    for optimizer, n in sorted(lacking.items()):
+        v.add("missing runs", f"confirmation/{optimizer}: {n} confirmation runs have no result "
+                              "(`fade-sweep confirm` runs them)")
 
 
 def format_verification(v: Verification) -> str:

@@ -11,8 +11,6 @@ pickle), and hands its path in `resume_from`.
 
 from __future__ import annotations
 
-import io
-import json
 import tempfile
 from pathlib import Path
 
@@ -22,13 +20,11 @@ import torch
 from ray import tune
 
 from sweeps.packs import ChunkProgress, make_runner
+from sweeps.packs.runner import CHECKPOINT_FILE
 from sweeps.packs.neural import use_tf32
 from sweeps.store.location import StoreLocation
 from sweeps.store.dataset import pack_written, write_pack
 from sweeps.spec import Pack
-
-CHECKPOINT_FILE = "pack_state.pt"  # tensors only, loaded with weights_only=True
-CHECKPOINT_META = "pack.json"  # {"pack_id", "steps_done", "total_steps", "dtype"}
 
 
 def _summary(progress: ChunkProgress) -> dict:
@@ -75,7 +71,7 @@ def pack_trainable(
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
-            runner.load_state_dict(torch.load(Path(directory) / CHECKPOINT_FILE, map_location="cpu", weights_only=True))
+            runner.load_checkpoint(Path(directory))
     elif resume_from and pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, location, resume_from[pack.pack_id]):
         runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device)  # half-loaded state: start clean
     restored_from = runner.steps_done
@@ -86,9 +82,7 @@ def pack_trainable(
         metrics = {**_summary(last), "restored_from_step": restored_from}
         if checkpoint_every and chunk % checkpoint_every == 0:
             with tempfile.TemporaryDirectory() as directory:
-                torch.save(runner.state_dict(), Path(directory) / CHECKPOINT_FILE)
-                meta = {"pack_id": pack.pack_id, "steps_done": last.steps_done, "total_steps": last.total_steps, "dtype": dtype}
-                (Path(directory) / CHECKPOINT_META).write_text(json.dumps(meta))
+                runner.save_checkpoint(Path(directory), dtype)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
         else:
             tune.report(metrics)
@@ -105,9 +99,7 @@ def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str) ->
 
     Runs are deterministic, so starting over costs time, never correctness."""
     try:
-        raw = location.read_bytes(f"{directory}/{CHECKPOINT_FILE}")
-        state = torch.load(io.BytesIO(raw), map_location="cpu", weights_only=True)
-        runner.load_state_dict(state)
+        runner.load_checkpoint(location.read_bytes(f"{directory}/{CHECKPOINT_FILE}"))
     except Exception as err:  # noqa: BLE001 - a checkpoint cut short by a kill, or not a tensor file
         print(f"checkpoint {location.url(directory)} unreadable ({type(err).__name__}: {err}); the pack starts over")
         return False

@@ -1,0 +1,191 @@
+"""The Tune wiring: one Tune experiment whose trials are packs, with the trainable, the
+placement of each trial, the run config, signals and Tune's log noise handled.
+
+Interrupts are honest: SIGINT (Ctrl-C) or SIGTERM stops Tune's trials, finished packs stay
+in the store, status.json says `interrupted`, and `run_packs` raises `SweepInterrupted`
+(the command exits 130) instead of returning as if the sweep were done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from ray import tune
+
+from sweeps.spec import TUNING, Pack, PackResources, Sweep
+from sweeps.store.dataset import finished_runs
+from sweeps.store.location import StoreLocation
+from sweeps.tune.options import ExecutionOptions, SweepInterrupted
+from sweeps.tune.progress import SweepProgress
+from sweeps.tune.resume import PACKS_RECORD, TUNE_PREFIX, packs_document
+from sweeps.tune.trainable import pack_trainable
+from tasks import get_task
+
+
+def shown(location: StoreLocation):
+    """What callers get back: a Path for a local store (as before), the location otherwise."""
+    return location.local_path if location.local else location
+
+
+def _trainable(packs: dict[str, Pack], results_dir: StoreLocation, options: ExecutionOptions, resources: PackResources,
+               resume_from: dict[str, str]):
+    return tune.with_resources(
+        tune.with_parameters(
+            pack_trainable,
+            packs=packs,
+            results_dir=results_dir.uri,  # workers rebuild the location (credentials from their own chain)
+            chunk_steps=options.chunk_steps,
+            dtype=options.dtype,
+            checkpoint_every=options.checkpoint_every,
+            resume_from=resume_from,
+            tf32=options.tf32,
+        ),
+        pack_placement(packs, resources),
+    )
+
+
+def pack_placement(packs: dict[str, Pack], resources: PackResources):
+    """Each trial's request: the GPU share for packs of GPU-capable (neural) tasks, CPUs alone
+    for CPU-only (linear) ones, so one sweep fills both kinds of slot."""
+
+    def request(config: dict) -> tune.PlacementGroupFactory:
+        task = get_task(packs[config["pack_id"]].experiment.task)
+        return tune.PlacementGroupFactory([resources.for_task(task.runs_on_gpu).as_tune()])
+
+    return request
+
+
+def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions, progress: SweepProgress) -> tune.RunConfig:
+    # We snapshot the experiment at each checkpoint on purpose (see below); Tune warns about it.
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    # Tune writes its experiment and the checkpoints beside the results: a local path, or the
+    # bucket path with the store's pyarrow filesystem (custom endpoint included, no credentials in it).
+    storage_path, storage_filesystem = results_dir.tune_storage()
+    return tune.RunConfig(
+        name=name,
+        storage_path=storage_path,
+        storage_filesystem=storage_filesystem,
+        verbose=0,
+        callbacks=[progress],
+        failure_config=tune.FailureConfig(max_failures=options.max_failures),
+        # Keep only the newest checkpoint of each trial: what a retry, or a resumed sweep, continues from.
+        checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
+    )
+
+
+def _new_experiment(results_dir: StoreLocation, document: bytes) -> str:
+    """A new tune-<time> experiment holding its packs record (the writer lock is held: no race)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    for n in range(1000):
+        name = f"{TUNE_PREFIX}{stamp}" + (f"-{n}" if n else "")
+        if results_dir.local:
+            try:
+                (results_dir.local_path / name).mkdir()
+            except FileExistsError:
+                continue
+        elif results_dir.exists(name):
+            continue
+        results_dir.write_bytes(f"{name}/{PACKS_RECORD}", document)
+        return name
+    raise RuntimeError(f"cannot create a new Tune experiment folder in {results_dir}")
+
+
+class _QuietTune(logging.Filter):
+    """Drops Tune's advice that does not apply here (Tuner.restore: resuming is `--resume`) and its
+    complaints about trials it stopped before their first result."""
+
+    HIDDEN = ("Tuner.restore", "Failed to fetch metrics")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not any(h in record.getMessage() for h in self.HIDDEN)
+
+
+_QUIET = _QuietTune()
+
+
+def _quiet_tune() -> None:
+    """Install the filter on Tune's loggers (when a run starts, once; importing this module changes nothing)."""
+    for name in ("ray.tune.tune", "ray.tune.analysis.experiment_analysis"):
+        logger = logging.getLogger(name)
+        if _QUIET not in logger.filters:
+            logger.addFilter(_QUIET)
+
+
+class Signals:
+    """While packs run, SIGTERM stops the sweep as SIGINT does (during fit: Tune's handler, which
+    stops the trials and returns); afterwards both handlers are restored (Tune leaves its own)."""
+
+    def __enter__(self):
+        self._active = threading.current_thread() is threading.main_thread()
+        if self._active:
+            self._sigint, self._sigterm = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+            signal.signal(signal.SIGTERM, self._on_sigterm)
+        return self
+
+    @staticmethod
+    def _on_sigterm(signum, frame) -> None:
+        handler = signal.getsignal(signal.SIGINT)  # Tune's while it runs: stop the trials, return from fit
+        if callable(handler):
+            handler(signal.SIGINT, frame)
+        else:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc) -> None:
+        if self._active:
+            signal.signal(signal.SIGINT, self._sigint)  # Tune leaves its handler installed
+            signal.signal(signal.SIGTERM, self._sigterm)
+
+
+@dataclass(frozen=True)
+class Phase:
+    """What the Tune experiment of this run did."""
+
+    packs: int
+    run_steps: int
+    compute_seconds: float
+    nodes: frozenset[str]
+
+
+def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], results_dir: StoreLocation,
+              options: ExecutionOptions, resources: PackResources, earlier: list[Pack]) -> Phase:
+    """Run the packs (of one stage) as one new Tune experiment; raises SweepInterrupted or RuntimeError
+    unless all finish."""
+    _quiet_tune()
+    results_dir.makedirs()
+    name = _new_experiment(results_dir, packs_document(sweep, packs))
+    by_id = {p.pack_id: p for p in packs}
+    stage = packs[0].stage
+    label = sweep.name if stage == TUNING else f"{sweep.name} ({stage})"
+    progress = SweepProgress(label, packs, results_dir, options.show_progress, finished=earlier)
+    grid = None
+    try:
+        tuner = tune.Tuner(
+            _trainable(by_id, results_dir, options, resources, resume_from),
+            param_space={"pack_id": tune.grid_search(list(by_id))},
+            tune_config=tune.TuneConfig(reuse_actors=True),
+            run_config=_run_config(name, results_dir, options, progress),
+        )
+        grid = tuner.fit()
+    except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
+        pass
+    done = finished_runs(results_dir, stage)
+    written = {p.pack_id for p in [*earlier, *packs] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
+    failed = [] if grid is None else [r.config.get("pack_id") for r in grid if r.error and r.config.get("pack_id") not in written]
+    unfinished = [pid for pid in by_id if pid not in written and pid not in failed]
+    if grid is None or unfinished:
+        progress.finish("interrupted", written)
+        raise SweepInterrupted(len(written), len(earlier) + len(packs), shown(results_dir))
+    if failed:
+        progress.finish("failed", written)
+        raise RuntimeError(
+            f"{len(failed)} of {len(packs)} packs failed ({', '.join(failed)}) after retries; the others are saved: "
+            f"fix the cause and rerun with --resume. First error: {grid.errors[0]}"
+        )
+    progress.finish("finished", written)
+    compute = sum(r.metrics.get("compute_seconds", 0.0) for r in grid if r.metrics)
+    return Phase(len(packs), sum(p.run_steps for p in packs), compute, frozenset(progress.status.nodes))

@@ -1,0 +1,217 @@
+"""The confirmation stage: each method's selected configuration re-run on fresh seeds.
+
+The tuning stage is written in-process (float64, the pack runner itself); `fade-sweep confirm`
+runs in a subprocess (embedded Ray, 2 CPUs) as a user would. Confirmation scores must equal an
+in-process float64 computation on the fresh seeds, also after an interrupt, to SAME_RUN: the
+linear kernels are compiled with fastmath `reassoc`, so a vectorised dot product may round its
+last bit differently from one process to another (seen once: 1 ulp on a 600,000-step run);
+anything a confirmation or a resume could get wrong (another seed, configuration, setting or
+step) moves the score by far more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import torch
+
+from sweeps import results
+from sweeps.analysis.confirm import confirmation_table
+from sweeps.analysis.tables import table_text
+from sweeps.cli import main
+from sweeps.packs import make_runner
+from sweeps.spec import CONFIRMATION, Pack, SweepError, make_config, parse_sweep, plan_confirmation
+from sweeps.store.dataset import finished_runs, write_pack
+from sweeps.store.record import check_and_record
+from sweeps.store.stages import read_confirmation
+from sweeps.store.verify import verify_store
+
+# Two settings; sgd with a step size that learns and one that barely moves (alpha=5e-4 cannot
+# track a target that changes every 20 steps), so the selection is known: alpha=0.05.
+KNOWN = {
+    "name": "known",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 20_000, "bin": 5_000},
+    "seeds": 3,
+    "variants": [{"task_settings": {"noise": 0.0}}, {"task_settings": {"noise": 1.0}}],
+    "optimizers": {"sgd": {"alpha": [0.05, 0.0005]}, "fade": {"alpha": [0.05], "theta_lambda": [0.01], "gamma0": [-2.3, -4.6]}},
+}
+# Six experiments of one configuration each: six confirmation packs of a few seconds, two at a time.
+SLOW = {
+    "name": "slow",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 600_000, "bin": 60_000},
+    "seeds": 2,
+    "variants": [{"task_settings": {"noise": 0.0}}, {"task_settings": {"noise": 1.0}}],
+    "optimizers": {"sgd": {"alpha": 0.01}, "idbd": {"theta_alpha": 0.005, "beta0": -4.6},
+                   "coupled": {"theta": 0.005, "beta0": -4.6, "gamma0": -2.3}},
+}
+SLOW_PACKS = 6
+SAME_RUN = 1e-13  # relative: a few ulps (see the module docstring)
+CONFIRM_OPTIONS = ["--num-cpus", "2", "--chunk-steps", "10000", "--checkpoint-every", "5"]
+
+
+def _outcome(pack: Pack):
+    runner = make_runner(pack, 100_000, torch.float64)
+    for _ in runner.run():
+        pass
+    return runner.outcome()
+
+
+def _tuned_store(storage: Path, document: dict) -> Path:
+    """The sweep's grid computed in-process (one float64 pack per experiment) and committed as a store."""
+    sweep = parse_sweep(document, "test")
+    results_dir = storage / sweep.name
+    check_and_record(results_dir, sweep, "float64")
+    for e in sweep.experiments:
+        pack = Pack(e, tuple(make_config(e, v) for v in e.configs()), sweep.seeds)
+        write_pack(results_dir, pack, _outcome(pack))
+    return results_dir
+
+
+def _reference(document: dict, selected: list[str], seeds: tuple[int, ...]) -> dict[tuple[str, int], float]:
+    """Scores of the selected configurations on `seeds`, in-process, one float64 pack each."""
+    sweep = parse_sweep(document, "reference")
+    chosen = [(e, make_config(e, v)) for e in sweep.experiments for v in e.configs() if make_config(e, v).config_id in selected]
+    scores = {}
+    for pack in plan_confirmation(chosen, seeds, cpus=1):
+        scores.update(zip([(c.config_id, s) for c in pack.configs for s in pack.seeds], _outcome(pack).score))
+    return scores
+
+
+def _cli(*args: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    return subprocess.Popen([sys.executable, "-m", "sweeps.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env, start_new_session=True)
+
+
+def _confirmation_scores(results_dir: Path) -> pl.DataFrame:
+    return results.scores(results_dir, stage=CONFIRMATION).collect()
+
+
+@pytest.fixture(scope="module")
+def confirmed(tmp_path_factory) -> tuple[Path, dict]:
+    """KNOWN tuned in-process, its tables as they were, then `fade-sweep confirm --seeds 2`."""
+    results_dir = _tuned_store(tmp_path_factory.mktemp("known"), KNOWN)
+    before = {kind: table_text(results_dir, kind, "csv") for kind in ("best", "compare", "sensitivity", "importance")}
+    run = _cli("confirm", str(results_dir), "--seeds", "2", *CONFIRM_OPTIONS)
+    out, _ = run.communicate(timeout=400)
+    assert run.returncode == 0, out
+    return results_dir, {"before": before, "out": out}
+
+
+def test_the_known_selection_is_confirmed_on_fresh_disjoint_seeds(confirmed):
+    results_dir, _ = confirmed
+    record = read_confirmation(results_dir)
+    assert record.seeds == (3, 4) and record.tuning_seeds == (0, 1, 2) and record.stat == "mean"
+    sgd = [row for row in record.selected if row["optimizer"] == "sgd"]
+    assert sorted(row["noise"] for row in sgd) == [0.0, 1.0] and {row["alpha"] for row in sgd} == {0.05}
+    runs = _confirmation_scores(results_dir)
+    assert set(runs["seed"]) == {3, 4} and not set(runs["seed"]) & set(results.scores(results_dir).collect()["seed"])
+    assert runs.height == len(record.selected) * 2 == 8 and runs.select("config_id", "seed").unique().height == 8
+    assert set(runs["stage"]) == {"confirmation"} and set(results.scores(results_dir).collect()["stage"]) == {"tuning"}
+    reference = _reference(KNOWN, [row["config_id"] for row in record.selected], record.seeds)
+    for row in runs.iter_rows(named=True):
+        assert row["score"] == pytest.approx(reference[(row["config_id"], row["seed"])], rel=SAME_RUN, abs=0)  # as alone
+
+
+def test_the_table_equals_an_independent_computation(confirmed):
+    results_dir, _ = confirmed
+    tuning, fresh = results.scores(results_dir).collect(), _confirmation_scores(results_dir)
+    keys = ["noise", "optimizer"]
+    best = (tuning.group_by(*keys, "config_id").agg(pl.col("score").mean().alias("tuned"))
+            .sort("tuned").group_by(keys, maintain_order=True).first())  # MSE: lower is better
+    confirmed_means = fresh.group_by(*keys, "config_id").agg(pl.col("score").mean().alias("fresh"))
+    expected = best.join(confirmed_means, on=[*keys, "config_id"]).with_columns(gap=pl.col("fresh") - pl.col("tuned"))
+    expected = expected.with_columns(rank=pl.col("fresh").rank("ordinal").over("noise").cast(pl.UInt32)).sort(keys)
+    table = confirmation_table(results.scores(results_dir), results.scores(results_dir, stage=CONFIRMATION)).sort(keys)
+    assert table["config_id"].to_list() == expected["config_id"].to_list()
+    for ours, theirs in (("tuning_score", "tuned"), ("confirmation_score", "fresh"), ("gap", "gap")):
+        np.testing.assert_allclose(table[ours].to_numpy(), expected[theirs].to_numpy(), rtol=1e-12)
+    assert table["rank"].to_list() == expected["rank"].to_list()
+    assert (table["ci_low"] <= table["confirmation_score"]).all() and (table["confirmation_score"] <= table["ci_high"]).all()
+    shown = main(["table", str(results_dir), "--kind", "confirm"])
+    assert shown == 0
+
+
+def test_tuning_tables_verify_and_missing_runs_ignore_the_confirmation_rows(confirmed, tmp_path):
+    results_dir, seen = confirmed
+    for kind, text in seen["before"].items():
+        assert table_text(results_dir, kind, "csv") == text, kind
+    assert results.missing_runs(results_dir).height == 0
+    verification = verify_store(results_dir)
+    assert verification.clean, verification.problems
+    assert verification.runs == 2 * 4 * 3 + 2 * 2 * 2 and verification.missing == 0  # tuning + confirmation runs
+    copy = tmp_path / results_dir.name
+    shutil.copytree(results_dir, copy)
+    lost = next(p for p in (copy / "manifests").glob("*.json") if json.loads(p.read_text())["stage"] == "confirmation")
+    manifest = json.loads(lost.read_text())
+    lost.unlink()
+    verification = verify_store(copy)
+    assert verification.missing == len(manifest["configs"]) * len(manifest["seeds"]) > 0
+    assert any("confirmation runs have no result" in line for _, line in verification.problems)
+
+
+def test_an_overlapping_seed_list_is_refused(tmp_path, capsys):
+    results_dir = _tuned_store(tmp_path, {**KNOWN, "task_settings": {"steps": 400, "bin": 200}})
+    manifests = sorted(p.name for p in (results_dir / "manifests").iterdir())
+    assert main(["confirm", str(results_dir), "--seeds", "2,7"]) == 2
+    assert "seed(s) 2 are tuning seeds" in capsys.readouterr().err
+    assert sorted(p.name for p in (results_dir / "manifests").iterdir()) == manifests
+    assert not (results_dir / "confirmation.json").exists()
+    with pytest.raises(SweepError, match=r"confirm\.seeds: seed\(s\) 0 are tuning seeds"):
+        parse_sweep({**KNOWN, "confirm": {"seeds": [0, 9]}}, "test")
+    assert parse_sweep({**KNOWN, "confirm": {"seeds": 4}}, "test").confirm_seeds == (3, 4, 5, 6)
+
+
+def test_confirmation_packs_never_share_an_id_with_tuning_packs():
+    sweep = parse_sweep(KNOWN, "test")
+    e = sweep.experiments[0]
+    config = make_config(e, e.configs()[0])
+    tuning = Pack(e, (config,), (3, 4))
+    (confirming,) = plan_confirmation([(e, config)], (3, 4), cpus=1)
+    assert confirming.stage == CONFIRMATION and confirming.seeds == tuning.seeds and confirming.pack_id != tuning.pack_id
+
+
+def _packs_done(results_dir: Path) -> int:
+    try:
+        return len(finished_runs(results_dir, CONFIRMATION)) // 2
+    except Exception:  # noqa: BLE001 - mid-write
+        return 0
+
+
+def test_resume_after_an_interrupt_in_the_confirmation_stage_is_exact(tmp_path):
+    results_dir = _tuned_store(tmp_path, SLOW)
+    args = ["confirm", str(results_dir), "--seeds", "2", "--runs-per-pack", "2", *CONFIRM_OPTIONS]
+    run = _cli(*args)
+    deadline = time.monotonic() + 300
+    while not 0 < _packs_done(results_dir) < SLOW_PACKS:
+        assert run.poll() is None and time.monotonic() < deadline, run.communicate()[0][-3000:]
+        time.sleep(0.05)
+    os.killpg(run.pid, signal.SIGINT)  # Ctrl-C
+    out, _ = run.communicate(timeout=120)
+    saved = _packs_done(results_dir)
+    assert run.returncode == 130 and 0 < saved < SLOW_PACKS, out
+    assert out.strip().splitlines()[-1] == (f"fade-sweep: interrupted: {saved} of {SLOW_PACKS} packs done; continue with "
+                                            f"`fade-sweep confirm {results_dir} --seeds 2`"), out
+    resume = _cli(*args)
+    out, _ = resume.communicate(timeout=400)
+    assert resume.returncode == 0, out
+    assert f"Resumed: {2 * saved:,} runs were already in the store and were not re-run." in out, out
+    runs = _confirmation_scores(results_dir)
+    assert runs.height == 2 * SLOW_PACKS and runs.select("config_id", "seed").unique().height == runs.height
+    record = read_confirmation(results_dir)
+    reference = _reference(SLOW, [row["config_id"] for row in record.selected], record.seeds)
+    for row in runs.iter_rows(named=True):
+        assert row["score"] == pytest.approx(reference[(row["config_id"], row["seed"])], rel=SAME_RUN, abs=0)
+    assert verify_store(results_dir).clean
