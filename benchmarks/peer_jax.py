@@ -124,15 +124,23 @@ def linear_run(rule, p, w0, xs, ys):
 B1, B2, EPS = 0.9, 0.999, 1e-8
 
 
-def adam(p, P, G, m, v, k):
-    """torch.optim.Adam's step on one parameter (k: 1-based step)."""
+class Optimizer(NamedTuple):
+    """A base optimizer as two pure functions of one parameter, as Optax has them."""
+
+    init: Callable  # parameter -> its state
+    update: Callable  # (hyperparameters, P, G, state, k: 1-based step) -> (P, state)
+
+
+def adam_update(p, P, G, state, k):
+    """torch.optim.Adam's step."""
+    m, v = state
     m = m + (1 - B1) * (G - m)
     v = B2 * v + (1 - B2) * G * G
-    return P - p["alpha"] / (1 - B1**k) * m / (jnp.sqrt(v) / jnp.sqrt(1 - B2**k) + EPS), m, v
+    return P - p["alpha"] / (1 - B1**k) * m / (jnp.sqrt(v) / jnp.sqrt(1 - B2**k) + EPS), (m, v)
 
 
-def sgd(p, P, G, m, v, k):
-    return P - p["alpha"] * G, m, v
+ADAM = Optimizer(lambda P: (jnp.zeros_like(P), jnp.zeros_like(P)), adam_update)
+SGD = Optimizer(lambda P: (), lambda p, P, G, state, k: (P - p["alpha"] * G, state))
 
 
 def mlp_loss(params, x, y, slope, classification):
@@ -148,14 +156,16 @@ def mlp_loss(params, x, y, slope, classification):
 
 def neural_run(base, head_fade, slope, classification, p, params0, xs, ys):
     """One run's losses (T,); params0 = [W0, b0, W1, b1, ...]; FADE on the head (algorithms.md §2)."""
-    zeros = [jnp.zeros_like(P) for P in params0]
-    s0 = (params0, zeros, zeros, [P * 0 + p.get("gamma0", 0) for P in params0[-2:]], zeros[-2:], 0)
+    head = params0[-2:]
+    fade0 = ([jnp.zeros_like(P) + p["gamma0"] for P in head], [jnp.zeros_like(P) for P in head]) if head_fade else ()
+    s0 = (params0, [base.init(P) for P in params0], fade0, 0)
 
     def step(s, xy):
-        params, m, v, gamma, g, k = s
+        params, opt, fade, k = s
         (loss, (out, h)), grads = jax.value_and_grad(mlp_loss, has_aux=True)(params, *xy, slope, classification)
         params, k = list(params), k + 1
         if head_fade:  # decay first, then the base step with the gradient taken at P_old
+            gamma, g = fade
             prob = jax.nn.softmax(out)
             q_out = prob * (1 - prob) if classification else jnp.ones_like(out)
             for i, q in zip((-2, -1), (q_out[:, None] * h**2, q_out)):
@@ -163,8 +173,8 @@ def neural_run(base, head_fade, slope, classification, p, params0, xs, ys):
                 l = jnp.exp(gamma[i])
                 g[i] = g[i] * jnp.maximum(1 - l - p["alpha"] * q, 0) - l * params[i]
                 params[i] = (1 - l) * params[i]
-        params, m, v = map(list, zip(*(base(p, *a, k) for a in zip(params, grads, m, v))))
-        return (params, m, v, gamma, g, k), loss
+        params, opt = map(list, zip(*(base.update(p, *a, k) for a in zip(params, grads, opt))))
+        return (params, opt, fade, k), loss
 
     return lax.scan(step, s0, (xs, ys))[1]
 
@@ -183,9 +193,9 @@ def peer_program(meta: dict, init: np.ndarray) -> tuple[Callable, object]:
     shapes = [s for i, o in zip(sizes[:-1], sizes[1:]) for s in ((o, i), (o,))]
     ends = np.cumsum([np.prod(s) for s in shapes])
     params0 = [jnp.asarray(init[:, e - np.prod(s) : e].reshape(-1, *s)) for s, e in zip(shapes, ends)]
-    base = adam if meta["learner"] == "adam" else sgd
-    run = lambda *a: neural_run(base, meta["learner"].startswith("fade"), meta["slope"], meta["classification"], *a)  # noqa: E731
-    return pack(run), params0
+    base = ADAM if meta["learner"] == "adam" else SGD
+    fade_head = meta["learner"].startswith("fade")
+    return pack(lambda *a: neural_run(base, fade_head, meta["slope"], meta["classification"], *a)), params0
 
 
 def worker(path: str, part: int, parts: int) -> None:
@@ -206,7 +216,7 @@ def worker(path: str, part: int, parts: int) -> None:
     for _ in sys.stdin:
         wall, cpu = time.perf_counter(), time.process_time()
         jax.block_until_ready(program(p, init, x, y))
-        print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu, "runs": runs}), flush=True)
+        print(json.dumps({"wall": time.perf_counter() - wall, "cpu": time.process_time() - cpu}), flush=True)
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:
@@ -224,7 +234,7 @@ from bench_neural import SHARED_EMNIST, experiment  # noqa: E402
 from fade_core import LINEAR_LEARNERS, initial_weights, make_runs  # noqa: E402
 from fade_core.linear import advance, hyperparameter_matrix, init_state  # noqa: E402
 from fade_core.neural import StepSums  # noqa: E402
-from roofline import Bound, machine  # noqa: E402
+from roofline import Bound, machine, si  # noqa: E402
 from tasks import get_task  # noqa: E402
 from tests.emnist_fixture import write_idx_dataset  # noqa: E402
 
@@ -255,7 +265,8 @@ def linear_case(learner: str, steps: int, dtype: torch.dtype) -> Case:
     # bench_linear's values; the first hyperparameter spread over a factor 4, so configs differ
     hp = {n: np.full(configs, HP[n]) for n in spec.hyperparameters}
     hp[spec.hyperparameters[0]] *= 2.0 ** np.linspace(-1, 1, configs)
-    hpm = hyperparameter_matrix(spec, {n: torch.from_numpy(np.repeat(v, seeds)) for n, v in hp.items()}, configs * seeds, dtype)
+    per_run = {n: torch.from_numpy(np.repeat(v, seeds)) for n, v in hp.items()}
+    hpm = hyperparameter_matrix(spec, per_run, configs * seeds, dtype)
     slot = torch.arange(configs * seeds) % seeds  # run r = config r // S, seed r % S
     w0 = initial_weights(range(seeds), D, dtype)
 
@@ -322,7 +333,8 @@ def neural_case(workload: str, learner: str, steps: int, dtype: torch.dtype, dat
     init = fresh().net.flat[:seeds].numpy()  # run s < S is config 0 of seed s
     arrays = {"x": x.numpy(), "y": y.numpy().astype(np.int32) if meta["classification"] else y.numpy(), "init": init,
               **{f"hp_{k}": v for k, v in hp.items()}}
-    return Case(meta, arrays, prepare, guard, state * x.element_size(), (arch.sizes[0] + arch.sizes[-1]) * x.element_size())
+    sample = arch.sizes[0] + arch.sizes[-1]
+    return Case(meta, arrays, prepare, guard, state * x.element_size(), sample * x.element_size())
 
 
 def max_rel_diff(project: np.ndarray, peer: np.ndarray) -> float:
@@ -337,6 +349,13 @@ def timed(call: Callable[[], None]) -> tuple[float, float]:
     return time.perf_counter() - wall, time.process_time() - cpu
 
 
+def reply(worker: subprocess.Popen) -> dict:
+    line = worker.stdout.readline()
+    if not line:
+        raise RuntimeError(f"a JAX worker exited (status {worker.wait()}); its error is above")
+    return json.loads(line)
+
+
 def compare(case: Case, steps: int, cores: int, repeats: int, folder: Path) -> dict:
     """Guard, then interleaved timings; rates in run-steps/s (wall, and per CPU second)."""
     path = folder / f"{case.meta['workload']}-{case.meta['learner']}.npz"
@@ -346,7 +365,7 @@ def compare(case: Case, steps: int, cores: int, repeats: int, folder: Path) -> d
     workers = [subprocess.Popen([sys.executable, __file__, "--worker", str(path), str(k), str(cores)], env=env,
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k in range(cores)]
     try:
-        cost = [json.loads(w.stdout.readline()) for w in workers][0]
+        cost = [reply(w) for w in workers][0]
         peer_guard = np.concatenate([np.load(f"{path}.guard{k}.npy") for k in range(cores)])
         numba.set_num_threads(cores)
         diff = max_rel_diff(case.guard(), peer_guard)  # also compiles the project's kernel
@@ -356,7 +375,7 @@ def compare(case: Case, steps: int, cores: int, repeats: int, folder: Path) -> d
             for w in workers:
                 w.stdin.write("go\n")
                 w.stdin.flush()
-            done = [json.loads(w.stdout.readline()) for w in workers]
+            done = [reply(w) for w in workers]
             peer.append((max(d["wall"] for d in done), sum(d["cpu"] for d in done)))
     finally:
         for w in workers:
@@ -368,13 +387,18 @@ def compare(case: Case, steps: int, cores: int, repeats: int, folder: Path) -> d
             "peer_cpu": best(peer, 1), "diff": diff, **cost}
 
 
+def fail(message: str) -> None:
+    print(f"peer_jax: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
     items = [t for t in text.split(",") if t]
     bad = [t for t in items if t not in allowed]
     if bad or not items:
-        print(f"peer_jax: unknown {what} {','.join(bad) or repr(text)}; choose from {','.join(allowed)}", file=sys.stderr)
-        sys.exit(2)
+        fail(f"unknown {what} {','.join(bad) or repr(text)}; choose from {','.join(allowed)}")
     return items
+
 
 
 def main() -> None:
@@ -382,7 +406,7 @@ def main() -> None:
     parser.add_argument("--workloads", default="linear,nonlinear,emnist")
     parser.add_argument("--learners", help="only these learners (default: all of each workload)")
     parser.add_argument("--steps", type=int, help=f"steps timed (default {STEPS})")
-    parser.add_argument("--cores", type=int, default=1, help="numba threads for the project, JAX processes for the peer")
+    parser.add_argument("--cores", type=int, default=1, help="project: numba threads; peer: JAX processes")
     parser.add_argument("--dtype", help="float32 and/or float64 (default: both for linear, float32 for the networks)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per side; the best is kept")
     args = parser.parse_args()
@@ -392,13 +416,12 @@ def main() -> None:
     dtypes = parse_list(args.dtype, ("float32", "float64"), "dtype") if args.dtype else None
     for name, value in (("--cores", args.cores), ("--repeats", args.repeats), ("--steps", args.steps or GUARD)):
         if value < 1 or (name == "--steps" and value < GUARD):
-            print(f"peer_jax: {name} must be at least {GUARD if name == '--steps' else 1}, got {value}", file=sys.stderr)
-            sys.exit(2)
+            fail(f"{name} must be at least {GUARD if name == '--steps' else 1}, got {value}")
     hw = machine(args.cores)
-    print(f"{hw.summary}; jax {jax.__version__}, torch {torch.__version__}, numba {numba.__version__}; "
-          f"{args.cores} core(s): project {args.cores} numba thread(s), peer {args.cores} single-threaded JAX process(es)")
-    print(f"{'workload':<9} {'learner':<9} {'dtype':<7} {'runs':>4} {'project/s':>10} {'JAX/s':>10} {'ratio':>6}"
-          f" {'proj/CPU-s':>10} {'JAX/CPU-s':>10} {'ratio':>6} {'max rel diff':>12}")
+    print(f"{hw.summary}\njax {jax.__version__}, torch {torch.__version__}, numba {numba.__version__}; {args.cores}"
+          f" core(s): project {args.cores} numba thread(s), peer {args.cores} single-threaded JAX process(es)")
+    print(f"{'workload':<9} {'learner':<9} {'dtype':<7} {'runs':>4} {'project/s':>9} {'JAX/s':>9} {'ratio':>6}"
+          f" {'proj/CPU-s':>10} {'JAX/CPU-s':>9} {'ratio':>6} {'max rel diff':>12}")
     bounds = []
     with tempfile.TemporaryDirectory(prefix="peer-jax-") as tmp:
         data_dir = emnist_dir(Path(tmp)) if "emnist" in workloads else ""
@@ -411,11 +434,11 @@ def main() -> None:
                             else neural_case(workload, learner, steps, torch_dtype, data_dir))
                     r = compare(case, steps, args.cores, args.repeats, Path(tmp))
                     runs = int(np.prod(PACKS[workload]))
-                    print(f"{workload:<9} {learner:<9} {dtype:<7} {runs:>4} {r['project'] / 1e6:>9.3f}M {r['peer'] / 1e6:>9.3f}M"
-                          f" {r['project'] / r['peer']:>5.2f}x {r['project_cpu'] / 1e6:>9.3f}M {r['peer_cpu'] / 1e6:>9.3f}M"
+                    print(f"{workload:<9} {learner:<9} {dtype:<7} {runs:>4} {si(r['project']):>9} {si(r['peer']):>9}"
+                          f" {r['project'] / r['peer']:>5.2f}x {si(r['project_cpu']):>10} {si(r['peer_cpu']):>9}"
                           f" {r['project_cpu'] / r['peer_cpu']:>5.2f}x {r['diff']:>12.1e}", flush=True)
                     bounds.append(Bound(f"{workload} {learner} {dtype}", r["flops"], r["exp"], case.state_bytes,
-                                        case.input_bytes, runs, torch_dtype.itemsize, r["project"], r["peer"]))
+                                        case.input_bytes, runs, torch_dtype.itemsize, r["project_cpu"], r["peer_cpu"]))
     print("\nratio: project / JAX (> 1: the project is faster). Rates in run-steps per second.\n")
     hw.report(bounds)
 

@@ -15,13 +15,13 @@ EXP_FLOPS = 10  # what one exp or sqrt (XLA's 'transcendentals') costs in FMA-un
 
 
 class Bound(NamedTuple):
-    """What one comparison needs for its bound: XLA's counts per run-step, the state, the two rates."""
+    """One comparison: XLA's counts per run-step, one run's state, both sides' rates per CPU second."""
 
     name: str
     flops: float
     exp: float  # transcendentals (exp, sqrt) per run-step
     state_bytes: int
-    input_bytes: int
+    input_bytes: int  # one step's sample
     runs: int
     itemsize: int
     project: float
@@ -50,29 +50,35 @@ class Machine(NamedTuple):
     def summary(self) -> str:
         levels = ", ".join(f"{k} {self.capacity[k] / 1024:.0f} KiB {self.bandwidth[k] / 1e9:.0f} GB/s"
                            for k in self.capacity if k != "DRAM")
-        return (f"CPU {self.ghz:.2f} GHz, {2 * self.lanes32 * 2} float32 flops/cycle/core (2 FMA x {self.lanes32} lanes);"
-                f" per core: {levels}, DRAM {self.bandwidth['DRAM'] / 1e9:.0f} GB/s")
+        return (f"CPU {self.ghz:.2f} GHz, 2 FMA x {self.lanes32} float32 lanes = {4 * self.lanes32} flops/cycle;"
+                f" per core: {levels}, DRAM {self.bandwidth['DRAM'] / 1e9:.0f} GB/s (read + write)")
 
     def level(self, working_set: float) -> str:
         return next(k for k, v in self.capacity.items() if working_set <= v)
 
     def report(self, bounds: list[Bound]) -> None:
-        print(f"{'bound':<26} {'flops':>6} {'exp':>4} {'state':>8} {'1 run':>5} {'JAX pack':>8} {'compute':>9}"
-              f" {'BW 1 run':>9} {'BW pack':>9} {'project':>8} {'JAX':>6}")
+        """Per core: the compute bound, the bandwidth bound where one run's state lives and where the
+        peer's pack lives, and the share of min(compute, bandwidth for one run) each side reaches."""
+        print(f"{'per core':<26} {'flops':>7} {'exp':>6} {'state':>8} {'1 run':>5} {'JAX pack':>8} {'compute':>8}"
+              f" {'BW 1 run':>8} {'BW pack':>8} {'project':>7} {'JAX':>6}")
         for b in bounds:
-            peak = self.cores * 2 * 2 * self.lanes32 * 4 / b.itemsize * self.ghz * 1e9
-            compute = peak / (b.flops + EXP_FLOPS * b.exp)
+            compute = 4 * self.lanes32 * 4 / b.itemsize * self.ghz * 1e9 / (b.flops + EXP_FLOPS * b.exp)
             traffic = 2 * b.state_bytes + b.input_bytes  # state read and written once per step, one sample read
             one, whole = self.level(b.state_bytes), self.level(b.runs / self.cores * b.state_bytes)
-            bw_one, bw_pack = (self.cores * self.bandwidth[lv] / traffic for lv in (one, whole))
+            bw_one, bw_pack = (self.bandwidth[lv] / traffic for lv in (one, whole))
             bound = min(compute, bw_one)
-            print(f"{b.name:<26} {b.flops:>6.0f} {b.exp:>4.0f} {b.state_bytes / 1024:>6.1f}KB {one:>5} {whole:>8}"
-                  f" {compute / 1e6:>8.2f}M {bw_one / 1e6:>8.2f}M {bw_pack / 1e6:>8.2f}M"
-                  f" {b.project / bound:>8.1%} {b.peer / bound:>6.1%}")
-        print("flops, exp: XLA's count per run-step; state: one run's; 1 run / JAX pack: the level holding one run's"
-              " state (the project's layout) / the peer's share of the pack (batched ops stream it every step); compute:"
-              f" the FMA peak over flops + {EXP_FLOPS} per exp/sqrt; BW: bandwidth of that level over 2 x state + the sample;"
-              " project, JAX: share of min(compute, BW 1 run) reached")
+            print(f"{b.name:<26} {b.flops:>7.0f} {b.exp:>6.0f} {b.state_bytes / 1024:>6.1f}KB {one:>5} {whole:>8}"
+                  f" {si(compute):>8} {si(bw_one):>8} {si(bw_pack):>8}"
+                  f" {b.project / bound:>7.1%} {b.peer / bound:>6.1%}")
+        print("flops, exp: XLA's count of the peer's step, per run-step. state: one run's. 1 run / JAX pack: the level"
+              " holding one run (the project's layout: a thread keeps a run for a segment) / the peer's share of the"
+              f" pack (its batched ops stream every run each step). compute: FMA peak / (flops + {EXP_FLOPS} per exp"
+              " or sqrt). BW: that level's bandwidth / (2 x state + the sample). project, JAX: rate per CPU second"
+              " as a share of min(compute, BW 1 run).")
+
+
+def si(rate: float) -> str:
+    return f"{rate / 1e6:.2f}M" if rate >= 1e6 else f"{rate / 1e3:.1f}K"
 
 
 def machine(cores: int) -> Machine:
