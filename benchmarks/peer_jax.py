@@ -11,8 +11,8 @@ learner as a pure function, `lax.scan` over the steps, `jax.vmap` over configura
 network's backward pass and FADE's trace written out. Both sides get the same packs as
 bench_linear.py / bench_neural.py (linear: 20 configs x 10 seeds, d = 20, float32
 normal data shared per seed; nonlinear: 48 x 5 of the teacher-student stream; EMNIST:
-20 x 5 of the label-permuted stream, $FADE_EMNIST_DIR or shared/data/emnist), the same
-initial weights and per-run hyperparameters.
+20 x 5 of the label-permuted stream from $FADE_EMNIST_DIR or shared/data/emnist, else a
+generated EMNIST-shaped set), the same initial weights and per-run hyperparameters.
 
 Timed: the kernel alone, the stream already in memory. The project: one `advance` call
 (`fade_core.linear.advance`, `NeuralRuns.advance`) over the whole stream with numba at
@@ -25,15 +25,16 @@ processes of a side together: the figure to read on a shared machine).
 
 Guard: before timing, both sides run the first 100 steps and their per-step losses are
 compared; `max rel diff` is max |project - peer| over runs and steps, divided by the run's
-mean loss. Float32 rounding (and the project's float64 accumulation of predictions)
-gives ~1e-6 to 1e-4; anything large means the two are not the same computation.
+mean loss. Float32 rounding (the project accumulates linear predictions in float64 and
+computes Adam's bias corrections in float64) gives ~1e-7 to 3e-4 (float64: ~1e-14);
+anything large means the two are not the same computation.
 
 Bound: the derivation is in benchmarks/ROOFLINE.md. Per workload the script prints the
 flops per run-step (XLA's count of the peer's step), each run's state, the cache level
 holding one run (the project's layout: a thread keeps one run for a whole segment) and
 the level holding the peer's whole pack (its batched ops stream every run's state each
-step), the compute bound, the bandwidth bounds, and the share of the tighter one each
-side reaches.
+step), the compute bound, the bandwidth bounds, and the share of min(compute, bandwidth
+for one run) each side's rate per CPU second reaches.
 """
 
 from __future__ import annotations
