@@ -270,7 +270,8 @@ def _score_note(task_name: str, stat: str = "mean") -> str:
 
 def _outlier_note() -> str:
     return (f"{OUTLIER_MARK} outlier seed: |score - median| > {stats.OUTLIER_THRESHOLD:g} x {stats.MAD_SCALE} x MAD "
-            f"(MAD = 0: {stats.MEAN_AD_SCALE} x mean absolute deviation)")
+            f"(MAD = 0: {stats.MEAN_AD_SCALE} x mean absolute deviation) and > {stats.OUTLIER_MIN_RELATIVE:.0%} of the "
+            f"median; only with {stats.OUTLIER_MIN_SEEDS} or more seeds")
 
 
 @dataclass(frozen=True)
