@@ -298,3 +298,10 @@ def test_static_image_export_needs_kaleido(store, tmp_path, monkeypatch, capsys)
     assert main(["report", str(store), "--out", str(tmp_path / "r.html"), "--images", str(tmp_path / "png")]) == 1
     assert "static image export needs kaleido: pip install 'fade-sweep[images]'" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_headings_name_only_the_tasks_own_settings():
+    # a store of EMNIST and its partial variant has a stable_classes column; the plain task has no such setting
+    title = tables.variant_title({"task": "emnist_label_permuted", "steps": 100, "stable_classes": None, "data_dir": "/x"})
+    assert title == "emnist_label_permuted (steps=100)"
+    assert tables.variant_title({"task": "linear_tracking", "noise": 1.0, "stable_classes": 0}) == "linear_tracking (noise=1.0)"

@@ -96,7 +96,7 @@ def variant_figures(variant: dict, usable: pl.DataFrame, cells: pl.DataFrame, im
                     fixed: dict[str, dict]) -> list[tuple[str, go.Figure]]:
     """The figures of one task setting: `usable` its selected configurations with a score,
     `summary`/`per_seed` their curves (and their fixed-decay counterparts' `fixed`)."""
-    title = style.task_title(variant)
+    title = tables.variant_title(variant)
     task = get_task(variant["task"])
     metric, better = task.curve_metric, "higher" if task.higher_is_better else "lower"
     curves = go.Figure()
@@ -207,7 +207,7 @@ def _slices(cells: pl.DataFrame, hyper: list[str], best: dict, variant: dict, st
     shown = cells.filter(pl.col("stat_value").is_finite(), pl.col("diverged_seeds") == 0)["stat_value"].to_numpy()
     if style.colour_range(shown, False).log:
         fig.update_yaxes(type="log", **style.log_ticks(float(shown.min()), float(shown.max())))
-    fig.update_layout(title=f"Slices of {best['optimizer']}: {style.task_title(variant)}<br><sub>the {name} against "
+    fig.update_layout(title=f"Slices of {best['optimizer']}: {tables.variant_title(variant)}<br><sub>the {name} against "
                             f"each hyperparameter, the others at the selected {tables.selected_hyperparameters(best)}; "
                             "bars: 95% bootstrap CI</sub>", margin={"t": 120})
     return fig
@@ -225,7 +225,7 @@ def _importance(shares: pl.DataFrame, variant: dict, stat: str) -> go.Figure:
     note = ("<br><sub>skipped: " + "; ".join(f"{r['optimizer']} ({r['status'].removeprefix('skipped: ')})"
                                                for r in skipped.iter_rows(named=True)) + "</sub>") if skipped.height else ""
     order = [h for h in queries.HYPERPARAMETER_COLUMNS if h in set(ok["hyperparameter"])] + ["interactions"]
-    fig.update_layout(title=f"Hyperparameter importance: {style.task_title(variant)}<br><sub>share of the variance of "
+    fig.update_layout(title=f"Hyperparameter importance: {tables.variant_title(variant)}<br><sub>share of the variance of "
                             f"the cell {tables.STAT_NAMES[stat]} across each method's grid explained by each main effect</sub>{note}",
                       barmode="group", yaxis={"title": "share of variance", "tickformat": ".0%", "range": [0, 1]},
                       xaxis={"title": "hyperparameter (interactions: the rest)", "categoryorder": "array", "categoryarray": order},

@@ -89,7 +89,7 @@ def parallel(cells: pl.DataFrame, hyper: list[str], method: str, variant: dict, 
         fig.add_annotation(x=i, y=1.08, text=name + (" (log)" if log else ""), showarrow=False, font={"size": 12})
     dropped = cells.height - ok.height
     fig.update_layout(
-        title=f"All configurations of {method}: {style.task_title(variant)}<br><sub>{ok.height} cells"
+        title=f"All configurations of {method}: {tables.variant_title(variant)}<br><sub>{ok.height} cells"
               + (f" ({dropped} diverged or without a score, not shown)" if dropped else "")
               + f", coloured by the {tables.STAT_NAMES[stat]}; hover a line for its values</sub>",
         xaxis={"visible": False, "range": [-0.6, len(names) - 0.6]},
@@ -136,7 +136,7 @@ def heatmap(table: tables.SensitivityTable) -> go.Figure | None:
     fig.update_layout(shapes=sorted(outlines, key=lambda shape: shape["line"]["color"] == "#e41a1c"))
     robust = f"{table.within}/{table.usable} non-diverged cells within 5% of the best" if table.usable else "no usable cell"
     fig.update_layout(
-        title=f"Sensitivity: {style.task_title(table.variant)}, {table.optimizer}, alpha={table.alpha:g}"
+        title=f"Sensitivity: {tables.variant_title(table.variant)}, {table.optimizer}, alpha={table.alpha:g}"
               f"<br><sub>{tables.STAT_NAMES[table.stat]} over seeds; best cell outlined red; {tables.TIED_MARK} dashed black: "
               f"tied with the best (95% CIs overlap); {robust}</sub>",
         xaxis_title="theta_lambda (0 = fixed decay)", yaxis_title="gamma0", xaxis_type="category", yaxis_type="category",

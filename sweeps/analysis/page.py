@@ -80,7 +80,7 @@ def answer(best: pl.DataFrame, variant_cols: list[str], stat: str) -> str:
         variant = dict(zip(variant_cols, key))
         task = get_task(variant["task"])
         ok = group.filter(pl.col("status") == "ok").with_columns(_key=queries.ranking_key("stat_value")).sort("_key")
-        title = escape(style.task_title(variant))
+        title = escape(tables.variant_title(variant))
         if ok.height == 0:
             sentences.append(f"<li><b>{title}</b>: no method has a usable score yet.</li>")
             continue

@@ -1,5 +1,5 @@
 """How the report draws things, the same in every figure: one colour per method, readable log
-ticks, colour ranges that survive a blow-up cell, headings without settings that do not apply.
+ticks, colour ranges that survive a blow-up cell.
 
 Colour range rule (heatmaps and parallel coordinates): lower-is-better scores (losses) that
 are positive and span a factor 10 or more are coloured by log10(score); the worse end of the
@@ -20,8 +20,6 @@ import zlib
 
 import numpy as np
 
-from sweeps.spec import LOCATION_SETTINGS
-from tasks import get_task
 
 FENCE_SPREADS = 3.0  # the clipping fence: median + 3 x |median - best| on the worse side
 MIN_RELATIVE_SPAN = 0.05  # the narrowest colour range, relative to the best value
@@ -103,11 +101,3 @@ def colour_range(scores: np.ndarray, higher_is_better: bool) -> ColourRange:
     if high - low < span:
         low, high = (high - span, high) if higher_is_better else (low, low + span)
     return ColourRange(values, low, high, log, clipped)
-
-
-def task_title(variant: dict) -> str:
-    """"task (setting=value, ...)" with only the settings the task has (a store holding two tasks
-    has the union of their settings as columns)."""
-    own = {f.name for f in dataclasses.fields(get_task(variant["task"]).settings_type)}
-    settings = ", ".join(f"{k}={v}" for k, v in variant.items() if k in own and k not in LOCATION_SETTINGS and v is not None)
-    return f"{variant['task']} ({settings})" if settings else variant["task"]
