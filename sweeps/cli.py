@@ -15,7 +15,6 @@ import sys
 from pathlib import Path
 
 from cluster.errors import ClusterError
-from sweeps.store.status import format_rate
 from sweeps.spec import PackResources, SweepError, check_task_data, cpu_only_tasks, preset_names, resolve_sweep
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
@@ -199,6 +198,10 @@ def _cmd_run(args) -> None:
         return
     from sweeps.analysis.tables import table_text
     from sweeps.tune.driver import ExecutionOptions, run_sweep
+    from sweeps.store.status import read_status
+    from sweeps.tune.progress import done_line, quiet_tune
+
+    quiet_tune()
 
     options = ExecutionOptions(
         address=args.address,
@@ -219,12 +222,7 @@ def _cmd_run(args) -> None:
         print(f"Resumed: {n} interrupted packs continued from their checkpoints." if n > 1
               else "Resumed: 1 interrupted pack continued from its checkpoint.")
     if outcome.packs:
-        print(
-            f"Done: {outcome.packs} packs, {outcome.run_steps:.3e} run-steps in {outcome.wall_seconds:.1f} s wall "
-            f"({format_rate(outcome.run_steps / outcome.wall_seconds)}, {outcome.slots} packs at once on "
-            f"{len(outcome.nodes)} node(s); Ray start {outcome.ray_start_seconds:.1f} s; "
-            f"Tune overhead {100 * outcome.tune_overhead_fraction:.1f}%)"
-        )
+        print(done_line(outcome, read_status(outcome.results_dir)))
     else:
         print("Nothing to run: every (config, seed) already has a score.")
     print(f"Results: {outcome.results_dir}\n")
