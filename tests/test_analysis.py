@@ -272,7 +272,8 @@ def test_colour_range_is_robust_and_never_exaggerates_ties():
     accuracy = colour_range(np.array([0.8, 0.81, 0.82, 0.83, 0.05]), higher_is_better=True)
     assert accuracy.clipped == 1 and accuracy.cmax == 0.83 and accuracy.cmin > 0.05
     ticks = log_ticks(0.012, 0.2)
-    assert ticks["ticktext"] == ["0.02", "0.05", "0.1", "0.2"]  # full labels, not bare "2" .. "9"
+    assert ticks["ticktext"] == ["0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1", "2", "5"]  # full labels, not bare "2" .. "9"
+    assert log_ticks(1.65, 4.5)["ticktext"] == [f"{m}" for m in range(1, 10)] + ["10", "20", "30", "40", "50", "60", "70", "80", "90"]
 
 
 def test_outliers_need_five_seeds_and_a_real_effect():

@@ -40,17 +40,16 @@ def method_color(method: str) -> str:
 
 
 def log_ticks(low: float, high: float) -> dict:
-    """Tick values and labels for a log axis over [low, high]: 1-2-5 per decade, labelled in full
-    ("0.02", not plotly's bare "2" minor labels); decades only when the range spans many."""
+    """Tick values and labels for a log axis showing [low, high]: 1-2-5 per decade (every digit
+    within one decade, decades only over many), each labelled in full ("0.02", not plotly's
+    bare "2" minor labels). Ticks cover whole decades: plotly draws those inside the axis range."""
     if not (low > 0 and high > 0 and math.isfinite(low) and math.isfinite(high)):
         return {}
     first, last = math.floor(math.log10(low)), math.ceil(math.log10(high))
-    mantissas = (1,) if last - first > 4 else (1, 2, 5)
+    decades = math.log10(high / low)
+    mantissas = (1,) if decades > 4 else (1, 2, 5) if decades > 1 else range(1, 10)
     values = [m * 10.0**e for e in range(first, last + 1) for m in mantissas]
-    shown = [v for v in values if low / 1.0001 <= v <= high * 1.0001]
-    if len(shown) < 2:  # inside one 1-2-5 step: the ends themselves
-        shown = [low, high]
-    return {"tickvals": shown, "ticktext": [f"{v:.3g}" for v in shown]}
+    return {"tickvals": values, "ticktext": [f"{v:.3g}" for v in values]}
 
 
 @dataclasses.dataclass(frozen=True)
