@@ -52,6 +52,19 @@ def _axis(values: np.ndarray) -> tuple[np.ndarray, list[float], list[str], bool]
     return position(values), [float(position(t)) for t in ticks], labels, log
 
 
+def _score_axis(scale: style.ColourRange) -> tuple[np.ndarray, list[float], list[str], bool]:
+    """The score's parallel axis on the colour scale's range: a blown-up cell sits at the end,
+    as in the colours, instead of squeezing every other line together."""
+    span = scale.cmax - scale.cmin
+    position = np.clip((scale.values - scale.cmin) / span, 0, 1)
+    if scale.log:
+        ticks = scale.ticks()
+        shown = [(t, label) for t, label in zip(ticks["tickvals"], ticks["ticktext"]) if scale.cmin <= t <= scale.cmax]
+    else:
+        shown = [(t, f"{t:.3g}") for t in np.linspace(scale.cmin, scale.cmax, 5)]
+    return position, [(t - scale.cmin) / span for t, _ in shown], [label for _, label in shown], scale.log
+
+
 def parallel(cells: pl.DataFrame, hyper: list[str], method: str, variant: dict, stat: str) -> go.Figure:
     """Every configuration of one method as a line across its hyperparameters and its score."""
     ok = cells.filter((pl.col("diverged_seeds") == 0) & pl.col("stat_value").is_finite())
@@ -59,8 +72,9 @@ def parallel(cells: pl.DataFrame, hyper: list[str], method: str, variant: dict, 
     higher = get_task(variant["task"]).higher_is_better
     scale = style.colour_range(score, higher)
     columns = [ok[h].to_numpy().astype(float) for h in hyper] + [score]
-    names = hyper + [f"{tables.STAT_NAMES[stat]} {tables.score_name(variant['task'])}"]
-    axes = [_axis(c) for c in columns]
+    names = hyper + [f"{tables.STAT_NAMES[stat]} {tables.score_name(variant['task'])}"
+                     + (" (clipped as the colours)" if scale.clipped else "")]
+    axes = [_axis(c) for c in columns[:-1]] + [_score_axis(scale)]
     positions = np.stack([a[0] for a in axes], axis=1)  # (cells, axes)
     fraction = np.clip((scale.values - scale.cmin) / (scale.cmax - scale.cmin), 0, 1)
     better = fraction if higher else 1 - fraction  # 1 = best end of the scale
