@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.colors import sample_colorscale
 
-from sweeps.analysis import style, tables
+from sweeps.analysis import stats, style, tables
 from tasks import get_task
 
 COLOUR_BANDS = 16  # parallel-coordinate lines are drawn in this many colour steps
@@ -113,9 +113,9 @@ def parallel(cells: pl.DataFrame, hyper: list[str], method: str, variant: dict, 
     return fig
 
 
-def heatmap(table: tables.SensitivityTable) -> go.Figure | None:
+def heatmap(table: tables.SensitivityTable, unstable: frozenset[str] = frozenset()) -> go.Figure | None:
     """gamma0 x theta_lambda at one alpha; None for a grid with one row or one column (the slices
-    plot shows that)."""
+    plot shows that). Cells whose config id is in `unstable` are marked so."""
     cells = table.cells
     gammas = sorted(cells["gamma0"].unique(), reverse=True)
     thetas = sorted(cells["theta_lambda"].unique())
@@ -127,7 +127,8 @@ def heatmap(table: tables.SensitivityTable) -> go.Figure | None:
         if r["status"] != "ok":
             return f"diverged ({r['diverged_seeds']}/{r['seeds']})" if r["status"] == "diverged" else r["status"]
         label = tables.cell_text(r, table.stat).replace(" [", "<br>[")
-        return label + (f" {tables.OUTLIER_MARK}" if r["outlier_seeds"] else "") + (f" {tables.TIED_MARK}" if r["tied"] else "")
+        label += (f" {tables.OUTLIER_MARK}" if r["outlier_seeds"] else "") + (f" {tables.TIED_MARK}" if r["tied"] else "")
+        return label + ("<br>unstable" if r["config_id"] in unstable else "")
 
     raw = np.array([[lookup[(g, t)]["stat_value"] if lookup[(g, t)]["status"] == "ok" else np.nan for t in thetas]
                     for g in gammas], dtype=float)
@@ -152,7 +153,7 @@ def heatmap(table: tables.SensitivityTable) -> go.Figure | None:
     fig.update_layout(
         title=f"Sensitivity: {tables.variant_title(table.variant)}, {table.optimizer}, alpha={table.alpha:g}"
               f"<br><sub>{tables.STAT_NAMES[table.stat]} over seeds; best cell outlined red; {tables.TIED_MARK} dashed black: "
-              f"tied with the best (95% CIs overlap); {robust}</sub>",
+              f"tied with the best (95% CIs overlap); unstable: worst seed > {stats.UNSTABLE_RATIO:g} x median; {robust}</sub>",
         xaxis_title="theta_lambda (0 = fixed decay)", yaxis_title="gamma0", xaxis_type="category", yaxis_type="category",
         margin={"t": 100},
     )

@@ -90,8 +90,9 @@ def build_figures(results_dir: str | Path, stat: str = "mean") -> list[tuple[str
         metrics = [get_task(variant["task"]).curve_metric, *(c for c in curve_columns if c.startswith(("decay_", "mse_")))]
         summary, per_seed = _curve_data(results_dir, ids, list(dict.fromkeys(metrics)))
         out.extend(figures.variant_figures(variant, usable, cells, importance, summary, per_seed, curve_columns, stat, fixed))
+    unstable = frozenset(cells.filter(unstable_cells(cells))["config_id"])
     for table in tables.sensitivity_tables(results_dir, stat):
-        fig = grid_figures.heatmap(table)
+        fig = grid_figures.heatmap(table, unstable)
         if fig is not None:
             out.append(("heatmap", fig))
     return out
