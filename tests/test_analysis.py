@@ -158,6 +158,7 @@ def test_report_renders_offline_in_headless_chromium(store, tmp_path):
     answer = html[html.index("id='answer'"):html.index("id='best'")]
     assert "fade (alpha=0.1, theta_lambda=0.5, gamma0=-1)</b> has the best mean MSE, 0.7 ± 0.2 over 3 seeds" in answer
     assert "next is" in answer and "sgd (alpha=0.01) at 1.5 ± 0.5 (114.3% higher)" in answer
+    assert "Adapted vs fixed decay: fade 0.7 ± 0.2 against 3 ± 0 with fixed decay (theta_lambda = 0)" in answer
     provenance = html[html.index("id='provenance'"):html.index("id='figures'")]
     assert "dtype" in provenance and "fade-sweep " in provenance and "name: known" in provenance  # the sweep itself
     dom = _chromium(tmp_path, f"file://{out}", "--dump-dom")

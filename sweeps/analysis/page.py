@@ -73,8 +73,10 @@ def provenance_html(p: Provenance) -> str:
             f"<pre>{escape(p.sweep)}</pre></details>")
 
 
-def answer(best: pl.DataFrame, variant_cols: list[str], stat: str) -> str:
-    """One sentence per task setting: the best method, its score, and the runner-up."""
+def answer(best: pl.DataFrame, variant_cols: list[str], stat: str, fixed: dict[str, dict]) -> str:
+    """One sentence per task setting: the best method, its score, and the runner-up; then, for
+    each selected FADE configuration with a fixed-decay counterpart (`fixed`: config id -> its
+    theta_lambda = 0 cell), the two side by side."""
     sentences = []
     for key, group in best.group_by(variant_cols, maintain_order=True):
         variant = dict(zip(variant_cols, key))
@@ -93,7 +95,10 @@ def answer(best: pl.DataFrame, variant_cols: list[str], stat: str) -> str:
             gap = abs(second["stat_value"] - first["stat_value"]) / abs(first["stat_value"]) if first["stat_value"] else math.nan
             text += (f"; next is {_swatch(second['optimizer'])}{escape(_config(second))} at "
                      f"{escape(tables.cell_text(second, stat))} ({gap:.1%} {'lower' if task.higher_is_better else 'higher'})")
-        sentences.append(text + ".</li>")
+        versus = [f"{escape(r['optimizer'])} {escape(tables.cell_text(r, stat))} against "
+                  f"{escape(tables.cell_text(fixed[r['config_id']], stat))} with fixed decay (theta_lambda = 0)"
+                  for r in ok.iter_rows(named=True) if r["config_id"] in fixed]
+        sentences.append(text + "." + (f" Adapted vs fixed decay: {'; '.join(versus)}." if versus else "") + "</li>")
     return f"<ul class='answer'>{''.join(sentences)}</ul>"
 
 

@@ -133,8 +133,11 @@ def write_report(results_dir: str | Path | StoreLocation, out: str | Path | Stor
     best = tables.best_table(results_dir, stat)
     cells = tables.stored_cells(results_dir, stat).sort([*variant_cols, "optimizer", "stat_value"], nulls_last=True)
     chosen = f"<p class='note'>Configurations selected and shown by the {escape(tables.STAT_NAMES[stat])} over seeds.</p>"
+    fixed = {}
+    for key, group in best.filter(pl.col("status") == "ok").group_by(variant_cols, maintain_order=True):
+        fixed.update(figures.counterparts(group, cells, dict(zip(variant_cols, key))))
     summary = [
-        ("answer", "The answer", page.answer(best, variant_cols, stat) + chosen),
+        ("answer", "The answer", page.answer(best, variant_cols, stat, fixed) + chosen),
         ("best", "Best configurations", tables.table_text(results_dir, "best", "html", stat)),
         # E's "How sure are we?" section goes here, after the best table and before the provenance
         ("provenance", "Where these numbers come from", page.provenance_html(provenance(location))),
