@@ -43,11 +43,6 @@ def counterparts(usable: pl.DataFrame, cells: pl.DataFrame, variant: dict) -> di
     return found
 
 
-def _label(row: dict) -> str:
-    chosen = tables.selected_hyperparameters(row)
-    return f"{row['optimizer']} ({chosen})" if chosen else row["optimizer"]
-
-
 def _band(fig: go.Figure, s: pl.DataFrame, column: str, name: str, color: str, dash: str = "solid", **where) -> None:
     x, mean, std = s["step"].to_list(), s[f"{column}_mean"].to_list(), s[f"{column}_std"].to_list()
     upper = [m + d for m, d in zip(mean, std)]
@@ -102,7 +97,7 @@ def variant_figures(variant: dict, usable: pl.DataFrame, cells: pl.DataFrame, im
     curves = go.Figure()
     for row in usable.iter_rows(named=True):
         color = style.method_color(row["optimizer"])
-        _band(curves, summary.filter(pl.col("config_id") == row["config_id"]), metric, _label(row), color)
+        _band(curves, summary.filter(pl.col("config_id") == row["config_id"]), metric, style.config_label(row), color)
         _per_seed_trace(curves, per_seed.filter(pl.col("config_id") == row["config_id"]), metric, row["optimizer"], color)
         if row["config_id"] in fixed:
             _band(curves, summary.filter(pl.col("config_id") == fixed[row["config_id"]]["config_id"]), metric,
@@ -121,7 +116,7 @@ def variant_figures(variant: dict, usable: pl.DataFrame, cells: pl.DataFrame, im
         s = summary.filter(pl.col("config_id") == row["config_id"])
         for j, col in enumerate(decay_cols):
             if s[f"{col}_mean"].null_count() < s.height:
-                _band(decay, s, col, f"{_label(row)}: {col.removeprefix('decay_')}", style.method_color(row["optimizer"]),
+                _band(decay, s, col, f"{style.config_label(row)}: {col.removeprefix('decay_')}", style.method_color(row["optimizer"]),
                       DASHES[j % len(DASHES)])
     if decay.data:
         decay.update_layout(title=f"Decay-rate evolution: {title}<br><sub>mean exp(gamma) per parameter group, "
@@ -144,7 +139,7 @@ def _group_mse(row: dict, fixed: dict, summary: pl.DataFrame, group_mse: list[st
         s = summary.filter(pl.col("config_id") == config_id)
         for j, col in enumerate(group_mse):
             _band(fig, s, col, f"{label}: {col.removeprefix('mse_')}", palette[j % len(palette)], dash)
-    fig.update_layout(title=f"Per-group MSE, {row['optimizer']} vs fixed decay: {title}<br><sub>{_label(row)} against "
+    fig.update_layout(title=f"Per-group MSE, {row['optimizer']} vs fixed decay: {title}<br><sub>{style.config_label(row)} against "
                             "the same configuration with theta_lambda = 0</sub>", xaxis_title="step",
                       yaxis_title="MSE (lower is better)")
     _log_y(fig, summary.filter(pl.col("config_id").is_in([row["config_id"], fixed["config_id"]])), group_mse)

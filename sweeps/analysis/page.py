@@ -87,24 +87,19 @@ def answer(best: pl.DataFrame, variant_cols: list[str], stat: str, fixed: dict[s
             sentences.append(f"<li><b>{title}</b>: no method has a usable score yet.</li>")
             continue
         first = ok.row(0, named=True)
-        text = (f"<li><b>{title}</b>: {_swatch(first['optimizer'])}<b>{escape(_config(first))}</b> has the best "
+        text = (f"<li><b>{title}</b>: {_swatch(first['optimizer'])}<b>{escape(style.config_label(first))}</b> has the best "
                 f"{escape(tables.STAT_NAMES[stat])} {escape(tables.score_name(variant['task']))}, "
                 f"{escape(tables.cell_text(first, stat))} over {first['seeds']} seeds")
         if ok.height > 1:
             second = ok.row(1, named=True)
             gap = abs(second["stat_value"] - first["stat_value"]) / abs(first["stat_value"]) if first["stat_value"] else math.nan
-            text += (f"; next is {_swatch(second['optimizer'])}{escape(_config(second))} at "
+            text += (f"; next is {_swatch(second['optimizer'])}{escape(style.config_label(second))} at "
                      f"{escape(tables.cell_text(second, stat))} ({gap:.1%} {'lower' if task.higher_is_better else 'higher'})")
         versus = [f"{escape(r['optimizer'])} {escape(tables.cell_text(r, stat))} against "
                   f"{escape(tables.cell_text(fixed[r['config_id']], stat))} with fixed decay (theta_lambda = 0)"
                   for r in ok.iter_rows(named=True) if r["config_id"] in fixed]
         sentences.append(text + "." + (f" Adapted vs fixed decay: {'; '.join(versus)}." if versus else "") + "</li>")
     return f"<ul class='answer'>{''.join(sentences)}</ul>"
-
-
-def _config(row: dict) -> str:
-    chosen = tables.selected_hyperparameters(row)
-    return f"{row['optimizer']} ({chosen})" if chosen else row["optimizer"]
 
 
 def _swatch(method: str) -> str:

@@ -20,6 +20,8 @@ import zlib
 
 import numpy as np
 
+from sweeps.analysis import tables
+
 
 FENCE_SPREADS = 3.0  # the clipping fence: median + 3 x |median - best| on the worse side
 MIN_RELATIVE_SPAN = 0.05  # the narrowest colour range, relative to the best value
@@ -32,6 +34,12 @@ METHOD_COLORS = {
     "adam": "#9467bd", "adamw": "#7f7f7f", "adam_wclip": "#bcbd22", "coupled": "#393b79",
 }
 _SPARE = ("#637939", "#8c6d31", "#843c39", "#7b4173", "#3182bd", "#e6550d", "#31a354", "#756bb1")
+
+
+def config_label(row: dict) -> str:
+    """"method (hyperparameter=value, ...)": how legends and sentences name a configuration."""
+    chosen = tables.selected_hyperparameters(row)
+    return f"{row['optimizer']} ({chosen})" if chosen else row["optimizer"]
 
 
 def method_color(method: str) -> str:
