@@ -288,7 +288,9 @@ def test_outliers_need_five_seeds_and_a_real_effect():
     assert not stats.outlier_mask(np.array([[1.0, 1.0001, 0.9999, 1.0002, 1.004]])).any()
     assert stats.outlier_mask(np.array([[1.0, 1.0001, 0.9999, 1.0002, 1.5]])).tolist() == [[False] * 4 + [True]]
     assert not stats.outlier_mask(np.array([[1.0, 1.0001, 1.5, 0.9999]])).any()  # four seeds: never
-    assert stats.unstable(np.array([0.6, 0.6, 0.6]), np.array([5000.0, 59.0, np.inf])).tolist() == [True, False, False]
+    typical = np.full(4, 0.6)
+    assert stats.unstable(np.array([0.6, 0.6, 0.6, 582.0]), np.array([5000.0, 59.0, np.inf, 6744.0]),
+                          typical).tolist() == [True, False, False, True]  # spread; no; diverged; the grid's blow-up
 
 
 def test_static_image_export_needs_kaleido(store, tmp_path, monkeypatch, capsys):

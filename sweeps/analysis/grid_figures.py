@@ -16,7 +16,7 @@ import plotly.graph_objects as go
 import polars as pl
 from plotly.colors import sample_colorscale
 
-from sweeps.analysis import stats, style, tables
+from sweeps.analysis import style, tables
 from tasks import get_task
 
 COLOUR_BANDS = 16  # parallel-coordinate lines are drawn in this many colour steps
@@ -106,7 +106,7 @@ def parallel(cells: pl.DataFrame, hyper: list[str], method: str, variant: dict, 
         title=f"All configurations of {method}: {tables.variant_title(variant)}<br><sub>{ok.height} cells"
               + (f" ({dropped} diverged or without a score, not shown)" if dropped else "")
               + f", coloured by the {tables.STAT_NAMES[stat]}; hover a line for its values</sub>",
-        xaxis={"visible": False, "range": [-0.6, len(names) - 0.6]},
+        xaxis={"visible": False, "range": [-0.6, len(names) - 0.1]},  # room for the last axis title
         yaxis={"visible": False, "range": [-0.05, 1.15]},
         plot_bgcolor="white", margin={"l": 60, "r": 40, "t": 110}, hovermode="closest",
     )
@@ -153,7 +153,7 @@ def heatmap(table: tables.SensitivityTable, unstable: frozenset[str] = frozenset
     fig.update_layout(
         title=f"Sensitivity: {tables.variant_title(table.variant)}, {table.optimizer}, alpha={table.alpha:g}"
               f"<br><sub>{tables.STAT_NAMES[table.stat]} over seeds; best cell outlined red; {tables.TIED_MARK} dashed black: "
-              f"tied with the best (95% CIs overlap); unstable: worst seed > {stats.UNSTABLE_RATIO:g} x median; {robust}</sub>",
+              f"tied with the best (95% CIs overlap); unstable: a finite blow-up (README statistics); {robust}</sub>",
         xaxis_title="theta_lambda (0 = fixed decay)", yaxis_title="gamma0", xaxis_type="category", yaxis_type="category",
         margin={"t": 100},
     )

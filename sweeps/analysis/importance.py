@@ -29,11 +29,15 @@ from sweeps.store.record import recorded_pairs
 from tasks import get_task
 
 
-def unstable_cells(cells: pl.DataFrame) -> pl.Series:
-    """Per cell: unstable by `stats.unstable` (lower-is-better tasks only; false for missing cells)."""
+def unstable_cells(cells: pl.DataFrame, keys: list[str]) -> pl.Series:
+    """Per cell: unstable by `stats.unstable`, the typical cell taken over the cells sharing `keys`
+    (task settings and optimizer); lower-is-better tasks only; false for missing cells."""
     lower = cells["task"].replace_strict({t: not get_task(t).higher_is_better for t in cells["task"].unique()},
                                          return_dtype=pl.Boolean)
-    flags = stats.unstable(cells["median"].fill_null(float("nan")).to_numpy(), cells["max"].fill_null(float("nan")).to_numpy())
+    columns = cells.select(pl.col("median", "max").fill_null(float("nan")),
+                           typical=pl.col("median").median().over(keys, mapping_strategy="group_to_rows"))
+    flags = stats.unstable(columns["median"].to_numpy(), columns["max"].to_numpy(),
+                           columns["typical"].fill_null(float("nan")).to_numpy())
     return pl.Series("unstable", flags & lower.to_numpy())
 
 
@@ -48,7 +52,8 @@ def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.Data
     if cells is None:
         cells = queries.cells(frame, stat).collect()
     keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
-    observed = cells.select(*keys, "stat_value", "diverged_seeds").with_columns(unstable=unstable_cells(cells))
+    observed = cells.select(*keys, "stat_value", "diverged_seeds").with_columns(
+        unstable=unstable_cells(cells, [*variant, "optimizer"]))
     wanted = recorded_pairs(results_dir)
     complete = wanted is not None and len(wanted) == int(cells["seeds"].sum())  # nothing missing: skip the sweep's grid
     sweep = None if complete else queries.recorded_sweep(results_dir)

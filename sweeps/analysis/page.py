@@ -65,7 +65,7 @@ def _when(seconds: float | None) -> str:
 
 def provenance_html(p: Provenance) -> str:
     wall = "not recorded" if p.wall_seconds is None else f"{p.wall_seconds:.0f} s ({p.wall_seconds / 60:.1f} min)"
-    rows = [("store", p.store), ("sweep run", f"{_when(p.created_at)} to {_when(p.updated_at)}"), ("wall time", wall),
+    rows = [("store", p.store), ("sweep run", f"{_when(p.created_at)} to {_when(p.updated_at)}"), ("packs wall time", wall),
             ("package", f"fade-sweep {p.package_version}"), ("dtype", p.dtype),
             ("report made", _when(datetime.datetime.now(datetime.timezone.utc).timestamp()))]
     items = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in rows)
@@ -116,7 +116,7 @@ def configurations_table(cells: pl.DataFrame, variant_cols: list[str], stat: str
         value = r["stat_value"]
         note = "; ".join(n for n in (
             f"{r['diverged_seeds']} diverged" if r["diverged_seeds"] else "",
-            f"unstable (worst seed {r['max']:.4g} > {stats.UNSTABLE_RATIO:g} x median)" if shaky else "",
+            f"unstable (median {r['median']:.4g}, worst seed {r['max']:.4g})" if shaky else "",
             f"outlier {r['outlier_seeds']}" if r["outlier_seeds"] else "") if n)
         cells_html = [*(escape(str(r[c])) for c in shown), escape(r["optimizer"]),
                       *("" if r[h] is None else f"{r[h]:g}" for h in hyper)]
@@ -127,7 +127,8 @@ def configurations_table(cells: pl.DataFrame, variant_cols: list[str], stat: str
         rows.append(f"<tr>{row}<td>{escape(note)}</td></tr>")
     head = "".join(f"<th title='click to sort'>{escape(h)}</th>" for h in header)
     return (f"<p class='note'>{cells.height} configurations; click a column heading to sort. Unstable: the worst seed "
-            f"is more than {stats.UNSTABLE_RATIO:g} times the cell's median.</p><table class='results sortable'>"
+            f"is more than {stats.UNSTABLE_RATIO:g} times the cell's median, or the median more than "
+            f"{stats.UNSTABLE_RATIO:g} times the method's typical cell.</p><table class='results sortable'>"
             f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")
 
 

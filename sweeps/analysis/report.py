@@ -90,7 +90,7 @@ def build_figures(results_dir: str | Path, stat: str = "mean") -> list[tuple[str
         metrics = [get_task(variant["task"]).curve_metric, *(c for c in curve_columns if c.startswith(("decay_", "mse_")))]
         summary, per_seed = _curve_data(results_dir, ids, list(dict.fromkeys(metrics)))
         out.extend(figures.variant_figures(variant, usable, cells, importance, summary, per_seed, curve_columns, stat, fixed))
-    unstable = frozenset(cells.filter(unstable_cells(cells))["config_id"])
+    unstable = frozenset(cells.filter(unstable_cells(cells, [*variant_cols, "optimizer"]))["config_id"])
     for table in tables.sensitivity_tables(results_dir, stat):
         fig = grid_figures.heatmap(table, unstable)
         if fig is not None:
@@ -132,6 +132,7 @@ def write_report(results_dir: str | Path | StoreLocation, out: str | Path | Stor
     variant_cols = queries.variant_columns(queries.scores(results_dir))
     best = tables.best_table(results_dir, stat)
     cells = tables.stored_cells(results_dir, stat).sort([*variant_cols, "optimizer", "stat_value"], nulls_last=True)
+    unstable = unstable_cells(cells, [*variant_cols, "optimizer"])
     chosen = f"<p class='note'>Configurations selected and shown by the {escape(tables.STAT_NAMES[stat])} over seeds.</p>"
     fixed = {}
     for key, group in best.filter(pl.col("status") == "ok").group_by(variant_cols, maintain_order=True):
@@ -147,8 +148,7 @@ def write_report(results_dir: str | Path | StoreLocation, out: str | Path | Stor
     after = [("compare", "Paired comparisons", tables.table_text(results_dir, "compare", "html", stat)),
              ("sensitivity", "Sensitivity", tables.table_text(results_dir, "sensitivity", "html", stat)),
              ("importance", "Hyperparameter importance", tables.table_text(results_dir, "importance", "html", stat)),
-             ("configurations", "All configurations", page.configurations_table(cells, variant_cols, stat,
-                                                                                 unstable_cells(cells)))]
+             ("configurations", "All configurations", page.configurations_table(cells, variant_cols, stat, unstable))]
     html = page.page(f"FADE sweep report: {location.name}", summary, drawn, after, get_plotlyjs())
     target = as_location(out)
     target.parent.write_bytes(target.name, html.encode("utf-8"))

@@ -30,10 +30,12 @@ Definitions (also in the README):
   deviation for normal data); when that is 0 too all seeds are equal and none is flagged.
   With fewer than 5 finite seeds nothing is flagged (with 3 the MAD is one distance, and
   any spread looks extreme). Diverged seeds are counted as diverged, not as outliers.
-- **Unstable cells**: a cell of a lower-is-better score whose worst seed is more than 100
-  times its median (seeds that disagree by orders of magnitude: a blow-up that stayed
-  finite). Like diverged cells, unstable cells are marked in the report and left out of the
-  importance decomposition, whose shares they would dominate.
+- **Unstable cells**: blow-ups that stayed finite, for a lower-is-better score: a cell whose
+  worst seed is more than 100 times its median (seeds that disagree by orders of
+  magnitude), or whose median is more than 100 times the typical cell of its method's grid
+  (the median of the cell medians of that method and task setting). Like diverged cells,
+  unstable cells are marked in the report and left out of the importance decomposition,
+  whose shares they would dominate.
 - **Paired comparison** of method A against reference R on the seeds they share (the
   streams of a seed are the same for every method, so scores pair by seed): the difference
   stat(A) - stat(R) (for the mean: the mean paired difference) with a paired bootstrap CI
@@ -181,11 +183,13 @@ def outlier_mask(scores: np.ndarray) -> np.ndarray:
         return enough & (scale > 0) & (dev > OUTLIER_THRESHOLD * scale) & (dev > OUTLIER_MIN_RELATIVE * np.abs(med))
 
 
-def unstable(median: np.ndarray, worst: np.ndarray) -> np.ndarray:
-    """Cells of a lower-is-better score whose worst seed exceeds 100 x their median (module doc)."""
-    median, worst = np.asarray(median, dtype=float), np.asarray(worst, dtype=float)
+def unstable(median: np.ndarray, worst: np.ndarray, typical: np.ndarray) -> np.ndarray:
+    """Cells of a lower-is-better score whose worst seed exceeds 100 x their median, or whose median
+    exceeds 100 x `typical` (the median cell median of the method's grid; module doc)."""
+    median, worst, typical = (np.asarray(a, dtype=float) for a in (median, worst, typical))
     with np.errstate(invalid="ignore"):
-        return (median > 0) & np.isfinite(worst) & (worst > UNSTABLE_RATIO * median)
+        spread = np.isfinite(worst) & (worst > UNSTABLE_RATIO * median)
+        return (median > 0) & (spread | (np.isfinite(median) & (median > UNSTABLE_RATIO * typical)))
 
 
 def paired_comparisons(a: np.ndarray, r: np.ndarray, higher_is_better: np.ndarray, stat: str,
