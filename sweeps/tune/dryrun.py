@@ -4,8 +4,10 @@ time from a short in-process calibration of each experiment's engine.
 The estimate is Ray's start, plus the busiest slot's load when the packs are handed out
 largest first to the least-loaded slot (as Tune starts them), a pack costing its run-steps
 at the calibrated rate plus a fixed start-up (trial start, first kernel load, the write of
-its results). The constants were measured with `python benchmarks/bench_dryrun.py` (a
-dry run against the real run of linear-demo and nonlinear-demo, on 2 cores).
+its results). `python benchmarks/bench_dryrun.py` compares the estimate with a real run and
+prints the measured start-ups. On a 2-core machine shared with other jobs (load 15 to 40)
+they were 36 to 52 s for Ray and 10 to 17 s per pack; the constants below are for an idle
+machine (a linear-demo run of about 60 s: 10 packs on 2 slots, seconds of engine time).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from tasks import get_task
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
 CALIBRATION_RUNS = {"linear": 200, "neural": 50}
 RAY_START_SECONDS = 15.0  # starting the embedded Ray and its dashboard
-PACK_START_SECONDS = 6.0  # per pack: trial start, kernel load, results written
+PACK_START_SECONDS = 8.0  # per pack: trial start, kernel load, results written
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
