@@ -18,16 +18,13 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ray.tune import Callback
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate
 from sweeps.spec import Pack
-
-if TYPE_CHECKING:
-    from sweeps.tune.driver import SweepRun
 
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
 TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -56,7 +53,18 @@ def quiet_tune() -> None:
         logger.addFilter(_DropTokenNotice())
 
 
-def done_line(run: SweepRun, status: SweepStatus | None) -> str:
+class RunSummary(Protocol):
+    """What `done_line` reads of the driver's SweepRun (not imported: the driver imports this module)."""
+
+    packs: int
+    run_steps: int
+    wall_seconds: float
+    ray_start_seconds: float
+    slots: int
+    nodes: frozenset[str]
+
+
+def done_line(run: RunSummary, status: SweepStatus | None) -> str:
     """The closing line of a run (`run`: the driver's SweepRun): what ran, the wall time split
     into Ray's start and the packs' time, and the throughput as the bar and `status` show it."""
     packs_seconds = None if status is None else status.updated_at - status.started_at
