@@ -16,7 +16,6 @@ import sys
 from pathlib import Path
 
 from cluster.errors import ClusterError
-from sweeps.store.status import format_rate
 from sweeps.spec import PackResources, SweepError, check_task_data, cpu_only_tasks, preset_names, resolve_sweep
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
@@ -290,6 +289,9 @@ def _execution_options(args, resources: PackResources | None, dtype: str):
 
 def _summary(outcome, nothing: str) -> None:
     """What a run or confirm did: resumed runs and packs, then the Done line (or that nothing ran)."""
+    from sweeps.store.status import read_status
+    from sweeps.tune.progress import done_line
+
     if outcome.skipped_runs:
         print(f"Resumed: {outcome.skipped_runs:,} runs were already in the store and were not re-run.")
     if outcome.resumed_packs:
@@ -297,12 +299,7 @@ def _summary(outcome, nothing: str) -> None:
         print(f"Resumed: {n} interrupted packs continued from their checkpoints." if n > 1
               else "Resumed: 1 interrupted pack continued from its checkpoint.")
     if outcome.packs:
-        print(
-            f"Done: {outcome.packs} packs, {outcome.run_steps:.3e} run-steps in {outcome.wall_seconds:.1f} s wall "
-            f"({format_rate(outcome.run_steps / outcome.wall_seconds)}, {outcome.slots} packs at once on "
-            f"{len(outcome.nodes)} node(s); Ray start {outcome.ray_start_seconds:.1f} s; "
-            f"Tune overhead {100 * outcome.tune_overhead_fraction:.1f}%)"
-        )
+        print(done_line(outcome, read_status(outcome.results_dir)))
     else:
         print(f"Nothing to run: {nothing}.")
 

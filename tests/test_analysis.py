@@ -134,6 +134,10 @@ def _console(stderr: str) -> list[str]:
             if "CONSOLE" in line and "GL Driver Message (OpenGL, Performance" not in line]
 
 
+def _figures_in(dom: str) -> list[str]:
+    return re.split(r'<div class="figure" id="figure-\d+"', dom)[1:]
+
+
 def test_report_renders_offline_in_headless_chromium(store, tmp_path):
     from pathlib import Path
 
@@ -145,24 +149,31 @@ def test_report_renders_offline_in_headless_chromium(store, tmp_path):
     assert not re.search(r"<(script|link)[^>]+(src|href)=", html)  # nothing loaded from elsewhere: plotly.js is inline
     kinds = re.findall(r"data-kind='([a-z-]+)'", html)
     assert kinds == ["curves", "decay", "parallel", "slices", "slices", "importance", "heatmap", "profile"]
-    # a table of contents linking every figure and table section
+    # the answer first: contents, the sentence, the best table and provenance, then figures, then the tables
     anchors = re.findall(r"<li><a href='#([a-z0-9-]+)'>", html)
-    assert anchors == ["figures", *(f"figure-{i}" for i in range(len(kinds))), "best", "compare", "sensitivity", "importance",
-                       "how-sure"]
+    assert anchors == ["answer", "best", "how-sure", "provenance", "figures", "compare", "sensitivity", "importance", "configurations",
+                       *(f"figure-{i}" for i in range(len(kinds)))]
     assert all(f"id='{a}'" in html for a in anchors)
+    assert html.index("id='answer'") < html.index("id='best'") < html.index("id='figures'") < html.index("id='compare'")
+    answer = html[html.index("id='answer'"):html.index("id='best'")]
+    assert "fade (alpha=0.1, theta_lambda=0.5, gamma0=-1)</b> has the best mean MSE, 0.7 ± 0.2 over 3 seeds" in answer
+    assert "next is" in answer and "sgd (alpha=0.01) at 1.5 ± 0.5 (114.3% higher)" in answer
+    assert "Adapted vs fixed decay: fade 0.7 ± 0.2 against 3 ± 0 with fixed decay (theta_lambda = 0)" in answer
+    provenance = html[html.index("id='provenance'"):html.index("id='figures'")]
+    assert "dtype" in provenance and "fade-sweep " in provenance and "name: known" in provenance  # the sweep itself
     dom = _chromium(tmp_path, f"file://{out}", "--dump-dom")
     assert dom.returncode == 0, dom.stderr[-2000:]
     assert not _console(dom.stderr), _console(dom.stderr)
-    drawn = re.findall(r'<div class="figure" id="figure-\d+" data-kind="[a-z-]+"><div [^>]*>\s*<div id="[^"]+" class="plotly-graph-div js-plotly-plot"[^>]*><div class="plot-container plotly"', dom.stdout)
-    assert len(drawn) == len(kinds)  # plotly took over every container...
-    assert dom.stdout.count('class="main-svg"') >= 2 * len(kinds)  # ...and drew an SVG in each
-    figures = {i: part for i, part in enumerate(re.split(r'<div class="figure" id="figure-\d+"', dom.stdout)[1:])}
+    figures = _figures_in(dom.stdout)
+    assert len(figures) == len(kinds) and all('class="main-svg"' in f for f in figures)  # plotly drew each one
     by_kind = {kind: figures[i] for i, kind in reversed(list(enumerate(kinds)))}  # first figure of each kind
-    assert 'class="parcoords"' in by_kind["parallel"] and by_kind["parallel"].count('class="y-axis"') >= 3  # 2 hp + score
+    assert "<canvas" not in dom.stdout  # no WebGL anywhere: nothing a browser's context cap can blank
+    assert by_kind["parallel"].count('class="js-line"') >= 1 and "(log)" not in by_kind["parallel"]
     assert 'class="errorbar"' in by_kind["slices"] and "selected configuration" in by_kind["slices"]
     assert by_kind["importance"].count('class="point"') >= 2  # bars: sgd's alpha and interactions
-    assert "fade: each seed" in by_kind["curves"] and "with per-seed curves" in by_kind["curves"]  # legend group, toggle
+    assert "with per-seed curves" in by_kind["curves"]  # the per-seed toggle
     assert "theta_lambda=0.5, gamma0=-1" in by_kind["curves"]  # legends name the selected hyperparameters
+    assert "fade, fixed decay (theta_lambda=0)" in by_kind["curves"]  # FADE's fixed-decay counterpart beside it
     assert "mean MSE," in by_kind["heatmap"] and "lower is better" in by_kind["heatmap"]  # colorbar title with direction
     assert by_kind["heatmap"].count('stroke: rgb(228, 26, 28)') >= 1  # the best cell outlined
     assert "diverged (1/3)" in dom.stdout and "missing" in dom.stdout
@@ -174,6 +185,115 @@ def test_report_renders_offline_in_headless_chromium(store, tmp_path):
     assert shot.returncode == 0 and (artifacts / "report.png").stat().st_size > 10_000
 
 
+def test_configurations_table_sorts_in_the_page(store, tmp_path):
+    """The table of every configuration sorts on a click, by number, with the page's own script."""
+    from sweeps.analysis.report import write_report
+
+    out = tmp_path / "report.html"
+    write_report(store, out)
+    html = out.read_text().replace("</body>", """<script>
+var th = document.querySelector('#configurations + p + table th:nth-child(5)'); th.click(); th.click();
+document.body.setAttribute('data-order', Array.from(document.querySelectorAll('#configurations + p + table tbody tr'))
+  .map(function (r) { return r.cells[4].dataset.value; }).join(','));
+</script></body>""")
+    out.write_text(html)
+    dom = _chromium(tmp_path, f"file://{out}", "--dump-dom")
+    header = re.search(r"id=\"configurations\".*?<thead><tr>(.*?)</tr>", dom.stdout, re.S).group(1)
+    assert re.findall(r">([^<]+)</th>", header)[4] == "mean"
+    order = re.search(r'data-order="([^"]*)"', dom.stdout).group(1).split(",")
+    values = [float(v) for v in order if v]
+    assert values == sorted(values, reverse=True) and len(values) == 4  # descending after two clicks; blanks last
+
+
+# 11 task settings x 2 methods with two varied hyperparameters: 22 parallel-coordinates plots (more than
+# the live WebGL contexts a browser keeps), and one fade cell that blows up in one seed.
+MANY = {
+    "name": "many",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 4, "bin": 2},
+    "seeds": 3,
+    "variants": [{"task_settings": {"noise": round(0.1 * i, 1)}} for i in range(11)],
+    "optimizers": {
+        "sgd_wd": {"alpha": [0.1, 0.01], "lambda": [0.01, 0.05]},
+        "fade": {"alpha": 0.1, "theta_lambda": [0.0, 0.5], "gamma0": [-1.0, -2.0]},
+    },
+}
+MANY_SCORES = {
+    ("sgd_wd", (0.1, 0.01)): [1.0, 1.1, 1.2], ("sgd_wd", (0.1, 0.05)): [2.0, 2.1, 2.2],
+    ("sgd_wd", (0.01, 0.01)): [1.5, 1.6, 1.7], ("sgd_wd", (0.01, 0.05)): [3.0, 3.1, 3.2],
+    ("fade", (0.1, 0.0, -1.0)): [0.9, 1.0, 1.1], ("fade", (0.1, 0.5, -1.0)): [0.5, 0.6, 0.7],
+    ("fade", (0.1, 0.0, -2.0)): [0.6, 0.62, 5000.0],  # unstable: worst seed > 100 x the median
+    ("fade", (0.1, 0.5, -2.0)): [0.8, 0.85, 0.9],
+}
+
+
+def test_report_with_many_parallel_plots_draws_every_figure(tmp_path):
+    from sweeps.analysis.report import write_report
+    from tests.helpers import write_known_store
+
+    store = write_known_store(tmp_path / "many", MANY, MANY_SCORES)
+    out = tmp_path / "report.html"
+    built = write_report(store, out)
+    kinds = [kind for kind, _ in built]
+    assert kinds.count("parallel") == 22
+    dom = _chromium(tmp_path, f"file://{out}", "--dump-dom")
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    assert not _console(dom.stderr), _console(dom.stderr)  # no "Too many active WebGL contexts"
+    figures = _figures_in(dom.stdout)
+    assert len(figures) == len(kinds)
+    for kind, drawn in zip(kinds, figures):
+        if kind == "heatmap":
+            assert 'class="hm"' in drawn
+        elif kind == "importance":
+            assert 'class="point"' in drawn
+        else:  # every line figure has drawn paths with data
+            assert re.search(r'class="js-line" d="M[\d.]+,[\d.]+L', drawn), kind
+    # the blown-up cell is clipped at the colour range's end; the other cells span the scale
+    heat = next(fig for kind, fig in built if kind == "heatmap")
+    z = [v for row in heat.data[0].z for v in row if v is not None]
+    assert heat.data[0].zmax < max(z)  # the blow-up lies beyond the range...
+    others = sorted(v for v in z if v < heat.data[0].zmax)
+    assert others[0] == heat.data[0].zmin and (others[-1] - others[0]) > 0.25 * (heat.data[0].zmax - heat.data[0].zmin)
+    assert "beyond median + 3 x |median - best|" in heat.data[0].colorbar.title.text  # ...and the colorbar says so
+    assert "unstable" in out.read_text() and any("<br>unstable" in t for row in heat.data[0].text for t in row)
+    shares = results.importance_table(store)
+    fade = shares.filter(pl.col("optimizer") == "fade")
+    assert fade["share"].is_null().all() and fade["status"].str.contains("1 unstable").all()
+
+
+def test_colour_range_is_robust_and_never_exaggerates_ties():
+    import numpy as np
+
+    from sweeps.analysis.style import colour_range, log_ticks
+
+    scale = colour_range(np.array([0.0137, 0.0139, 0.0142, 0.0150, 0.0161, 0.0188, 1977.0]), higher_is_better=False)
+    assert scale.log and scale.clipped == 1
+    assert scale.cmin == pytest.approx(np.log10(0.0137)) and scale.cmax < np.log10(1.0)  # the others spread over the scale
+    tied = colour_range(np.array([0.01776, 0.01771]), higher_is_better=False)
+    assert not tied.log and tied.cmax - tied.cmin == pytest.approx(0.05 * 0.01771)  # 0.3% apart: one end of a 5% range
+    accuracy = colour_range(np.array([0.8, 0.81, 0.82, 0.83, 0.05]), higher_is_better=True)
+    assert accuracy.clipped == 1 and accuracy.cmax == 0.83 and accuracy.cmin > 0.05
+    ticks = log_ticks(0.012, 0.2)
+    assert ticks["ticktext"] == ["0.01", "0.02", "0.05", "0.1", "0.2", "0.5", "1", "2", "5"]  # full labels, not bare "2" .. "9"
+    assert log_ticks(1.65, 4.5)["ticktext"] == [f"{m}" for m in range(1, 10)] + ["10", "20", "30", "40", "50", "60", "70", "80", "90"]
+
+
+def test_outliers_need_five_seeds_and_a_real_effect():
+    import numpy as np
+
+    from sweeps.analysis import stats
+
+    # the issue's false alarm: 3 seeds within 0.3% of each other
+    assert not stats.outlier_mask(np.array([[0.01375, 0.01377, 0.01381]])).any()
+    # tight seeds and one 0.4% away: beyond 5 x MAD, but under the 10% minimum effect
+    assert not stats.outlier_mask(np.array([[1.0, 1.0001, 0.9999, 1.0002, 1.004]])).any()
+    assert stats.outlier_mask(np.array([[1.0, 1.0001, 0.9999, 1.0002, 1.5]])).tolist() == [[False] * 4 + [True]]
+    assert not stats.outlier_mask(np.array([[1.0, 1.0001, 1.5, 0.9999]])).any()  # four seeds: never
+    typical = np.full(4, 0.6)
+    assert stats.unstable(np.array([0.6, 0.6, 0.6, 582.0]), np.array([5000.0, 59.0, np.inf, 6744.0]),
+                          typical).tolist() == [True, False, False, True]  # spread; no; diverged; the grid's blow-up
+
+
 def test_static_image_export_needs_kaleido(store, tmp_path, monkeypatch, capsys):
     import sys
 
@@ -183,3 +303,10 @@ def test_static_image_export_needs_kaleido(store, tmp_path, monkeypatch, capsys)
     assert main(["report", str(store), "--out", str(tmp_path / "r.html"), "--images", str(tmp_path / "png")]) == 1
     assert "static image export needs kaleido: pip install 'fade-sweep[images]'" in capsys.readouterr().err
     assert not (tmp_path / "r.html").exists()
+
+
+def test_headings_name_only_the_tasks_own_settings():
+    # a store of EMNIST and its partial variant has a stable_classes column; the plain task has no such setting
+    title = tables.variant_title({"task": "emnist_label_permuted", "steps": 100, "stable_classes": None, "data_dir": "/x"})
+    assert title == "emnist_label_permuted (steps=100)"
+    assert tables.variant_title({"task": "linear_tracking", "noise": 1.0, "stable_classes": 0}) == "linear_tracking (noise=1.0)"

@@ -5,7 +5,8 @@ Per (task settings, method), over the hyperparameters with more than one value i
 grid: the share of the variance of the chosen statistic across cells explained by each
 hyperparameter's main effect, and the share left to interactions; exact on a full grid.
 
-Diverged cells (any seed NaN or inf) have no finite statistic, so they are excluded; the
+Diverged cells (any seed NaN or inf) have no finite statistic, so they are excluded, and so
+are unstable cells (`stats.unstable`: a finite blow-up would dominate every share); the
 decomposition then needs every remaining combination of the grid's values exactly once.
 When cells are diverged or missing (the grid is not full any more) the method's
 decomposition is skipped and its row says why (`status`), rather than decomposing a
@@ -25,6 +26,19 @@ import polars as pl
 
 from sweeps.analysis import queries, stats
 from sweeps.store.record import recorded_pairs
+from tasks import get_task
+
+
+def unstable_cells(cells: pl.DataFrame, keys: list[str]) -> pl.Series:
+    """Per cell: unstable by `stats.unstable`, the typical cell taken over the cells sharing `keys`
+    (task settings and optimizer); lower-is-better tasks only; false for missing cells."""
+    lower = cells["task"].replace_strict({t: not get_task(t).higher_is_better for t in cells["task"].unique()},
+                                         return_dtype=pl.Boolean)
+    columns = cells.select(pl.col("median", "max").fill_null(float("nan")),
+                           typical=pl.col("median").median().over(keys, mapping_strategy="group_to_rows"))
+    flags = stats.unstable(columns["median"].to_numpy(), columns["max"].to_numpy(),
+                           columns["typical"].fill_null(float("nan")).to_numpy())
+    return pl.Series("unstable", flags & lower.to_numpy())
 
 
 def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.DataFrame | None = None) -> pl.DataFrame:
@@ -38,7 +52,8 @@ def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.Data
     if cells is None:
         cells = queries.cells(frame, stat).collect()
     keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
-    observed = cells.select(*keys, "stat_value", "diverged_seeds")
+    observed = cells.select(*keys, "stat_value", "diverged_seeds").with_columns(
+        unstable=unstable_cells(cells, [*variant, "optimizer"]))
     wanted = recorded_pairs(results_dir)
     complete = wanted is not None and len(wanted) == int(cells["seeds"].sum())  # nothing missing: skip the sweep's grid
     sweep = None if complete else queries.recorded_sweep(results_dir)
@@ -53,10 +68,11 @@ def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.Data
         hyper = [h for h in queries.HYPERPARAMETER_COLUMNS if h in group.columns and group[h].drop_nulls().n_unique() > 1]
         if not hyper:
             continue  # nothing varies: no decomposition to make
-        usable = group.filter((pl.col("diverged_seeds") == 0) & pl.col("stat_value").is_finite())
+        usable = group.filter((pl.col("diverged_seeds") == 0) & pl.col("stat_value").is_finite() & ~pl.col("unstable"))
         levels = {h: sorted(group[h].drop_nulls().unique()) for h in hyper}
         full = int(np.prod([len(v) for v in levels.values()]))
         diverged = group.filter(pl.col("diverged_seeds") > 0).height
+        shaky = int(group["unstable"].sum())
         missing = group.filter(pl.col("stat_value").is_null() & pl.col("diverged_seeds").fill_null(0).eq(0)).height
         result = None
         if usable.height == full:
@@ -65,7 +81,8 @@ def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.Data
             result = stats.main_effect_shares(codes, usable["stat_value"].to_numpy())
         if result is None:
             if usable.height != full:
-                why = f"skipped: grid not full ({usable.height} of {full} cells usable; {diverged} diverged, {missing} missing)"
+                why = (f"skipped: grid not full ({usable.height} of {full} cells usable; {diverged} diverged, "
+                       + (f"{shaky} unstable, " if shaky else "") + f"{missing} missing)")
             else:
                 why = "skipped: every cell has the same score"
             rows.append({**base, "hyperparameter": None, "levels": None, "share": None, "cells": usable.height,

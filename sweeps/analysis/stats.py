@@ -23,11 +23,19 @@ Definitions (also in the README):
   1e-7 relative error in the CI bounds), then one partial sort per row for the quantiles.
 - **Outlier seeds**: among a cell's finite scores, x is an outlier when
   |x - median| > 5 * s, s = 1.4826 * MAD (median absolute deviation; 1.4826 makes it the
-  standard deviation for normal data). When MAD = 0 (at least half the seeds share one
-  value) s falls back to 1.2533 * mean absolute deviation from the median (Iglewicz and
-  Hoaglin's fallback; sqrt(pi/2) makes it the standard deviation for normal data); when
-  that is 0 too all seeds are equal and none is flagged. With fewer than 3 finite seeds
-  nothing can be flagged. Diverged seeds are counted as diverged, not as outliers.
+  standard deviation for normal data), AND |x - median| > 10% of |median| (a minimum effect
+  size: a seed 0.3% away from tightly clustered others is not worth a mark). When MAD = 0
+  (at least half the seeds share one value) s falls back to 1.2533 * mean absolute deviation
+  from the median (Iglewicz and Hoaglin's fallback; sqrt(pi/2) makes it the standard
+  deviation for normal data); when that is 0 too all seeds are equal and none is flagged.
+  With fewer than 5 finite seeds nothing is flagged (with 3 the MAD is one distance, and
+  any spread looks extreme). Diverged seeds are counted as diverged, not as outliers.
+- **Unstable cells**: blow-ups that stayed finite, for a lower-is-better score: a cell whose
+  worst seed is more than 100 times its median (seeds that disagree by orders of
+  magnitude), or whose median is more than 100 times the typical cell of its method's grid
+  (the median of the cell medians of that method and task setting). Like diverged cells,
+  unstable cells are marked in the report and left out of the importance decomposition,
+  whose shares they would dominate.
 - **Paired comparison** of method A against reference R on the seeds they share (the
   streams of a seed are the same for every method, so scores pair by seed): the difference
   stat(A) - stat(R) (for the mean: the mean paired difference) with a paired bootstrap CI
@@ -57,6 +65,9 @@ BOOTSTRAP_SEED = 20240607
 CI_LEVEL = 0.95
 IQM_TRIM = 0.25
 OUTLIER_THRESHOLD = 5.0
+OUTLIER_MIN_SEEDS = 5  # fewer finite seeds: no outlier is flagged
+OUTLIER_MIN_RELATIVE = 0.1  # and none closer to the median than 10% of it
+UNSTABLE_RATIO = 100.0  # worst seed / median beyond which a cell is unstable
 MAD_SCALE = 1.4826
 MEAN_AD_SCALE = 1.2533  # sqrt(pi / 2)
 _CHUNK = 2048  # cells per bootstrap block: (2048, B) float64 = 33 MB
@@ -159,7 +170,8 @@ def block_statistics(scores: np.ndarray, stat: str, resamples: int = BOOTSTRAP_R
 
 
 def outlier_mask(scores: np.ndarray) -> np.ndarray:
-    """(m, n) bool: the outlier seeds of each row by the median +- 5 * scaled-MAD rule (module doc)."""
+    """(m, n) bool: the outlier seeds of each row by the median +- 5 * scaled-MAD rule, with at
+    least 5 finite seeds and a 10% minimum distance from the median (module doc)."""
     x = np.where(np.isfinite(scores), scores, np.nan)
     with warnings.catch_warnings(), np.errstate(invalid="ignore"):
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -167,7 +179,17 @@ def outlier_mask(scores: np.ndarray) -> np.ndarray:
         dev = np.abs(x - med)
         scale = MAD_SCALE * np.nanmedian(dev, axis=1, keepdims=True)
         scale = np.where(scale > 0, scale, MEAN_AD_SCALE * np.nanmean(dev, axis=1, keepdims=True))
-        return (scale > 0) & (dev > OUTLIER_THRESHOLD * scale)
+        enough = np.isfinite(x).sum(axis=1, keepdims=True) >= OUTLIER_MIN_SEEDS
+        return enough & (scale > 0) & (dev > OUTLIER_THRESHOLD * scale) & (dev > OUTLIER_MIN_RELATIVE * np.abs(med))
+
+
+def unstable(median: np.ndarray, worst: np.ndarray, typical: np.ndarray) -> np.ndarray:
+    """Cells of a lower-is-better score whose worst seed exceeds 100 x their median, or whose median
+    exceeds 100 x `typical` (the median cell median of the method's grid; module doc)."""
+    median, worst, typical = (np.asarray(a, dtype=float) for a in (median, worst, typical))
+    with np.errstate(invalid="ignore"):
+        spread = np.isfinite(worst) & (worst > UNSTABLE_RATIO * median)
+        return (median > 0) & (spread | (np.isfinite(median) & (median > UNSTABLE_RATIO * typical)))
 
 
 def paired_comparisons(a: np.ndarray, r: np.ndarray, higher_is_better: np.ndarray, stat: str,

@@ -19,6 +19,7 @@ the store's current sweep are counted.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from dataclasses import dataclass
@@ -241,9 +242,11 @@ def cell_text(row: dict, stat: str, ci: bool = True) -> str:
 
 
 def variant_title(variant: dict) -> str:
-    """"task (setting=value, ...)", without where the data lives (not part of what was run)."""
-    settings = ", ".join(f"{k}={v}" for k, v in variant.items() if k != "task" and k not in LOCATION_SETTINGS)
-    return f"{variant['task']} ({settings})"
+    """"task (setting=value, ...)", without where the data lives (not part of what was run) and
+    with only the task's own settings (a store of two tasks has the union of their settings)."""
+    own = {f.name for f in dataclasses.fields(get_task(variant["task"]).settings_type)}
+    settings = ", ".join(f"{k}={v}" for k, v in variant.items() if k in own and k not in LOCATION_SETTINGS and v is not None)
+    return f"{variant['task']} ({settings})" if settings else variant["task"]
 
 
 def score_name(task_name: str) -> str:
@@ -270,7 +273,8 @@ def _score_note(task_name: str, stat: str = "mean") -> str:
 
 def _outlier_note() -> str:
     return (f"{OUTLIER_MARK} outlier seed: |score - median| > {stats.OUTLIER_THRESHOLD:g} x {stats.MAD_SCALE} x MAD "
-            f"(MAD = 0: {stats.MEAN_AD_SCALE} x mean absolute deviation)")
+            f"(MAD = 0: {stats.MEAN_AD_SCALE} x mean absolute deviation) and > {stats.OUTLIER_MIN_RELATIVE:.0%} of the "
+            f"median; only with {stats.OUTLIER_MIN_SEEDS} or more seeds")
 
 
 @dataclass(frozen=True)

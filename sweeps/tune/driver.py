@@ -40,6 +40,7 @@ from sweeps.store.lock import refuse_if_locked, store_lock
 from sweeps.store.record import check_and_record, read_store_record, recorded_sweep, sweep_pairs
 from sweeps.store.stages import ConfirmationRecord, read_confirmation, write_confirmation
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
+from sweeps.tune.progress import quiet_tune
 from sweeps.tune.resume import config_index, covered, finished_recorded, recorded_packs, resumable
 from sweeps.tune.wiring import Signals, run_packs, shown
 
@@ -67,6 +68,7 @@ class _Cluster:
 
 def _connect(results_dir: StoreLocation, options: ExecutionOptions, resources: PackResources) -> _Cluster:
     """Where it runs, checked before anything is written (a bad address, resources or storage: exit 2, no folder)."""
+    quiet_tune()  # before Ray starts: its banners and hints do not apply to a sweep's output
     started = time.perf_counter()
     dashboard_url = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started

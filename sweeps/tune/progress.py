@@ -1,5 +1,10 @@
-"""Driver-side progress of a sweep: a rich progress bar (packs done, run-steps per second,
-ETA) and the status.json file that `fade-sweep status` reads.
+"""Driver-side progress of a sweep: a rich progress bar and the status.json file that
+`fade-sweep status` reads, plus `quiet_tune`, which keeps Ray's and Tune's banners out of a run.
+
+The bar shows the share of the sweep's run-steps done, packs done, the throughput, the
+elapsed time and the ETA. The throughput is ONE number everywhere (bar, the closing "Done"
+line, `fade-sweep status`): `SweepStatus.rate`, the run-steps this run has done divided by
+the wall seconds since its packs started (Ray's start is reported apart).
 
 The callback is created by the driver for the folder it runs (never restored from a Tune
 experiment: a copied results folder reports into the copy). Tune calls `on_step_begin`
@@ -8,10 +13,12 @@ about ten times a second, which keeps status.json's heartbeat (`updated_at`) fre
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import time
 from pathlib import Path
+from typing import Protocol
 
 from ray.tune import Callback
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -20,6 +27,51 @@ from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, for
 from sweeps.spec import Pack
 
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _DropTokenNotice(logging.Filter):
+    """Ray's notice that token authentication is on (it stays on; the notice says nothing to act on)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Token authentication is enabled" not in record.getMessage()
+
+
+def quiet_tune() -> None:
+    """Keep out of a run's output what does not apply to it; call before Ray starts.
+
+    Tune's new output engine prints a configuration box, "View detailed results here" and a
+    TensorBoard hint even at verbose=0: RAY_AIR_NEW_OUTPUT=0 selects the legacy engine, which
+    at verbose=0 prints nothing. TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1: Tune's own CSV / JSON /
+    TensorBoard result files are not written (the results are the store). Ray's notice that
+    token authentication is enabled is dropped; the authentication itself is untouched. A value
+    the user set in the environment is kept."""
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
+    os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    logger = logging.getLogger(TOKEN_AUTH_LOGGER)
+    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
+        logger.addFilter(_DropTokenNotice())
+
+
+class RunSummary(Protocol):
+    """What `done_line` reads of the driver's SweepRun (not imported: the driver imports this module)."""
+
+    packs: int
+    run_steps: int
+    wall_seconds: float
+    ray_start_seconds: float
+    slots: int
+    nodes: frozenset[str]
+
+
+def done_line(run: RunSummary, status: SweepStatus | None) -> str:
+    """The closing line of a run (`run`: the driver's SweepRun): what ran, the wall time split
+    into Ray's start and the packs' time, and the throughput as the bar and `status` show it."""
+    packs_seconds = None if status is None else status.updated_at - status.started_at
+    rate = run.run_steps / packs_seconds if packs_seconds else 0.0
+    split = f"Ray start {run.ray_start_seconds:.1f} s" + (f", packs {packs_seconds:.1f} s" if packs_seconds else "")
+    return (f"Done: {run.packs} packs, {run.run_steps:.3e} run-steps in {run.wall_seconds:.1f} s wall ({split}); "
+            f"{format_rate(rate)} while packs ran, {run.slots} packs at once on {len(run.nodes)} node(s)")
 
 
 class SweepProgress(Callback):
@@ -54,9 +106,10 @@ class SweepProgress(Callback):
             self._progress = Progress(
                 TextColumn("[bold]sweep"),
                 BarColumn(),
-                TaskProgressColumn(),
+                TaskProgressColumn(),  # of the sweep's run-steps
                 TextColumn("packs {task.fields[packs]}"),
                 TextColumn("{task.fields[rate]}"),
+                TextColumn("elapsed"),
                 TimeElapsedColumn(),
                 TextColumn("ETA"),
                 TimeRemainingColumn(),
@@ -130,12 +183,11 @@ class SweepProgress(Callback):
         now = time.time()
         self.status.updated_at = now
         if self._progress is not None:
-            task = self._progress.tasks[0]
             self._progress.update(
                 self._task,
                 completed=self.status.run_steps_done,
                 packs=f"{self.status.count('done')}/{len(self.status.trials)}",
-                rate=format_rate(task.speed or 0),
+                rate=format_rate(self.status.rate),
             )
         if force or now - self._written_at >= WRITE_EVERY_SECONDS:
             self.status.write(self.results_dir)

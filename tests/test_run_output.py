@@ -1,0 +1,51 @@
+"""What `fade-sweep run` prints: no Ray / Tune banners or hints that do not apply, one
+throughput (the bar, the "Done" line and `fade-sweep status` agree), a labelled elapsed time."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from sweeps.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+SWEEP = {
+    "name": "quiet",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 4000, "bin": 1000},
+    "seeds": 2,
+    "optimizers": {"sgd": {"alpha": [0.1, 0.01]}, "fade": {"alpha": 0.1, "theta_lambda": [0, 0.01], "gamma0": -2.3}},
+}
+BANNERS = ("Token authentication is enabled", "Configuration for experiment", "View detailed results",
+           "tensorboard", "TensorBoard", "Tune overhead")
+
+
+def test_run_output_is_quiet_and_has_one_throughput(tmp_path, capsys):
+    sweep = tmp_path / "quiet.yaml"
+    sweep.write_text(yaml.safe_dump(SWEEP))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # a process of its own: Ray starts there (and stops with it), as for a user
+    done = subprocess.run([sys.executable, "-m", "sweeps.cli", "run", str(sweep), "--storage", str(tmp_path / "store"),
+                           "--num-cpus", "1", "--no-report"], capture_output=True, text=True, env=env, timeout=600, cwd=ROOT)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert not [b for b in BANNERS if b in output], output
+    rates = re.findall(r"([\d.]+[KM]) run-steps/s", output)
+    bar = re.search(r"sweep .*100%.*packs 2/2 ([\d.]+[KM]) run-steps/s elapsed \d+:\d\d:\d\d", output)
+    assert bar, output
+    line = re.search(r"Done: 2 packs, .* s wall \(Ray start [\d.]+ s, packs [\d.]+ s\); ([\d.]+[KM]) run-steps/s while packs ran",
+                     output)
+    assert line and line.group(1) == bar.group(1), output
+    assert main(["status", str(tmp_path / "store" / "quiet")]) == 0
+    status = re.search(r"\(100\.0%\), ([\d.]+[KM]) run-steps/s", capsys.readouterr().out)
+    assert status and status.group(1) == bar.group(1) and set(rates) == {bar.group(1)}
+
+
+def test_dry_run_hands_packs_to_the_least_loaded_slot():
+    from sweeps.tune.dryrun import busiest_slot
+
+    assert busiest_slot([10, 6, 5, 4], 2) == 14  # 10 | 6, then 5 -> 11, then 4 -> the 10: 14
+    assert busiest_slot([3.0], 4) == 3.0 and busiest_slot([2, 2, 2], 1) == 6
