@@ -246,8 +246,8 @@ def test_report_with_many_parallel_plots_draws_every_figure(tmp_path):
             assert 'class="hm"' in drawn
         elif kind == "importance":
             assert 'class="point"' in drawn
-        else:  # every line figure has drawn paths with data
-            assert re.search(r'class="js-line" d="M[\d.]+,[\d.]+L', drawn), kind
+        else:  # every line figure has drawn paths with data (profiles are steps: H/V segments)
+            assert re.search(r'class="js-line" d="M[\d.]+,[\d.]+[LHV]', drawn), kind
     # the blown-up cell is clipped at the colour range's end; the other cells span the scale
     heat = next(fig for kind, fig in built if kind == "heatmap")
     z = [v for row in heat.data[0].z for v in row if v is not None]

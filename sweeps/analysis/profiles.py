@@ -12,10 +12,10 @@ from __future__ import annotations
 import numpy as np
 import plotly.graph_objects as go
 import polars as pl
-from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from sweeps.analysis import queries, tables
+from sweeps.analysis.style import method_color
 
 TAU_POINTS = 101  # thresholds per setting: evenly spaced over the range of its runs' finite scores
 
@@ -46,20 +46,18 @@ def performance_profile(runs: pl.DataFrame, taus: np.ndarray | None = None) -> p
     return pl.concat(frames, how="diagonal_relaxed").sort(*variant, "optimizer", "tau") if frames else pl.DataFrame()
 
 
-def profile_figure(runs: pl.DataFrame, colors: dict[str, str] | None = None) -> go.Figure:
-    """The performance profiles of `runs` (see performance_profile), one panel per setting; `colors`
-    maps a method to its colour (default: plotly's qualitative palette in method order)."""
+def profile_figure(runs: pl.DataFrame) -> go.Figure:
+    """The performance profiles of `runs` (see performance_profile), one panel per setting, each
+    method in its report-wide colour."""
     profile = performance_profile(runs)
     variant = queries.variant_columns(runs.lazy())
     settings = profile.select(variant).unique(maintain_order=True).to_dicts() if profile.height else []
-    methods = sorted(runs["optimizer"].unique().to_list())
-    colors = colors or {m: qualitative.Plotly[i % len(qualitative.Plotly)] for i, m in enumerate(methods)}
     fig = make_subplots(rows=1, cols=max(len(settings), 1), subplot_titles=[tables.variant_title(s) for s in settings])
     for col, setting in enumerate(settings, start=1):
         part = profile.filter(*(pl.col(k).eq_missing(v) for k, v in setting.items()))
         for (optimizer,), curve in part.group_by("optimizer", maintain_order=True):
             fig.add_trace(go.Scatter(x=curve["tau"].to_list(), y=curve["fraction"].to_list(), name=optimizer,
-                                     legendgroup=optimizer, showlegend=col == 1, line={"color": colors[optimizer], "shape": "hv"}),
+                                     legendgroup=optimizer, showlegend=col == 1, line={"color": method_color(optimizer), "shape": "hv"}),
                           row=1, col=col)
         fig.update_xaxes(title_text=f"tau ({tables.direction(setting['task'])})", row=1, col=col)
     fig.update_yaxes(title_text="fraction of runs better than tau", range=[0, 1.02])
