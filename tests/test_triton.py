@@ -139,7 +139,8 @@ def test_fused_runs_follow_the_torch_ops_over_many_steps(learner, dtype, monkeyp
         losses[0].append(fused.step(x, y).loss)
         losses[1].append(plain.step(x, y).loss)
     pairs = [(torch.stack(losses[0]).T, torch.stack(losses[1]).T, "loss")]
-    pairs += [(fused.state_dict()[k].reshape(RUNS, -1), v.reshape(RUNS, -1), k) for k, v in plain.state_dict().items() if v.dim()]
+    states = fused.state_dict()
+    pairs += [(states[k].reshape(RUNS, -1), v.reshape(RUNS, -1), k) for k, v in plain.state_dict().items() if v.dim()]
     for got, want, name in pairs:
         torch.testing.assert_close(got[:2], want[:2], msg=name, **tol)
         finite = want[2].isfinite()
@@ -158,7 +159,8 @@ flags = dict(ADAM=1, DECOUPLED=0, CLIP=1, FADE=int(sys.argv[1]), WEIGHT=1, HEAD_
 signature = {n: "constexpr" if n in flags else "*fp32" if n.endswith("_ptr") else "i32" for n in kernel.arg_names}
 source = ASTSource(kernel, signature, constexprs={(kernel.arg_names.index(n),): v for n, v in flags.items()})
 ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}).asm["ptx"]
-print(json.dumps({op: ptx.count(op) for op in ("fma.rn.f32", "div.rn.f32", "sqrt.rn.f32", "div.full", "div.approx", "sqrt.approx")}))
+ops = ("fma.rn.f32", "div.rn.f32", "sqrt.rn.f32", "div.full", "div.approx", "sqrt.approx")
+print(json.dumps({op: ptx.count(op) for op in ops}))
 """
 
 
@@ -173,7 +175,8 @@ def test_the_kernel_compiles_for_hopper_with_exact_rounding(fade):
     import sys
 
     env = {**os.environ, "TRITON_INTERPRET": "0"}
-    done = subprocess.run([sys.executable, "-c", COMPILE, str(fade)], env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run([sys.executable, "-c", COMPILE, str(fade)], env=env, capture_output=True, text=True,
+                          timeout=600)
     if done.returncode and "ptxas" in done.stderr:
         pytest.skip(f"no ptxas for sm_90 here: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-2000:]

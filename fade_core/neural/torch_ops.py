@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
@@ -120,7 +121,8 @@ class NeuralRuns:
         # Parameters whose whole update runs as one fused Triton kernel (see `fused_kernels`).
         self._triton = fused_kernels(like.device)
         adam_fused = adam and learner.weight_decay != "coupled"
-        self._fused_params = {i for i in range(len(starts) - 1) if adam_fused or i in self.fade_index} if self._triton else set()
+        fused = range(len(starts) - 1) if self._triton else ()
+        self._fused_params = {i for i in fused if adam_fused or i in self.fade_index}
 
     # -- state ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -339,7 +341,7 @@ class NeuralRuns:
         return self.gamma[n - 2].exp(), self.gamma[n - 1].exp()
 
 
-def fused_kernels(device: torch.device):
+def fused_kernels(device: torch.device) -> ModuleType | None:
     """The triton_update module when this device's packs should use it, else None.
 
     FADE_TRITON=auto (default): for CUDA tensors when Triton imports, unless FADE_TORCH_COMPILE=1

@@ -176,7 +176,8 @@ def _rows(a: torch.Tensor, b: torch.Tensor, like: torch.Tensor) -> int:
     """The shared run stride of two state tensors laid out like the parameter `like` within a run."""
     for t in (a, b):
         if t.shape != like.shape or t.dtype != like.dtype or t.device != like.device or not t[0].is_contiguous():
-            raise ValueError(f"fused update: state {tuple(t.shape)} {t.dtype} does not match parameter {tuple(like.shape)} {like.dtype}")
+            raise ValueError(f"fused update: state {tuple(t.shape)} {t.dtype} does not match the parameter's "
+                             f"{tuple(like.shape)} {like.dtype}")
     if a.stride(0) != b.stride(0):
         raise ValueError(f"fused update: state rows differ in stride ({a.stride(0)} vs {b.stride(0)})")
     return a.stride(0)
@@ -208,9 +209,11 @@ def update(param: torch.Tensor, delta: torch.Tensor, x: torch.Tensor | None, alp
         param, adam.m if adam else param, adam.v if adam else param,
         fade.gamma if fade else param, fade.trace if fade else param,
         delta, x, hf,
-        alpha, unused if lam is None else lam, fade.theta_lambda if fade else unused, unused if bound is None else bound,
+        alpha, unused if lam is None else lam, fade.theta_lambda if fade else unused,
+        unused if bound is None else bound,
         adam.step if adam else unused, adam.sqrt_bc2 if adam else unused, adam.inv_bc2_before if adam else unused,
-        param.stride(0), _rows(adam.m, adam.v, param) if adam else 0, _rows(fade.gamma, fade.trace, param) if fade else 0,
+        param.stride(0), _rows(adam.m, adam.v, param) if adam else 0,
+        _rows(fade.gamma, fade.trace, param) if fade else 0,
         delta.stride(0), x.stride(0), hf.stride(0),
         n_in, numel, blocks,
         ADAM=adam is not None, DECOUPLED=lam is not None, CLIP=bound is not None, FADE=fade is not None,
