@@ -114,7 +114,7 @@ emnist:adamw:2000:triton nonlinear:fade_sgd:4000:triton nonlinear:fade_sgd:4000:
     esac
     step "bench-$task-$optimizer-$mode" 90 env "${env[@]}" $py benchmarks/bench_neural.py --device cuda --task "$task" \
       --optimizer "$optimizer" --runs "$runs" --steps "${BENCH_STEPS:-400}" --no-naive
-    note "bench $mode" "$(tail -1 "$logs/bench-$task-$optimizer-$mode.log" | cut -c1-150)"
+    note "bench $mode" "$task $optimizer: $(tail -1 "$logs/bench-$task-$optimizer-$mode.log" | cut -c1-140)"
   done
 fi
 
