@@ -60,9 +60,10 @@ note gpu "$(head -1 "$logs/gpu.log")"
 bundle=${FADE_GPU_BUNDLE:-.gpu_bundle}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 if [[ -f $bundle/site.tar.xz ]]; then
-  if tar -xJf "$bundle/site.tar.xz" -C "$work" 2>"$logs/bundle.log"; then
-    export PYTHONPATH=$work:$PYTHONPATH
-    note bundle "unpacked $(du -sm "$work" | cut -f1) MB from $bundle/site.tar.xz"
+  mkdir -p "$work/site"
+  if tar -xJf "$bundle/site.tar.xz" -C "$work/site" 2>"$logs/bundle.log"; then
+    export PYTHONPATH=$work/site:$PYTHONPATH
+    note bundle "unpacked $(du -sm "$work/site" | cut -f1) MB from $bundle/site.tar.xz"
   else
     note bundle "FAILED to unpack $bundle/site.tar.xz: $(tail -1 "$logs/bundle.log")"
   fi
