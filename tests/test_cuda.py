@@ -1,8 +1,10 @@
-"""The CUDA path of the neural packs (batched torch ops, CUDA-graph replay) against the CPU
+"""The CUDA path of the neural packs (batched torch ops or fused Triton kernels, CUDA-graph replay) against the CPU
 compiled path, which tests/test_neural_learners.py checks against a plain PyTorch
 reference. Skipped where there is no GPU; `benchmarks/gpu_check.sh` runs them on one."""
 
 from __future__ import annotations
+
+import warnings
 
 import numpy as np
 import pytest
@@ -70,12 +72,37 @@ def _assert_close(a, b, rtol=RTOL, atol=ATOL):
                                        err_msg=name)
 
 
+_CPU_OUTCOMES: dict = {}  # (task, optimizer) -> the CPU kernel's outcome, shared by both CUDA variants
+
+
+@pytest.mark.parametrize("kernels", ["triton", "torch"])
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
-def test_every_optimizer_on_cuda_matches_the_cpu_kernel(task, optimizer, emnist_dir):
+def test_every_optimizer_on_cuda_matches_the_cpu_kernel(task, optimizer, kernels, emnist_dir, monkeypatch):
+    """Both CUDA update paths: the fused Triton kernels (FADE_TRITON=1) and the torch ops (0)."""
+    monkeypatch.setenv("FADE_TRITON", "1" if kernels == "triton" else "0")
     pack = _pack(task, optimizer, emnist_dir)
     rtol = ADAM_RTOL if "adam" in optimizer and task == "emnist" else RTOL
-    _assert_close(_run(pack, "cuda").outcome(), _run(pack, "cpu").outcome(), rtol=rtol)
+    if (task, optimizer) not in _CPU_OUTCOMES:
+        _CPU_OUTCOMES[task, optimizer] = _run(pack, "cpu").outcome()
+    _assert_close(_run(pack, "cuda").outcome(), _CPU_OUTCOMES[task, optimizer], rtol=rtol)
+
+
+@pytest.mark.parametrize("optimizer", ["fade_adam", "adam_wclip", "fade_sgd"])
+def test_fused_kernels_are_captured_in_cuda_graphs(optimizer, emnist_dir, monkeypatch):
+    """The Triton launches replay inside the runner's CUDA graphs (a failed capture would only
+    warn and step eagerly), and the replayed steps equal the eager ones."""
+    monkeypatch.setenv("FADE_TRITON", "1")
+    pack = _pack("emnist", optimizer, emnist_dir, configs=[0, 1], seeds=(0,))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        graphed = _run(pack, "cuda", chunk=100)
+    assert not [w for w in caught if "graph capture failed" in str(w.message)], [str(w.message) for w in caught]
+    assert graphed._graph is not None and graphed.runs._fused_params
+    eager = _run(pack, "cuda", chunk=49)  # chunks shorter than a graph's 50 steps: eager only
+    assert eager._graph is None
+    a, b = graphed.outcome(), eager.outcome()
+    np.testing.assert_allclose(a.score, b.score, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.parametrize("task", TASKS)

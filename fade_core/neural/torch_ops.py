@@ -6,6 +6,8 @@ runs forward, backward and every update of algorithms.md §2 for all R runs with
 host synchronisation, so on CUDA a block of steps can be captured in a graph. On CPU,
 `NeuralRuns.advance` hands whole segments to the compiled kernel (cpu_kernel) instead:
 batched ops stream every run's weights through memory once per op and step there.
+On CUDA the Adam and FADE parameter updates run as one Triton kernel each (triton_update)
+when Triton imports; FADE_TRITON=0 keeps them as torch ops, the reference they are tested against.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from types import ModuleType
 from typing import Literal
 
 import numpy as np
@@ -115,6 +118,11 @@ class NeuralRuns:
         first = min(self.fade_index, default=0)
         self.gamma = {first + i: v for i, v in enumerate(arch.views(self.gamma_flat))} if width else {}
         self.trace = {first + i: v for i, v in enumerate(arch.views(self.trace_flat))} if width else {}
+        # Parameters whose whole update runs as one fused Triton kernel (see `fused_kernels`).
+        self._triton = fused_kernels(like.device)
+        adam_fused = adam and learner.weight_decay != "coupled"
+        fused = range(len(starts) - 1) if self._triton else ()
+        self._fused_params = {i for i in fused if adam_fused or i in self.fade_index}
 
     # -- state ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -227,6 +235,9 @@ class NeuralRuns:
         for index, param in enumerate(params):
             layer, is_bias = divmod(index, 2)
             delta = deltas[layer]
+            if index in self._fused_params:
+                self._fused_update(index, param, delta, cache, head_factor, adam)
+                continue
             alpha = _per_run(hp["alpha"], param)
             fused_sgd = learner.base == "sgd" and index not in self.fade_index
             if not is_bias and fused_sgd:
@@ -255,6 +266,21 @@ class NeuralRuns:
             self.adam_steps.copy_(k_now)
         if learner.clip:
             self._clip()
+
+    def _fused_update(self, index: int, param: torch.Tensor, delta: torch.Tensor, cache: ForwardCache,
+                      head_factor: torch.Tensor | None, adam: tuple | None) -> None:
+        """`_update`'s work on one parameter (FADE, decay, Adam or SGD step, clipping) in one Triton kernel."""
+        learner, hp, kernels = self.learner, self.hp, self._triton
+        layer, is_bias = divmod(index, 2)
+        fade = index in self.fade_index
+        kernels.update(
+            param, delta, None if is_bias else cache.inputs[layer], hp["alpha"],
+            adam=kernels.AdamStep(self.adam_m[index], self.adam_v[index], *adam[:3]) if adam else None,
+            fade=kernels.FadeState(self.gamma[index], self.trace[index], hp["theta_lambda"]) if fade else None,
+            lam=hp["lambda"] if learner.weight_decay == "decoupled" else None,
+            bound=self._clip_bound(layer) if learner.clip else None,
+            head_factor=head_factor if fade and layer == self.net.arch.layers - 1 else None,
+        )
 
     def _adam_scalars(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Adam's per-step scalars for the step after k, computed in float64 and then rounded to
@@ -295,12 +321,16 @@ class NeuralRuns:
         # As torch.optim.Adam: sqrt(v) divided by sqrt(bias correction 2) (not times its reciprocal)
         param.sub_(_per_run(step, param) * m / (v.sqrt() / sqrt_bc2 + EPS))
 
+    def _clip_bound(self, layer: int) -> torch.Tensor:
+        """[R] kappa / sqrt(fan_in) of a layer."""
+        return self.hp["kappa"] / math.sqrt(self.net.weights[layer].shape[2])
+
     def _clip(self) -> None:
-        kappa = self.hp["kappa"]
-        for w, b in zip(self.net.weights, self.net.biases):
-            bound = kappa / math.sqrt(w.shape[2])
-            w.clamp_(min=-_per_run(bound, w), max=_per_run(bound, w))
-            b.clamp_(min=-_per_run(bound, b), max=_per_run(bound, b))
+        """Clamp every parameter the fused kernel did not already clamp."""
+        for index, param in enumerate(self.net.parameters()):
+            if index not in self._fused_params:
+                bound = _per_run(self._clip_bound(index // 2), param)
+                param.clamp_(min=-bound, max=bound)
 
     # -- what the metrics read -----------------------------------------------------------
     def head_decay(self) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -309,6 +339,28 @@ class NeuralRuns:
             return None
         n = 2 * self.net.arch.layers
         return self.gamma[n - 2].exp(), self.gamma[n - 1].exp()
+
+
+def fused_kernels(device: torch.device) -> ModuleType | None:
+    """The triton_update module when this device's packs should use it, else None.
+
+    FADE_TRITON=auto (default): for CUDA tensors when Triton imports, unless FADE_TORCH_COMPILE=1
+    asks for torch.compile's fusion instead; 1: always (CPU tensors need TRITON_INTERPRET=1,
+    which the tests set); 0: never (the torch ops, the fused kernels' reference).
+    """
+    mode = os.environ.get("FADE_TRITON", "auto")
+    if mode not in ("auto", "0", "1"):
+        raise ValueError(f"FADE_TRITON must be auto, 0 or 1, not {mode!r}")
+    compiled = os.environ.get("FADE_TORCH_COMPILE", "0") == "1"
+    if mode == "0" or (mode == "auto" and (device.type != "cuda" or compiled)):
+        return None
+    try:
+        from fade_core.neural import triton_update
+    except ImportError as err:
+        if mode == "1":
+            raise ValueError(f"FADE_TRITON=1 needs Triton, which does not import here ({err})") from None
+        return None
+    return triton_update
 
 
 def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
