@@ -8,9 +8,13 @@ first line of the run, see `announce_environment_address`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
 from urllib.parse import urlparse
 
 import ray
@@ -18,6 +22,9 @@ import ray
 from cluster.errors import ClusterError
 
 RAY_ADDRESS = "RAY_ADDRESS"
+LOOPBACK = "127.0.0.1"  # where the embedded Ray listens
+# Ray's processes on one host: take 127.0.0.1 as the local address (Ray calls this switch "clusters on Windows or OSX")
+SINGLE_HOST = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
 DEFAULT_PORTS = {"ray": 10001, "http": 80, "https": 443}
 
 
@@ -91,8 +98,9 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str | No
 
     Returns the dashboard's URL when Ray reports one.
 
-    The embedded Ray keeps Ray's defaults for security: token authentication on, and
-    the dashboard listening on loopback only.
+    The embedded Ray listens on loopback only: its node IP stays 127.0.0.1 (`loopback_node_ip`),
+    so Ray binds its servers (GCS, raylet, object manager, workers, agents) there instead of
+    every interface, and the dashboard is on 127.0.0.1; token authentication stays on (Ray's default).
     """
     if ray.is_initialized():
         return None
@@ -107,19 +115,77 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str | No
             )
         check_reachable(address)
         try:
-            context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+            with loopback_node_ip():  # 127.0.0.1:PORT stays loopback (a cluster listening there only)
+                context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise ClusterError(f"cannot attach to the Ray cluster at {address}: {err}") from None
+        _node_deaths_in_one_line()
         return _dashboard_url(context)
-    context = ray.init(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=True,
-        dashboard_host="127.0.0.1",
-        logging_level=logging.WARNING,
-        log_to_driver=False,
-    )
+    with loopback_node_ip():
+        context = ray.init(
+            address="local",
+            num_cpus=num_cpus,
+            include_dashboard=True,
+            dashboard_host=LOOPBACK,
+            _node_ip_address=LOOPBACK,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+        )
+    _node_deaths_in_one_line()
     return _dashboard_url(context)
+
+
+_RAYLET_LOG_TAIL = re.compile(r"\s*Last \d+ lines of the Raylet logs:.*", re.DOTALL)
+
+
+def _node_deaths_in_one_line() -> None:
+    """Print a node's death as one line, without the tail of its raylet log.
+
+    When a raylet dies, Ray sends every driver its last 20 log lines (mostly the periodic
+    `[state-dump]` tables) and the driver prints them whatever `log_to_driver` says
+    (`ray._private.worker.listen_error_messages`): a sweep on a cluster losing nodes had 448
+    of its 856 output lines from them. The tail stays in raylet.out on that node."""
+    from ray._private import worker
+
+    if hasattr(worker.print_to_stdstream, "__wrapped__"):
+        return
+    print_lines = worker.print_to_stdstream
+
+    @functools.wraps(print_lines)
+    def print_condensed(data: dict, ignore_prefix: bool) -> None:
+        if data.get("pid") == "raylet":
+            data = {**data, "lines": [_RAYLET_LOG_TAIL.sub(" (its last log lines are in raylet.out on that node)", line)
+                                      for line in data.get("lines", [])]}
+        print_lines(data, ignore_prefix)
+
+    worker.print_to_stdstream = print_condensed
+
+
+@contextmanager
+def loopback_node_ip() -> Iterator[None]:
+    """Keep 127.0.0.1 as it is in this block: a Ray node started here keeps it as its node IP,
+    and a cluster address 127.0.0.1:PORT is dialled there.
+
+    Ray (2.60) swaps a loopback node IP or address for the machine's LAN address
+    (`services.resolve_ip_for_localhost`) and then binds its gRPC servers to every interface.
+    Here that swap is off in this process, and off in the processes it starts (SINGLE_HOST in
+    their environment: Ray's own switch, which makes them take 127.0.0.1 as the local address,
+    so the dashboard's job agent still reaches its GCS): every server and agent binds to loopback
+    only (tests/test_cluster.py checks each listening socket)."""
+    from ray._private import services
+
+    resolve, saved = services.resolve_ip_for_localhost, {key: os.environ.get(key) for key in SINGLE_HOST}
+    services.resolve_ip_for_localhost = lambda host: host
+    os.environ.update(SINGLE_HOST)
+    try:
+        yield
+    finally:
+        services.resolve_ip_for_localhost = resolve
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def _dashboard_url(context) -> str | None:

@@ -2,18 +2,29 @@
 
 A head node plus worker nodes, each a separate raylet with its own ports, all on
 127.0.0.1, with token authentication on: what the tests (and anyone trying the
-cluster path on a laptop) need. `python -m cluster.local up|down`.
+cluster path on a laptop) need. `python -m cluster.local up|down [--port P]`.
+
+The cluster keeps its own Ray temp dir (default TMPDIR/fade-local-ray-PORT), which every
+one of its daemons names on its command line: stopping it signals those processes and
+their children by PID, so another Ray on the machine (a user's sweep) is left running,
+where `ray stop` would stop them all.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import secrets
+import signal
 import subprocess
+import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from cluster.connect import SINGLE_HOST
 
 LOOPBACK = "127.0.0.1"
 
@@ -22,7 +33,8 @@ LOOPBACK = "127.0.0.1"
 class LocalCluster:
     address: str  # the GCS address, for `fade-sweep run --address`
     dashboard_url: str  # the job server, for `fade-sweep submit --address`
-    env: dict[str, str]  # what a client process needs in its environment (token auth)
+    env: dict[str, str]  # what a client process needs in its environment (token auth; 127.0.0.1 kept as is)
+    temp_dir: Path  # Ray's temp dir for every node of this cluster: what `stop_local_cluster` finds it by
 
 
 def auth_env(token_path: Path) -> dict[str, str]:
@@ -34,10 +46,27 @@ def auth_env(token_path: Path) -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token_path)}
 
 
+# The `ray` command with 127.0.0.1 kept as it is (cluster.connect.loopback_node_ip): a node started so
+# listens on loopback only, and a client reaches it at 127.0.0.1 rather than at the machine's LAN address.
+# (Not SINGLE_HOST in its own environment: with it `ray start --address` refuses to add a worker node.)
+_RAY = ("import sys; from cluster.connect import loopback_node_ip; from ray.scripts.scripts import main; "
+        "sys.argv[0] = 'ray'\nwith loopback_node_ip(): main()")
+
+
+def _ray(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _RAY, *args], env=env, capture_output=True, text=True)
+
+
 def _ray_start(args: list[str], env: dict[str, str]) -> None:
-    done = subprocess.run(["ray", "start", "--disable-usage-stats", *args], env={**os.environ, **env}, capture_output=True, text=True)
+    env = {k: v for k, v in {**os.environ, **env}.items() if k not in SINGLE_HOST}  # set for its children only
+    done = _ray(["start", "--disable-usage-stats", *args], env)
     if done.returncode != 0:
         raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+
+
+def default_temp_dir(port: int) -> Path:
+    """Where the cluster on GCS `port` keeps its sessions (short: Ray's socket paths must fit 107 bytes)."""
+    return Path(tempfile.gettempdir()) / f"fade-local-ray-{port}"
 
 
 def start_local_cluster(
@@ -46,34 +75,42 @@ def start_local_cluster(
     port: int = 6390,
     dashboard_port: int = 8275,
     token_path: Path = Path.home() / ".ray" / "auth_token",
+    temp_dir: Path | None = None,
+    ports_from: int = 20000,
 ) -> LocalCluster:
-    """Start a head and `worker_nodes` workers on loopback with distinct ports."""
+    """Start a head and `worker_nodes` workers on loopback; node i (the head first) takes the
+    1000 ports from `ports_from + 1000 i` for its servers and workers, so clusters with
+    distinct `port` and `ports_from` run side by side."""
     env = auth_env(token_path)
-    _ray_start(
-        ["--head", "--node-ip-address", LOOPBACK, "--port", str(port), "--dashboard-host", LOOPBACK,
-         "--dashboard-port", str(dashboard_port), "--num-cpus", str(cpus_per_node)],
-        env,
-    )
-    for i in range(worker_nodes):
-        base = 20000 + 1000 * i  # each worker node gets its own block of ports
+    temp_dir = Path(temp_dir or default_temp_dir(port))
+    common = ["--node-ip-address", LOOPBACK, "--temp-dir", str(temp_dir), "--num-cpus", str(cpus_per_node)]
+    local = LocalCluster(f"{LOOPBACK}:{port}", f"http://{LOOPBACK}:{dashboard_port}", {**env, **SINGLE_HOST}, temp_dir)
+    try:
         _ray_start(
-            ["--address", f"{LOOPBACK}:{port}", "--node-ip-address", LOOPBACK, "--num-cpus", str(cpus_per_node),
-             "--node-manager-port", str(base), "--object-manager-port", str(base + 1),
-             "--dashboard-agent-listen-port", str(base + 2), "--dashboard-agent-grpc-port", str(base + 3),
-             "--metrics-export-port", str(base + 4), "--runtime-env-agent-port", str(base + 5),
-             "--min-worker-port", str(base + 100), "--max-worker-port", str(base + 999)],
+            ["--head", "--port", str(port), "--dashboard-host", LOOPBACK, "--dashboard-port", str(dashboard_port),
+             "--ray-client-server-port", str(port + 1), *common, *_node_ports(ports_from)],
             env,
         )
-    local = LocalCluster(f"{LOOPBACK}:{port}", f"http://{LOOPBACK}:{dashboard_port}", env)
-    _wait_for_nodes(local, 1 + worker_nodes)
+        for i in range(1, worker_nodes + 1):
+            _ray_start(["--address", local.address, *common, *_node_ports(ports_from + 1000 * i)], env)
+        _wait_for_nodes(local, 1 + worker_nodes)
+    except BaseException:
+        stop_local_cluster(temp_dir)  # nothing left running
+        raise
     return local
+
+
+def _node_ports(base: int) -> list[str]:
+    return ["--node-manager-port", str(base), "--object-manager-port", str(base + 1),
+            "--dashboard-agent-listen-port", str(base + 2), "--dashboard-agent-grpc-port", str(base + 3),
+            "--metrics-export-port", str(base + 4), "--runtime-env-agent-port", str(base + 5),
+            "--min-worker-port", str(base + 100), "--max-worker-port", str(base + 999)]
 
 
 def _wait_for_nodes(local: LocalCluster, count: int, timeout: float = 60.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        done = subprocess.run(["ray", "status", "--address", local.address], env={**os.environ, **local.env},
-                              capture_output=True, text=True)
+        done = _ray(["status", "--address", local.address], {**os.environ, **local.env})
         active = done.stdout.split("Pending:")[0]
         if active.count(" node_") >= count:
             return
@@ -81,9 +118,67 @@ def _wait_for_nodes(local: LocalCluster, count: int, timeout: float = 60.0) -> N
     raise RuntimeError(f"the local cluster did not reach {count} nodes within {timeout:.0f} s")
 
 
-def stop_local_cluster() -> None:
-    """Stop every Ray process of this machine (`ray stop`)."""
-    subprocess.run(["ray", "stop", "--force"], capture_output=True)
+def _parents() -> dict[int, int]:
+    """pid -> parent pid of every process (Linux /proc)."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # not a process, or gone
+    return parents
+
+
+def descendants(roots: set[int]) -> set[int]:
+    """`roots` and every process below them."""
+    parents, found = _parents(), set(roots)
+    while more := {pid for pid, parent in parents.items() if parent in found} - found:
+        found |= more
+    return found
+
+
+def cluster_pids(temp_dir: Path) -> set[int]:
+    """The processes of the cluster kept in `temp_dir`: those naming it on their command line (its
+    daemons), and their descendants (workers and agents, which rename themselves)."""
+    marker, roots = re.compile(re.escape(os.fsencode(temp_dir)) + rb"(/|\x00|$)"), set()
+    for pid in _parents():
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if marker.search(f.read()) and pid != os.getpid():
+                    roots.add(pid)
+        except OSError:
+            continue
+    return descendants(roots)
+
+
+def stop_local_cluster(temp_dir: Path, grace: float = 10.0) -> None:
+    """Stop the cluster kept in `temp_dir` by its PIDs (SIGTERM, then SIGKILL what is left after
+    `grace` seconds), and wait until they are gone; other Ray processes on the machine are not touched."""
+    pids: set[int] = set()
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        pids |= cluster_pids(temp_dir)
+        _signal({pid for pid in pids if running(pid)}, sig)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and any(running(pid) for pid in pids):
+            time.sleep(0.1)
+
+
+def _signal(pids: set[int], sig: int) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` is a live process (not gone, not a zombie)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except OSError:
+        return False
 
 
 def main() -> None:
@@ -91,11 +186,12 @@ def main() -> None:
     parser.add_argument("action", choices=("up", "down"))
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cpus-per-node", type=int, default=1)
+    parser.add_argument("--port", type=int, default=6390, help="the head's GCS port; names the cluster for `down`")
     args = parser.parse_args()
     if args.action == "down":
-        stop_local_cluster()
+        stop_local_cluster(default_temp_dir(args.port))
         return
-    local = start_local_cluster(args.workers, args.cpus_per_node)
+    local = start_local_cluster(args.workers, args.cpus_per_node, port=args.port)
     exports = " ".join(f"{k}={v}" for k, v in local.env.items())
     print(f"cluster up: --address {local.address} (run), --address {local.dashboard_url} (submit)\nexport {exports}")
 

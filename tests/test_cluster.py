@@ -1,14 +1,18 @@
 """The cluster path: a two-node Ray cluster on loopback (head + one worker node, token
 auth on), job submission, fault tolerance (a worker killed, the driver killed), and the
-errors for bad addresses, impossible resources and unusable storage."""
+errors for bad addresses, impossible resources and unusable storage. Ray here listens on
+loopback only, and the tests stop only the Ray processes they started (by PID)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import polars as pl
 import pytest
 import yaml
 
-from cluster.local import start_local_cluster, stop_local_cluster
+from cluster.local import auth_env, cluster_pids, descendants, running, start_local_cluster, stop_local_cluster
 from sweeps import results
 from tests.helpers import read_status_json, scores_in_process
 
@@ -34,12 +38,13 @@ RUN_OPTIONS = ["--runs-per-pack", "3", "--chunk-steps", "20000", "--checkpoint-e
 @pytest.fixture(scope="module")
 def two_nodes(tmp_path_factory):
     root = tmp_path_factory.mktemp("cluster")
-    local = start_local_cluster(worker_nodes=1, cpus_per_node=1, port=6391, dashboard_port=8276, token_path=root / "auth_token")
+    local = start_local_cluster(worker_nodes=1, cpus_per_node=1, port=6391, dashboard_port=8276, token_path=root / "auth_token",
+                                temp_dir=Path(tempfile.mkdtemp(prefix="fade-ray-")))  # short: Ray's socket paths
     with pytest.MonkeyPatch.context() as patch:
         for key, value in local.env.items():
             patch.setenv(key, value)
         yield local, root
-    stop_local_cluster()
+    stop_local_cluster(local.temp_dir)
 
 
 @pytest.fixture(scope="module")
@@ -195,3 +200,110 @@ def test_clear_errors(two_nodes, sweep_file, tmp_path, args, message):
     assert out.strip().splitlines()[-1].startswith("fade-sweep: error:")
     assert not storage.exists()  # nothing half-written
     assert time.monotonic() - started < 60
+
+
+def _listening(pids: set[int]) -> set[tuple[int, str, int]]:
+    """(pid, address, port) of every listening TCP socket the processes `pids` hold (Linux /proc)."""
+    sockets = {}
+    for table in ("tcp", "tcp6"):
+        with open(f"/proc/net/{table}") as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A":  # LISTEN
+                    address, port = fields[1].split(":")
+                    raw = bytes.fromhex(address)  # 32-bit words in host (little-endian) order
+                    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+                    family = socket.AF_INET if len(raw) == 4 else socket.AF_INET6
+                    sockets[f"socket:[{fields[9]}]"] = (socket.inet_ntop(family, raw), int(port, 16))
+    found = set()
+    for pid in pids:
+        try:
+            links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            continue  # gone
+        found |= {(pid, *sockets[link]) for link in links if link in sockets}
+    return found
+
+
+def _off_loopback(listening: set[tuple[int, str, int]]) -> list[str]:
+    """The listeners not on loopback (127.0.0.0/8, ::1, or 127.x as an IPv4-mapped IPv6 address)."""
+    def loopback(address: str) -> bool:
+        ip = ipaddress.ip_address(address)
+        return ip.is_loopback or bool(getattr(ip, "ipv4_mapped", None) and ip.ipv4_mapped.is_loopback)
+
+    return sorted(f"{address}:{port} ({_name(pid)})" for pid, address, port in listening if not loopback(address))
+
+
+def test_an_embedded_run_listens_on_loopback_only(tmp_path):
+    sweep = tmp_path / "embedded.yaml"
+    sweep.write_text(yaml.safe_dump({**SWEEP, "name": "embedded", "task_settings": {"steps": 200_000, "bin": 10_000}}))
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    run = _cli("run", str(sweep), "--storage", str(tmp_path), "--num-cpus", "2", "--runs-per-pack", "3", "--no-report", env=env)
+    seen = set()
+    while run.poll() is None:  # every listener of the run's processes, sampled while it runs
+        seen |= _listening(descendants({run.pid}))
+        time.sleep(0.1)
+    out = run.communicate()[0]
+    assert run.returncode == 0, out
+    assert len({pid for pid, _, _ in seen}) >= 4, seen  # GCS, raylet, agents, driver, workers
+    assert not _off_loopback(seen), _off_loopback(seen)
+
+
+def test_the_local_cluster_listens_on_loopback_only(two_nodes):
+    local, _ = two_nodes
+    seen = _listening(cluster_pids(local.temp_dir))
+    assert len({pid for pid, _, _ in seen}) >= 6, seen  # two raylets, two agents each, GCS, dashboard
+    assert not _off_loopback(seen), _off_loopback(seen)
+
+
+def test_stopping_a_local_cluster_leaves_another_ray_running(tmp_path):
+    other_dir = Path(tempfile.mkdtemp(prefix="fade-other-ray-"))
+    other = subprocess.run(
+        ["ray", "start", "--head", "--disable-usage-stats", "--node-ip-address", "127.0.0.1", "--port", "6395",
+         "--temp-dir", str(other_dir), "--num-cpus", "1", "--include-dashboard=false", "--ray-client-server-port", "6396",
+         "--node-manager-port", "24000", "--object-manager-port", "24001", "--dashboard-agent-listen-port", "24002",
+         "--dashboard-agent-grpc-port", "24003", "--metrics-export-port", "24004", "--runtime-env-agent-port", "24005",
+         "--min-worker-port", "24100", "--max-worker-port", "24999"],
+        env={**os.environ, **auth_env(tmp_path / "other_token")}, capture_output=True, text=True)
+    try:
+        assert other.returncode == 0, other.stdout[-2000:] + other.stderr[-2000:]
+        daemons = {pid for pid in cluster_pids(other_dir) if _name(pid) in ("gcs_server", "raylet")}
+        mine = start_local_cluster(worker_nodes=0, port=6397, dashboard_port=8277, token_path=tmp_path / "token",
+                                   temp_dir=Path(tempfile.mkdtemp(prefix="fade-ray-")), ports_from=23000)
+        started = cluster_pids(mine.temp_dir)
+        assert len(daemons) == 2 and started and not started & cluster_pids(other_dir)
+        stop_local_cluster(mine.temp_dir)
+        assert not any(running(pid) for pid in started)
+        assert all(running(pid) for pid in daemons)  # the other Ray is untouched, its GCS still serving
+        assert 6395 in {port for _, _, port in _listening(cluster_pids(other_dir))}
+    finally:
+        stop_local_cluster(other_dir)  # by its own PIDs
+    assert not cluster_pids(other_dir)
+
+
+def _name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def test_a_node_death_is_one_line_of_output(tmp_path, monkeypatch, capsys):
+    from ray._private import process_watcher, worker
+
+    from cluster.connect import _node_deaths_in_one_line
+
+    # Ray's own message for a raylet that died, with the tail of its log (state dumps)
+    (tmp_path / "raylet.out").write_text("".join(f"[state-dump] NodeManager line {i}\n" for i in range(40)))
+    sent = []
+    monkeypatch.setattr(process_watcher.ray._private.utils, "publish_error_to_driver", lambda kind, message, **_: sent.append(message))
+    process_watcher.report_raylet_error_logs(str(tmp_path), gcs_client=None)
+    assert len(sent) == 1 and sent[0].count("[state-dump]") == 20
+    monkeypatch.setattr(worker, "print_to_stdstream", worker.print_to_stdstream)  # restored after the test
+    _node_deaths_in_one_line()
+    _node_deaths_in_one_line()  # idempotent: wraps once
+    worker.print_to_stdstream({"lines": [sent[0]], "pid": "raylet", "is_err": False}, ignore_prefix=False)
+    worker.print_to_stdstream({"lines": ["a worker's line"], "pid": 12345, "is_err": False}, ignore_prefix=False)
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 2 and "Raylet is terminated. Termination is unexpected." in out[0], out
+    assert "raylet.out on that node" in out[0] and "a worker's line" in out[1]
