@@ -110,7 +110,8 @@ def main() -> None:
     parser.add_argument("--e2e", default="linear-noise0", help="preset to run end to end, or 'none'")
     args = parser.parse_args()
     cores = numba.config.NUMBA_NUM_THREADS
-    print(f"pack of {args.runs} runs ({args.seeds} seeds) in blocks of {LANES} lanes, {args.steps} steps; {cores} cores")
+    print(f"pack of {args.runs} runs ({args.seeds} seeds) in blocks of {LANES} lanes, {args.steps} steps; "
+          f"{cores} cores")
     for dtype in (torch.float32, torch.float64):
         peak = peak_flops_per_core(dtype)
         print(f"\n{str(dtype)[6:]}: compute bound {peak / 1e9:.1f} GFLOP/s per core")

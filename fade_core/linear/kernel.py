@@ -178,17 +178,18 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
         raise ValueError(f"linear learner {learner.name!r}: rules take 1 to {max(_CALLS)} hyperparameters, not {arity}")
     rule_code = _in_dtype(learner.rule.__code__, dtype)
     rule_scope = {**learner.rule.__globals__, "exp": vexp.exp_for(dtype), "clamp": _clamp}
-    rule = numba.njit(inline="always", fastmath=_FASTMATH)(types.FunctionType(rule_code, rule_scope, learner.rule.__name__))
+    rule = types.FunctionType(rule_code, rule_scope, learner.rule.__name__)
+    rule = numba.njit(inline="always", fastmath=_FASTMATH)(rule)
     digest = hashlib.sha1((inspect.getsource(learner.rule) + inspect.getsource(vexp)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
     scope = {**_run_blocks.__globals__, "_RULE": rule, "_CALL": _CALLS[arity], "_LANES": LANES}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
     compiled = numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)(template)
-    real, index, array = numba.from_dtype(dtype), numba.int64, numba.types.Array
-    with _slp_vectorizer():
-        compiled.compile((array(real, 2, "C"), real, real, array(index, 1, "C"), array(index, 2, "C"), array(index, 1, "C"), index,
-                          array(real, 3, "C"), *(array(real, 2, "C") for _ in range(7)), array(numba.float64, 1, "C")))
+    real, index, c = numba.from_dtype(dtype), numba.int64, functools.partial(numba.types.Array, layout="C")
+    with _slp_vectorizer():  # p, lo, hi, run_slot, lane_run, lanes_used, tile, x, y, w ... losses, loss_sums
+        compiled.compile((c(real, 2), real, real, c(index, 1), c(index, 2), c(index, 1), index, c(real, 3),
+                          *(c(real, 2) for _ in range(7)), c(numba.float64, 1)))
     compiled.disable_compile()
     return compiled
 

@@ -95,25 +95,19 @@ def advance(
     x: (T, S, d), y: (T, S) streams by slot; run_slot: (R,) int64 slot of each run;
     losses: (R, T) output buffer. All CPU tensors of the state's dtype. loss_sums, if
     given: (R,) float64 running sums the steps' losses are added to, in step order.
+    The arrays written in place (state, losses, loss_sums) must be contiguous.
     """
     if loss_sums is None:
         loss_sums = np.zeros(state.w.shape[0])
-    dtype = state.w.numpy().dtype
+    written = [t.numpy() for t in (*state, losses)] + [loss_sums]
+    if not all(a.flags.c_contiguous for a in written):
+        raise ValueError("advance writes the state, losses and loss_sums in place: they must be contiguous")
+    dtype = written[0].dtype
     lo, hi = (dtype.type(b) for b in gamma_bounds)
-    slots = run_slot.numpy()
-    driver(learner, dtype)(
-        hp_matrix.numpy(),
-        lo,
-        hi,
-        slots,
-        *lane_blocks(slots),
-        tile_steps(x.numpy()),
-        x.numpy(),
-        y.numpy(),
-        *(t.numpy() for t in state),
-        losses.numpy(),
-        loss_sums,
-    )
+    slots = np.ascontiguousarray(run_slot.numpy(), dtype=np.int64)
+    x_, y_ = (np.ascontiguousarray(t.numpy()) for t in (x, y))
+    driver(learner, dtype)(np.ascontiguousarray(hp_matrix.numpy()), lo, hi, slots, *lane_blocks(slots), tile_steps(x_),
+                           x_, y_, *written)
 
 
 def run_linear(

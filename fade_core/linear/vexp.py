@@ -42,7 +42,9 @@ def _float_from_bits(typingctx, bits, like):
     width = like.bitwidth
 
     def codegen(context, builder, signature, args):
-        low = builder.trunc(args[0], context.get_value_type(types.int32)) if width == 32 and bits.bitwidth == 64 else args[0]
+        low = args[0]
+        if width < bits.bitwidth:  # numba widens integer arithmetic to int64
+            low = builder.trunc(low, context.get_value_type(types.int32))
         return builder.bitcast(low, context.get_value_type(like))
 
     return like(bits, like), codegen
@@ -68,7 +70,8 @@ _FORMATS = {
 
 def _make_exp(fmt: _Format) -> Callable:
     f = fmt.float
-    log2e, ln2_hi, ln2_lo, lowest, highest = (f(v) for v in (1 / math.log(2), fmt.ln2_hi, fmt.ln2_lo, fmt.lowest, fmt.highest))
+    log2e, ln2_hi, ln2_lo = f(1 / math.log(2)), f(fmt.ln2_hi), f(fmt.ln2_lo)
+    lowest, highest = f(fmt.lowest), f(fmt.highest)
     # t + shifter rounds t to an integer k (ties to even) held in the low mantissa bits: 1.5 * 2^mantissa_bits.
     shifter = f(1.5 * 2.0**fmt.mantissa_bits)
     shifter_bits = int(np.array(shifter).view(np.int32 if f is np.float32 else np.int64))
@@ -85,7 +88,9 @@ def _make_exp(fmt: _Format) -> Callable:
             p = p * r + c
         k = _bits(shifted) - shifter_bits
         half = k >> 1
-        return p * _float_from_bits((half + bias) << mantissa_bits, x) * _float_from_bits((k - half + bias) << mantissa_bits, x)
+        scale_1 = _float_from_bits((half + bias) << mantissa_bits, x)
+        scale_2 = _float_from_bits((k - half + bias) << mantissa_bits, x)
+        return p * scale_1 * scale_2
 
     return numba.njit(fastmath={"contract"}, cache=True)(exp)
 
