@@ -125,7 +125,7 @@ def main() -> None:
             print(f"{name:<10} {naive / 1e3:>10.1f}K {one / 1e6:>8.2f}M {full / 1e6:>9.2f}M {full / naive:>8.0f}x "
                   f"{flops:>10} {peak / flops / 1e6:>9.1f}M {100 * one * flops / peak:>7.0f}%")
     print(f"\nstate per block: a ({D}, 13, {LANES}) float64 lane buffer, {D * 13 * LANES * 8 // 1024} KiB: L1; "
-          f"streams: a tile of ~128 KiB shared by all blocks: L2; per run-step {D} inputs are read once per slot")
+          "streams: a tile of ~128 KiB shared by the blocks of a thread: L2")
     if args.e2e != "none":
         end_to_end(args.e2e)
 

@@ -16,7 +16,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from fade_core.linear.kernel import driver, lane_blocks, tile_steps
+from fade_core.linear.kernel import driver, schedule
 from fade_core.linear.rules import LinearLearner, get_linear_learner
 
 
@@ -106,8 +106,8 @@ def advance(
     lo, hi = (dtype.type(b) for b in gamma_bounds)
     slots = np.ascontiguousarray(run_slot.numpy(), dtype=np.int64)
     x_, y_ = (np.ascontiguousarray(t.numpy()) for t in (x, y))
-    driver(learner, dtype)(np.ascontiguousarray(hp_matrix.numpy()), lo, hi, slots, *lane_blocks(slots), tile_steps(x_),
-                           x_, y_, *written)
+    hp = np.ascontiguousarray(hp_matrix.numpy())
+    driver(learner, dtype)(hp, lo, hi, slots, *schedule(slots, x_), x_, y_, *written)
 
 
 def run_linear(
