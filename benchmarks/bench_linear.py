@@ -1,11 +1,17 @@
-"""Throughput of the linear learners, batched vs a plain per-run NumPy loop, in one run;
-then the wall time of a whole sweep through Ray Tune on the embedded local Ray.
+"""Throughput of the linear learners' compiled kernels (float32 and float64, 1 thread and
+all threads) against a plain per-run NumPy loop and this CPU's compute bound; then the wall
+time of a whole sweep through Ray Tune on the embedded local Ray.
 
     python benchmarks/bench_linear.py                      # learners + linear-noise0 end to end
     python benchmarks/bench_linear.py --e2e none           # learners only
     python benchmarks/bench_linear.py --runs 400 --steps 20000 --e2e linear-demo
 
-Figures are run-steps per second (one run advanced by one step = one run-step).
+Figures are run-steps per second (one run advanced by one step = one run-step). The
+1-thread figures use the process's CPU time (robust on a shared machine), the others wall
+time. The roofline: flops per run-step counted from the rules (exp as its polynomial), all
+taken as FMA-able, against 2 FMA units x one AVX2 register per cycle at the clock of
+/proc/cpuinfo; the state of a block lives in L1 (its lane buffer), the streams' tile in L2,
+so the bound is compute, not memory.
 """
 
 from __future__ import annotations
@@ -24,25 +30,48 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state  # noqa: E402
+from fade_core.linear.kernel import LANES  # noqa: E402
 from tests.test_linear_learners import reference  # noqa: E402  (the plain per-run loop)
 
 HP = {"alpha": 0.01, "lambda": 0.01, "theta_alpha": 0.01, "beta0": -4.6, "theta_lambda": 0.01, "gamma0": -2.3, "theta": 0.01}
+D = 20  # inputs of the linear tracking task
+
+# Flops per component of each rule besides its exps (counted from fade_core/linear/rules.py,
+# shared products once), and the number of exps; an exp costs EXP_FLOPS (vexp: reduction,
+# Horner polynomial of degree 7 / 13, scaling). Per run-step add the float64 prediction and error.
+RULE_FLOPS = {"sgd": (3, 0), "sgd_wd": (5, 0), "idbd": (13, 1), "idbd_wd": (15, 1), "fade": (19, 1),
+              "fade_idbd": (25, 2), "coupled": (27, 2)}
+EXP_FLOPS = {torch.float32: 10 + 2 * 7, torch.float64: 10 + 2 * 13}
 
 
-def batched_rate(name: str, runs: int, steps: int, seeds: int, threads: int) -> float:
+def flops_per_run_step(name: str, dtype: torch.dtype) -> int:
+    plain, exps = RULE_FLOPS[name]
+    return D * (plain + exps * EXP_FLOPS[dtype]) + 2 * D + 3
+
+
+def peak_flops_per_core(dtype: torch.dtype) -> float:
+    """2 FMA units x one 256-bit register x 2 flops per cycle, at the clock /proc/cpuinfo reports."""
+    with open("/proc/cpuinfo") as f:
+        mhz = max(float(line.split(":")[1]) for line in f if line.startswith("cpu MHz"))
+    return mhz * 1e6 * 2 * (256 // (8 * torch.finfo(dtype).bits // 8)) * 2
+
+
+def batched_rate(name: str, runs: int, steps: int, seeds: int, threads: int, dtype: torch.dtype) -> float:
+    """Run-steps/s of one pack (1 thread: per CPU-second, robust to a shared machine; else wall)."""
     spec = LINEAR_LEARNERS[name]
     rng = np.random.default_rng(0)
-    x = torch.from_numpy(rng.standard_normal((steps, seeds, 20)).astype(np.float32))
-    y = torch.from_numpy(rng.standard_normal((steps, seeds)).astype(np.float32))
-    hp = hyperparameter_matrix(spec, {n: HP[n] for n in spec.hyperparameters}, runs, torch.float32)
-    state = init_state(spec, hp, torch.zeros(runs, 20))
+    x = torch.from_numpy(rng.standard_normal((steps, seeds, D))).to(dtype)
+    y = torch.from_numpy(rng.standard_normal((steps, seeds))).to(dtype)
+    hp = hyperparameter_matrix(spec, {n: HP[n] for n in spec.hyperparameters}, runs, dtype)
+    state = init_state(spec, hp, torch.zeros(runs, D))
     slot = torch.arange(runs) % seeds
-    losses = torch.empty(runs, steps)
+    losses = torch.empty(runs, steps, dtype=dtype)
     numba.set_num_threads(threads)
     advance(spec, hp, state, x[:10], y[:10], slot, losses[:, :10].contiguous())  # compile / load cache
-    start = time.perf_counter()
+    clock = time.process_time if threads == 1 else time.perf_counter
+    start = clock()
     advance(spec, hp, state, x, y, slot, losses)
-    return runs * steps / (time.perf_counter() - start)
+    return runs * steps / (clock() - start)
 
 
 def naive_rate(name: str, steps: int) -> float:
@@ -81,13 +110,22 @@ def main() -> None:
     parser.add_argument("--e2e", default="linear-noise0", help="preset to run end to end, or 'none'")
     args = parser.parse_args()
     cores = numba.config.NUMBA_NUM_THREADS
-    print(f"pack of {args.runs} runs ({args.seeds} seeds), {args.steps} steps, float32; {cores} cores")
-    print(f"{'learner':<10} {'naive loop':>12} {'batched 1 thread':>18} {'batched ' + str(cores) + ' threads':>18} {'speed-up':>9}")
-    for name in LINEAR_LEARNERS:
-        naive = naive_rate(name, args.naive_steps)
-        one = batched_rate(name, args.runs, args.steps, args.seeds, 1)
-        full = batched_rate(name, args.runs, args.steps, args.seeds, cores)
-        print(f"{name:<10} {naive / 1e3:>10.1f}K {one / 1e6:>16.2f}M {full / 1e6:>16.2f}M {full / naive:>8.0f}x")
+    print(f"pack of {args.runs} runs ({args.seeds} seeds) in blocks of {LANES} lanes, {args.steps} steps; "
+          f"{cores} cores")
+    for dtype in (torch.float32, torch.float64):
+        peak = peak_flops_per_core(dtype)
+        print(f"\n{str(dtype)[6:]}: compute bound {peak / 1e9:.1f} GFLOP/s per core")
+        print(f"{'learner':<10} {'naive loop':>11} {'1 thread':>9} {str(cores) + ' threads':>10} {'speed-up':>9} "
+              f"{'flops/step':>10} {'bound/core':>10} {'reached':>8}")
+        for name in LINEAR_LEARNERS:
+            naive = naive_rate(name, args.naive_steps)
+            one = batched_rate(name, args.runs, args.steps, args.seeds, 1, dtype)
+            full = batched_rate(name, args.runs, args.steps, args.seeds, cores, dtype)
+            flops = flops_per_run_step(name, dtype)
+            print(f"{name:<10} {naive / 1e3:>10.1f}K {one / 1e6:>8.2f}M {full / 1e6:>9.2f}M {full / naive:>8.0f}x "
+                  f"{flops:>10} {peak / flops / 1e6:>9.1f}M {100 * one * flops / peak:>7.0f}%")
+    print(f"\nstate per block: a ({D}, 13, {LANES}) float64 lane buffer, {D * 13 * LANES * 8 // 1024} KiB: L1; "
+          "streams: a tile of ~128 KiB shared by the blocks of a thread: L2")
     if args.e2e != "none":
         end_to_end(args.e2e)
 

@@ -7,37 +7,20 @@ Usable without Ray or the sweep service, e.g. in a notebook:
 `linear`: the seven online linear learners (compiled, CPU). `neural`: the MLP learners
 (compiled on CPU, batched torch ops on CUDA). `mlp`: the batched networks.
 `hyperparameters`: the names and ranges every learner draws from.
+
+Names are imported on first use, so `import fade_core` (and reading a registry) loads
+neither torch nor numba.
 """
 
-from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
-from fade_core.linear import (
-    LINEAR_LEARNERS,
-    LinearLearner,
-    LinearRun,
-    LinearState,
-    get_linear_learner,
-    initial_weights,
-    run_linear,
-)
-from fade_core.mlp import Architecture, BatchedMLP
-from fade_core.neural import NEURAL_LEARNERS, NeuralLearner, NeuralRuns, StepSums, get_neural_learner, make_runs
+from fade_core._lazy import lazy_exports
 
-__all__ = [
-    "HYPERPARAMETERS",
-    "LINEAR_LEARNERS",
-    "NEURAL_LEARNERS",
-    "Architecture",
-    "BatchedMLP",
-    "Hyperparameter",
-    "LinearLearner",
-    "LinearRun",
-    "LinearState",
-    "NeuralLearner",
-    "NeuralRuns",
-    "StepSums",
-    "get_linear_learner",
-    "get_neural_learner",
-    "initial_weights",
-    "make_runs",
-    "run_linear",
-]
+_EXPORTS = {
+    **dict.fromkeys(["HYPERPARAMETERS", "Hyperparameter"], "fade_core.hyperparameters"),
+    **dict.fromkeys(["LINEAR_LEARNERS", "LinearLearner", "LinearRun", "LinearState", "get_linear_learner",
+                     "initial_weights", "run_linear"], "fade_core.linear"),
+    **dict.fromkeys(["Architecture", "BatchedMLP"], "fade_core.mlp"),
+    **dict.fromkeys(["NEURAL_LEARNERS", "NeuralLearner", "NeuralRuns", "StepSums", "get_neural_learner", "make_runs"],
+                    "fade_core.neural"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

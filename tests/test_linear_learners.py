@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 
-import numba
 import numpy as np
 import pytest
 import torch
@@ -176,9 +175,68 @@ def test_hyperparameters_come_from_the_rule():
     assert [n for n, s in LINEAR_LEARNERS.items() if s.adapts_step_size] == ["idbd", "idbd_wd", "fade_idbd", "coupled"]
     assert [n for n, s in LINEAR_LEARNERS.items() if s.adapts_decay] == ["fade", "fade_idbd", "coupled"]
 
-    @numba.njit
     def misspelt(x, delta, w, beta, h, gamma, g, lo, hi, alpah):
         return w + alpah * delta * x, beta, h, gamma, g
 
     with pytest.raises(ValueError, match="alpah not in HYPERPARAMETERS"):
         LinearLearner("misspelt", misspelt, "a typo")
+
+
+@pytest.mark.parametrize("dtype, max_ulp", [(np.float32, 1.0), (np.float64, 1.0)])
+def test_vectorisable_exp_is_accurate_and_keeps_inf_nan(dtype, max_ulp):
+    """The kernels' exp against exp in long double, over the whole finite range and its edges."""
+    import numba
+
+    from fade_core.linear.vexp import exp_for
+
+    exp = exp_for(dtype)
+
+    @numba.njit
+    def apply(values, out):
+        for i in range(values.shape[0]):
+            out[i] = exp(values[i])
+
+    info = np.finfo(dtype)
+    top, bottom = np.log(info.max), np.log(info.smallest_subnormal)
+    rng = np.random.default_rng(0)
+    edges = [0.0, -0.0, 1.0, -1.0, top, np.nextafter(top, np.inf, dtype=dtype), bottom, bottom - 1, 1e-30, -1e-30]
+    x = np.concatenate([rng.uniform(bottom - 5, top + 5, 300_000), rng.uniform(-1, 1, 100_000), edges]).astype(dtype)
+    got = np.empty_like(x)
+    apply(x, got)
+    with np.errstate(over="ignore", under="ignore"):
+        exact = np.exp(x.astype(np.longdouble))
+        rounded = exact.astype(dtype)
+    normal = np.isfinite(rounded) & (np.abs(rounded) >= info.tiny)
+    ulps = np.abs(got[normal] - exact[normal]) / np.spacing(rounded[normal]).astype(np.longdouble)
+    assert ulps.max() <= max_ulp, f"max error {float(ulps.max()):.3f} ulp"
+    assert np.array_equal(got[~normal] == np.inf, rounded[~normal] == np.inf)  # overflow -> inf where libm's does
+    tiny = ~normal & np.isfinite(rounded)  # subnormal or zero results: within one subnormal step or two
+    assert np.all(np.abs(got[tiny] - rounded[tiny]) <= info.smallest_subnormal * 2)
+    specials = np.array([np.inf, -np.inf, np.nan, 1000.0, -1000.0], dtype=dtype)
+    out = np.empty_like(specials)
+    apply(specials, out)
+    assert out[0] == np.inf and out[1] == 0.0 and np.isnan(out[2]) and out[3] == np.inf and out[4] == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_diverging_run_becomes_non_finite_and_leaves_its_pack_alone(dtype):
+    x, y, w0 = _problem(steps=400, runs=3)
+    hp = {"alpha": [0.01, 5.0, 0.01], "theta_lambda": 0.01, "gamma0": -2.3}  # run 1 diverges
+    out = run_linear("fade", hp, torch.from_numpy(x), torch.from_numpy(y), torch.from_numpy(w0), dtype=dtype)
+    assert not np.isfinite(out.losses[:, 1].double().numpy()).all()
+    assert np.isfinite(out.losses[:, [0, 2]].double().numpy()).all()
+
+
+def test_registry_imports_neither_torch_nor_numba():
+    """Reading the registry (fade_core and fade_core.linear) stays light: a fresh interpreter."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, fade_core, fade_core.linear\n"
+        "from fade_core import LINEAR_LEARNERS\n"
+        "assert fade_core.linear.LINEAR_LEARNERS['fade'].hyperparameters == ('alpha', 'theta_lambda', 'gamma0')\n"
+        "print(sorted(m for m in ('torch', 'numba') if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -98,3 +98,43 @@ def test_binned_scores_and_curves_do_not_depend_on_chunk_length():
             if values is not None:
                 np.testing.assert_array_equal(other.curves[name], values)
     assert outcomes[0].curves["mse"].shape == (4, 4) and np.isfinite(outcomes[0].score).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_run_gives_the_same_bits_in_every_lane_and_pack_size(dtype):
+    """One run (its hyperparameters and stream slot) at lane positions 0, 5 and 12 of a pack
+    of 13 runs, alone, and in packs of 9 and 21 (not multiples of the block width, so it
+    also sits in padded tails), in chunks of 7 and 50 steps: the same losses, loss sums and
+    final state, to the bit, for every learner."""
+    from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state, initial_weights
+
+    steps, slots, d = 50, 3, 20
+    rng = np.random.default_rng(1)
+    x = torch.from_numpy(rng.standard_normal((steps, slots, d))).to(dtype)
+    y = torch.from_numpy(rng.standard_normal((steps, slots))).to(dtype)
+    ranges = {"alpha": (0.001, 0.05), "lambda": (0.0, 0.05), "theta_alpha": (0.0, 0.05), "beta0": (-6.0, -2.0),
+              "theta_lambda": (0.0, 0.1), "gamma0": (-6.0, -1.0), "theta": (0.0, 0.05)}
+    for name, learner in LINEAR_LEARNERS.items():
+        target = {n: (ranges[n][0] + ranges[n][1]) / 2 for n in learner.hyperparameters}
+
+        def run(size: int, position: int, chunk: int) -> tuple[np.ndarray, ...]:
+            hp = {n: rng.uniform(*ranges[n], size) for n in learner.hyperparameters}
+            slot = torch.from_numpy(rng.integers(0, slots, size))
+            for n in learner.hyperparameters:
+                hp[n][position] = target[n]
+            slot[position] = 1
+            matrix = hyperparameter_matrix(learner, hp, size, dtype)
+            state = init_state(learner, matrix, initial_weights(slot.tolist(), d, dtype))
+            losses, sums = torch.empty(size, steps, dtype=dtype), np.zeros(size)
+            for start in range(0, steps, chunk):
+                stop = min(start + chunk, steps)
+                part = torch.empty(size, stop - start, dtype=dtype)
+                advance(learner, matrix, state, x[start:stop], y[start:stop], slot, part, sums)
+                losses[:, start:stop] = part
+            return (losses[position].numpy(), sums[position:position + 1], *(s[position].numpy() for s in state))
+
+        alone = run(1, 0, steps)
+        assert np.isfinite(alone[0]).all()
+        for size, position, chunk in [(13, 0, 50), (13, 5, 7), (13, 12, 50), (9, 8, 7), (21, 17, 50), (21, 20, 7)]:
+            for got, want in zip(run(size, position, chunk), alone):
+                np.testing.assert_array_equal(got, want, err_msg=f"{name}: pack {size}, lane {position}, chunk {chunk}")

@@ -1,0 +1,219 @@
+"""The compiled chunk drivers of the linear learners: runs in SIMD lanes (numba).
+
+A driver advances R runs by T steps. Runs are grouped in blocks of LANES; a block keeps
+its state component-major, (d, LANES) per slot, so each rule, inlined in the loop over
+the block's lanes, is vectorised by LLVM across runs (the d = 20 components of one run
+are too few and too dependent to vectorise well). Blocks go to threads (prange). exp is
+`vexp`'s polynomial: libm's scalar call would stop the vectoriser.
+
+Pack invariance: a lane computes exactly what its run computes alone. Lanes never mix
+(no reduction across lanes), a block's tail is padded with copies of one of its runs
+whose results are dropped, and the prediction and the loss sums are accumulated per run
+in float64 in a fixed order (components 0..d-1, steps in order), so neither the lane, the
+block, the pack, nor the chunking changes a bit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import inspect
+import types
+from typing import Callable, Iterator
+
+import numba
+import numpy as np
+
+from fade_core.linear import vexp
+from fade_core.linear.rules import LinearLearner, clamp
+
+LANES = 8  # runs per block: one AVX2 register of float32
+TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 cache
+
+# Reassociation and fused multiply-add let LLVM vectorise and schedule the loops; we keep
+# IEEE NaN/inf semantics (no 'nnan'/'ninf') so diverging runs stay visible as NaN/inf.
+_FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
+
+_clamp = numba.njit(inline="always", fastmath=_FASTMATH, cache=True)(clamp)
+
+# The rows of a block's lane buffer (d, _ROWS, LANES) float64, viewed as the state's dtype
+# for all but the float64 rows: per component i, the state slots, the input, the error
+# delta and the hyperparameters (the last two repeated for every i); in the rows of i = 0
+# only, the float64 prediction and loss sum. A loop over the lanes of one component then
+# touches one buffer at constant row offsets, so LLVM can prove its accesses disjoint and
+# vectorise it across lanes; it cannot prove that of separate arrays, nor of rows of
+# another component. (A float32 view has 2 LANES columns; the first LANES are used.)
+_W, _BETA, _H, _GAMMA, _G, _X, _DELTA, _HP = range(8)
+_PRED, _SUM = _HP + 3, _HP + 4  # float64 rows
+_ROWS = _SUM + 1
+
+# Calls a rule with lane l's hyperparameters as its trailing arguments, one adapter per
+# arity (numba cannot IR-inline a call with *args).
+_call = numba.njit(inline="always", fastmath=_FASTMATH, cache=True)
+
+
+@_call
+def _call1(rule, A, i, l, x, delta, w, beta, h, gamma, g, lo, hi):
+    return rule(x, delta, w, beta, h, gamma, g, lo, hi, A[i, _HP, l])
+
+
+@_call
+def _call2(rule, A, i, l, x, delta, w, beta, h, gamma, g, lo, hi):
+    return rule(x, delta, w, beta, h, gamma, g, lo, hi, A[i, _HP, l], A[i, _HP + 1, l])
+
+
+@_call
+def _call3(rule, A, i, l, x, delta, w, beta, h, gamma, g, lo, hi):
+    return rule(x, delta, w, beta, h, gamma, g, lo, hi, A[i, _HP, l], A[i, _HP + 1, l], A[i, _HP + 2, l])
+
+
+_CALLS = {1: _call1, 2: _call2, 3: _call3}
+
+
+def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, shares, tile, x, y, w, beta, h, gamma, g, losses, loss_sums):
+    """Advance every block's runs by T steps in place; write each step's pre-update loss
+    delta^2 to losses (R, T) and add them to loss_sums (R,) float64 in step order.
+
+    x: (T, S, d) and y: (T, S) hold one stream per slot; run r reads slot run_slot[r].
+    lane_run: (blocks, LANES) the run of each lane, the first lanes_used[b] distinct, the
+    rest padding (copies of a run of the block, never written back). Each of `shares`
+    threads takes a share of the blocks and steps in tiles of `tile`, each tile through all its blocks (the
+    state goes back to w, ... in between, exactly: a tile is a chunk). A template: `driver`
+    compiles one copy per learner and dtype, with _RULE, _CALL and _LANES bound.
+    """
+    d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
+    for share in numba.prange(shares):  # a share of the blocks per thread: no barrier per tile
+        for t0 in range(0, x.shape[0], tile):  # x[t0:t0 + tile] stays in cache for all blocks of the share
+            t1 = min(t0 + tile, x.shape[0])
+            for b in range(share * blocks // shares, (share + 1) * blocks // shares):
+                runs, used = lane_run[b], lanes_used[b]
+                A64 = np.zeros((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _RULE, _CALL: bound by `driver`)
+                A = A64.view(w.dtype)
+                # Segments: maximal groups of neighbouring lanes that read one slot (runs come sorted
+                # by slot, so a block has one or two). Lanes from segment k's first on read its slot,
+                # until the next segment overrides them: a splat and a few blends per component.
+                seg_first = np.zeros(_LANES, np.int64)  # noqa: F821
+                seg_slot = np.zeros(_LANES, np.int64)  # noqa: F821
+                n_seg = 0
+                for l in range(_LANES):  # noqa: F821
+                    r = runs[l]
+                    if l == 0 or run_slot[r] != seg_slot[n_seg - 1]:
+                        seg_first[n_seg], seg_slot[n_seg] = l, run_slot[r]
+                        n_seg += 1
+                    A64[0, _SUM, l] = loss_sums[r]
+                    for i in range(d):
+                        A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = (
+                            w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i])
+                        for j in range(n_hp):
+                            A[i, _HP + j, l] = p[r, j]
+                for t in range(t0, t1):
+                    for k in range(n_seg):
+                        first, s = seg_first[k], seg_slot[k]
+                        for i in range(d):
+                            xi = x[t, s, i]
+                            for l in range(_LANES):  # noqa: F821
+                                A[i, _X, l] = xi if l >= first else A[i, _X, l]
+                    for l in range(_LANES):  # noqa: F821
+                        A64[0, _PRED, l] = 0.0
+                    for i in range(d):  # the prediction in float64 (exact products of float32 factors)
+                        for l in range(_LANES):  # noqa: F821
+                            A64[0, _PRED, l] += np.float64(A[i, _W, l]) * np.float64(A[i, _X, l])
+                    for l in range(_LANES):  # noqa: F821
+                        error = np.float64(y[t, run_slot[runs[l]]]) - A64[0, _PRED, l]
+                        A64[0, _SUM, l] += error * error
+                        A[0, _DELTA, l] = error
+                        if l < used:
+                            losses[runs[l], t] = error * error
+                    for i in range(1, d):
+                        for l in range(_LANES):  # noqa: F821
+                            A[i, _DELTA, l] = A[0, _DELTA, l]
+                    for i in range(d):
+                        for l in range(_LANES):  # noqa: F821
+                            A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = _CALL(  # noqa: F821
+                                _RULE, A, i, l, A[i, _X, l], A[i, _DELTA, l],  # noqa: F821
+                                A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l], lo, hi)
+                for l in range(used):
+                    r = runs[l]
+                    loss_sums[r] = A64[0, _SUM, l]
+                    for i in range(d):
+                        w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i] = (
+                            A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l])
+
+
+def _in_dtype(code: types.CodeType, dtype: np.dtype) -> types.CodeType:
+    """`code` with its numeric literals (the 1 of 1 - l, the 0 of [z]+) of type `dtype`:
+    numba types a Python literal as int64 / float64, which would promote float32 rules."""
+    consts = tuple(dtype.type(c) if type(c) in (int, float) else c for c in code.co_consts)
+    return code.replace(co_consts=consts)
+
+
+@contextlib.contextmanager
+def _slp_vectorizer() -> Iterator[None]:
+    """LLVM's straight-line (SLP) vectoriser on, for the compiles inside (numba leaves it
+    off): it vectorises the lane loops that LLVM unrolls fully before its loop vectoriser
+    runs (small rules such as sgd's)."""
+    saved = numba.config.SLP_VECTORIZE
+    numba.config.SLP_VECTORIZE = 1
+    try:
+        yield
+    finally:
+        numba.config.SLP_VECTORIZE = saved
+
+
+@functools.cache
+def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
+    """`_run_blocks` compiled for one learner's rule and dtype (on first call), taking
+    C-contiguous arrays only.
+
+    The rule is recompiled from its code with the vectorisable exp and literals of the
+    dtype, and bound as a global of a copy of the template. Not a closure: numba's cache
+    key hashes a closure's cells, and a dispatcher pickles with a per-process id, so a
+    closure over the rule would miss the cache in every new process. The cache file is
+    named after the learner, the dtype and a digest of the rule's and vexp's source:
+    numba only watches this file, not the ones its callees come from.
+    """
+    dtype = np.dtype(dtype)
+    arity = len(learner.hyperparameters)
+    if arity not in _CALLS:
+        raise ValueError(f"linear learner {learner.name!r}: rules take 1 to {max(_CALLS)} hyperparameters, not {arity}")
+    rule_code = _in_dtype(learner.rule.__code__, dtype)
+    rule_scope = {**learner.rule.__globals__, "exp": vexp.exp_for(dtype), "clamp": _clamp}
+    rule = types.FunctionType(rule_code, rule_scope, learner.rule.__name__)
+    rule = numba.njit(inline="always", fastmath=_FASTMATH)(rule)
+    digest = hashlib.sha1((inspect.getsource(learner.rule) + inspect.getsource(vexp)).encode()).hexdigest()[:12]
+    name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
+    scope = {**_run_blocks.__globals__, "_RULE": rule, "_CALL": _CALLS[arity], "_LANES": LANES}
+    template = types.FunctionType(_run_blocks.__code__, scope, name)
+    template.__qualname__ = name
+    compiled = numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)(template)
+    real, index, c = numba.from_dtype(dtype), numba.int64, functools.partial(numba.types.Array, layout="C")
+    with _slp_vectorizer():  # p, lo, hi, run_slot, lane_run, lanes_used, shares, tile, x, y, w ... losses, loss_sums
+        compiled.compile((c(real, 2), real, real, c(index, 1), c(index, 2), c(index, 1), index, index, c(real, 3),
+                          *(c(real, 2) for _ in range(7)), c(numba.float64, 1)))
+    compiled.disable_compile()
+    return compiled
+
+
+def lane_blocks(run_slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The runs sorted by slot, cut into blocks of LANES: (lane_run (blocks, LANES),
+    lanes_used (blocks,)) as `_run_blocks` reads them; the last block is padded by
+    repeating its last run."""
+    order = np.argsort(run_slot, kind="stable")
+    blocks = -(-len(order) // LANES)
+    lane_run = np.concatenate([order, np.repeat(order[-1:], blocks * LANES - len(order))]).reshape(blocks, LANES)
+    lanes_used = np.full(blocks, LANES, dtype=np.int64)
+    lanes_used[-1] = len(order) - (blocks - 1) * LANES
+    return lane_run.astype(np.int64), lanes_used
+
+
+def schedule(run_slot: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """`_run_blocks`' (lane_run, lanes_used, shares, tile) for these runs and streams: one
+    share of the blocks per thread numba runs now."""
+    lane_run, lanes_used = lane_blocks(run_slot)
+    return lane_run, lanes_used, min(numba.get_num_threads(), len(lane_run)), tile_steps(x)
+
+
+def tile_steps(x: np.ndarray) -> int:
+    """Steps per tile: the streams' tile x[t0:t0 + tile] takes about TILE_BYTES."""
+    return int(np.clip(TILE_BYTES // max(x[0].nbytes, 1), 16, 4096))
