@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 from cluster.errors import ClusterError
-from sweeps.store.status import format_rate
+from sweeps.analysis import TABLES
+from sweeps.analysis.stats import STATS
 from sweeps.spec import PackResources, SweepError, check_task_data, cpu_only_tasks, preset_names, resolve_sweep
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
@@ -103,10 +104,10 @@ def _parser() -> argparse.ArgumentParser:
 
     table = commands.add_parser("table", help="print a table from a results directory")
     table.add_argument("results_dir", help="STORAGE/<sweep name>")
-    table.add_argument("--kind", choices=("best", "sensitivity", "compare", "importance"), default="best",
+    table.add_argument("--kind", choices=TABLES, default="best",
                        help="best configuration per method, sensitivity grids, paired comparison of methods, "
                             "hyperparameter importance (default: best)")
-    table.add_argument("--stat", choices=("mean", "median", "iqm"), default="mean",
+    table.add_argument("--stat", choices=STATS, default="mean",
                        help="statistic over seeds shown and used to select the best configuration (default: mean)")
     table.add_argument("--reference", metavar="METHOD",
                        help="--kind compare: the method the others are compared with (default: the best method)")
@@ -130,32 +131,37 @@ def _cmd_presets(args) -> None:
         print(f"{name:<22} {sweep.runs:>7,} {sweep.run_steps:>12.3e}  {description}")
 
 
-def _require_results(results_dir: str) -> None:
-    from sweeps.store.location import StoreLocation
+def _open_results(results_dir: str):
+    """The store the user named, opened once; UserError (exit 2) if it holds no results."""
+    from sweeps.store import Store
 
-    location = StoreLocation.parse(results_dir)  # a URI the store cannot serve: exit 2
-    location.check()  # an unreachable object store or a missing bucket: exit 2
-    if not location.is_dir("scores"):
-        raise UserError(f"{location}: no results there (expected {location.url('scores')}/); give STORAGE/<sweep name>")
+    store = Store.open(results_dir)  # a URI the store cannot serve: exit 2
+    store.location.check()  # an unreachable object store or a missing bucket: exit 2
+    if not store.location.is_dir("scores"):
+        raise UserError(f"{store.location}: no results there (expected {store.location.url('scores')}/); "
+                        "give STORAGE/<sweep name>")
+    return store
 
 
 def _cmd_report(args) -> None:
+    from pathlib import Path
+
     from sweeps.analysis.report import write_report
+    from sweeps.store import StoreLocation
 
-    _require_results(args.results_dir)
-    figures = write_report(args.results_dir, args.out, args.images)
-    from sweeps.store.location import StoreLocation
-
+    store = _open_results(args.results_dir)
     out = StoreLocation.parse(args.out)
+    figures = write_report(store, out, Path(args.images) if args.images else None)
     print(f"Report: {out.local_path.resolve() if out.local else out} ({len(figures)} figures; opens offline in any browser)")
 
 
 def _cmd_table(args) -> None:
+    from sweeps.analysis.queries import Analysis
     from sweeps.analysis.tables import table_text
 
-    _require_results(args.results_dir)
+    store = _open_results(args.results_dir)
     try:
-        text = table_text(args.results_dir, args.kind, args.format, stat=args.stat, reference=args.reference)
+        text = table_text(Analysis.of(store, args.stat), args.kind, args.format, reference=args.reference)
     except ValueError as err:  # e.g. an unknown --reference
         raise UserError(str(err)) from None
     print(text.rstrip("\n"))
@@ -163,10 +169,11 @@ def _cmd_table(args) -> None:
 
 def _cmd_verify(args) -> int:
     """One line per problem, then a summary; exit 0 clean, 1 problems, 2 not a store."""
-    from sweeps.store.verify import NotAStore, format_verification, verify_store
+    from sweeps.store import Store
+    from sweeps.store.verify import NotAStore, format_verification
 
     try:
-        verification = verify_store(args.results_dir)
+        verification = Store.open(args.results_dir).verify()
     except NotAStore as err:
         raise UserError(str(err)) from None
     print(format_verification(verification))
@@ -197,7 +204,10 @@ def _cmd_run(args) -> None:
     if args.dry_run:
         _dry_run(args, sweep, resources)
         return
+    from sweeps.analysis.queries import Analysis
     from sweeps.analysis.tables import table_text
+    from sweeps.store import Store
+    from sweeps.store.status import format_rate
     from sweeps.tune.driver import ExecutionOptions, run_sweep
 
     options = ExecutionOptions(
@@ -228,12 +238,13 @@ def _cmd_run(args) -> None:
     else:
         print("Nothing to run: every (config, seed) already has a score.")
     print(f"Results: {outcome.results_dir}\n")
-    print(table_text(outcome.results_dir, "best", args.table_format).rstrip("\n"))
+    store = Store.open(outcome.results_dir)
+    print(table_text(Analysis.of(store), "best", args.table_format).rstrip("\n"))
     if not args.no_report:
         from sweeps.analysis.report import write_report
 
         report = outcome.results_dir / "report.html"
-        figures = write_report(outcome.results_dir, report)
+        figures = write_report(store, store.location / "report.html")
         print(f"\nReport: {report} ({len(figures)} figures, opens offline in any browser)")
 
 
@@ -285,19 +296,18 @@ def _cmd_submit(args) -> None:
 
 
 def _cmd_status(args) -> None:
-    from sweeps.store.location import StoreLocation, is_uri
+    from sweeps.store.location import is_uri
 
     if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
-        from sweeps.store.status import format_status, read_status
-        from sweeps.store.dataset import SCORES
+        from sweeps.store import Store
+        from sweeps.store.status import format_status
 
-        location = StoreLocation.parse(args.target)  # a URI the store cannot serve: exit 2
-        location.check()
-        status = read_status(location)
+        store = Store.open(args.target)  # a URI the store cannot serve: exit 2
+        store.location.check()
+        status = store.status()
         if status is None:
-            raise UserError(f"{location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
-        finished = sum(e.rel.endswith(".parquet") for e in location.list(SCORES, recursive=True))
-        print(format_status(status, finished))
+            raise UserError(f"{store.location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
+        print(format_status(status, store.committed_packs()))
         return
     looks_like_path = args.target and ("/" in args.target or args.target.startswith((".", "~")))
     if args.target and (looks_like_path or not (args.address or os.environ.get("RAY_ADDRESS"))):

@@ -136,18 +136,19 @@ print(json.dumps({"codes": codes, "ray": sorted(m for m in sys.modules if m == "
 def small_store(tmp_path_factory) -> Path:
     """A real store of a tiny linear sweep, written without Ray (packs + results layers)."""
     from sweeps.packs import make_runner
-    from sweeps.store.dataset import write_pack
     from sweeps.spec import parse_sweep, plan_packs
+    from sweeps.store import Store
 
     document = {"name": "tiny", "task": "linear_tracking", "task_settings": {"steps": 400, "bin": 100}, "seeds": 2,
                 "optimizers": {"sgd": {"alpha": [0.01, 0.05]},
                                "fade": {"alpha": 0.05, "theta_lambda": [0.0, 0.01], "gamma0": [-2.3, -4.6]}}}
     results_dir = tmp_path_factory.mktemp("store") / "tiny"
+    store = Store.open(results_dir)
     for pack in plan_packs(parse_sweep(document, "test"), cpus=1):
         runner = make_runner(pack)
         for _ in runner.run():
             pass
-        write_pack(results_dir, pack, runner.outcome())
+        store.write_pack(pack, runner.outcome())
     (results_dir / "sweep.yaml").write_text(yaml.safe_dump(document))
     return results_dir
 

@@ -35,7 +35,8 @@ from plotly.subplots import make_subplots
 
 from sweeps.analysis import queries, tables
 from sweeps.analysis.importance import importance_table
-from sweeps.store.location import StoreLocation, as_location
+from sweeps.analysis.queries import Analysis
+from sweeps.store import Store, StoreLocation
 from tasks import get_task
 
 MAX_POINTS = 400
@@ -43,10 +44,10 @@ _COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 _BETTER_SCALE = "Viridis"  # better cells bright (yellow), worse dark, whatever the direction
 
 
-def _curve_data(results_dir, config_ids: list[str], metrics: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _curve_data(curves: pl.LazyFrame, config_ids: list[str], metrics: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(summary, per_seed): per_seed has each seed's bucket means (config_id, seed, step,
     metrics); summary their mean and std over seeds per (config, bucket), as summarise_curves."""
-    frame = queries.curves(results_dir).filter(pl.col("config_id").is_in(config_ids)).select("config_id", "seed", "step", *metrics)
+    frame = curves.filter(pl.col("config_id").is_in(config_ids)).select("config_id", "seed", "step", *metrics)
     max_step = frame.select(pl.col("step").max()).collect().item()
     n_bins = frame.filter(pl.col("config_id") == config_ids[0]).select(pl.col("step").n_unique()).collect().item()
     width = max(1, math.ceil(n_bins / MAX_POINTS)) * math.ceil(max_step / max(n_bins, 1))
@@ -68,13 +69,13 @@ def _curve_data(results_dir, config_ids: list[str], metrics: list[str]) -> tuple
     return summary, per_seed
 
 
-def summarise_curves(results_dir: str | Path, config_ids: list[str], metrics: list[str]) -> pl.DataFrame:
+def summarise_curves(curves: pl.LazyFrame, config_ids: list[str], metrics: list[str]) -> pl.DataFrame:
     """Mean and std over seeds of `metrics` per (config, step bucket), at most MAX_POINTS buckets per config.
 
     Each seed's bins are first averaged within the bucket; the band is the std across seeds
     (ddof=1) of those averages.
     """
-    return _curve_data(results_dir, config_ids, metrics)[0]
+    return _curve_data(curves, config_ids, metrics)[0]
 
 
 def _band(fig: go.Figure, x, mean, std, name: str, color: str, dash: str | None = None) -> None:
@@ -116,7 +117,7 @@ def _label(row: dict) -> str:
     return f"{row['optimizer']} ({chosen})" if chosen else row["optimizer"]
 
 
-def _figures_for_variant(results_dir, best: pl.DataFrame, variant: dict, columns: list[str], stat: str,
+def _figures_for_variant(curves: pl.LazyFrame, best: pl.DataFrame, variant: dict, columns: list[str], stat: str,
                          cells: pl.DataFrame, importance: pl.DataFrame) -> list[tuple[str, go.Figure]]:
     title = tables.variant_title(variant)
     usable = best.filter(pl.col("status") == "ok")  # not all diverged, not missing
@@ -127,21 +128,21 @@ def _figures_for_variant(results_dir, best: pl.DataFrame, variant: dict, columns
     decay_cols = [c for c in columns if c.startswith("decay_")]
     group_mse = [c for c in columns if c.startswith("mse_")]
     ids = usable["config_id"].to_list()
-    summary, per_seed = _curve_data(results_dir, ids, [metric, *decay_cols])
+    summary, per_seed = _curve_data(curves, ids, [metric, *decay_cols])
     figures = []
 
-    curves = go.Figure()
+    learning = go.Figure()
     for i, row in enumerate(usable.iter_rows(named=True)):
         s = summary.filter(pl.col("config_id") == row["config_id"])
         color = _COLORS[i % len(_COLORS)]
-        _band(curves, s["step"].to_list(), s[f"{metric}_mean"].to_list(), s[f"{metric}_std"].to_list(), _label(row), color)
-        _per_seed_trace(curves, per_seed.filter(pl.col("config_id") == row["config_id"]), metric, row["optimizer"], color)
-    curves.update_layout(title=f"Learning curves: {title}<br><sub>configuration selected by the {tables.STAT_NAMES[stat]} "
+        _band(learning, s["step"].to_list(), s[f"{metric}_mean"].to_list(), s[f"{metric}_std"].to_list(), _label(row), color)
+        _per_seed_trace(learning, per_seed.filter(pl.col("config_id") == row["config_id"]), metric, row["optimizer"], color)
+    learning.update_layout(title=f"Learning curves: {title}<br><sub>configuration selected by the {tables.STAT_NAMES[stat]} "
                                "per method; mean ± std over seeds; per-seed curves: click '... each seed' or the button</sub>",
                          xaxis_title="step", yaxis_title=f"{metric} ({better} is better)",
                          yaxis_type="log" if metric.startswith("mse") else None, legend={"font": {"size": 10}})
-    _seed_toggle(curves)
-    figures.append(("curves", curves))
+    _seed_toggle(learning)
+    figures.append(("curves", learning))
 
     decay = go.Figure()
     for i, row in enumerate(usable.iter_rows(named=True)):
@@ -157,7 +158,7 @@ def _figures_for_variant(results_dir, best: pl.DataFrame, variant: dict, columns
         figures.append(("decay", decay))
 
     if group_mse:
-        figures.extend(_group_mse_figures(results_dir, usable, group_mse, title, cells))
+        figures.extend(_group_mse_figures(curves, usable, group_mse, title, cells))
     method_cells = cells.filter(*(pl.col(k).eq_missing(v) for k, v in variant.items()))
     for row in usable.iter_rows(named=True):
         mine = method_cells.filter(pl.col("optimizer") == row["optimizer"])
@@ -172,7 +173,7 @@ def _figures_for_variant(results_dir, best: pl.DataFrame, variant: dict, columns
     return figures
 
 
-def _group_mse_figures(results_dir, usable: pl.DataFrame, group_mse: list[str], title: str,
+def _group_mse_figures(curves: pl.LazyFrame, usable: pl.DataFrame, group_mse: list[str], title: str,
                        cells: pl.DataFrame) -> list[tuple[str, go.Figure]]:
     """FADE's selected config vs the same config with theta_lambda = 0 (fixed decay), per output group."""
     figures = []
@@ -185,7 +186,7 @@ def _group_mse_figures(results_dir, usable: pl.DataFrame, group_mse: list[str], 
         if fixed.height == 0:
             continue
         ids = [row["config_id"], fixed["config_id"][0]]
-        summary = summarise_curves(results_dir, ids, group_mse)
+        summary = summarise_curves(curves, ids, group_mse)
         fig = go.Figure()
         for config_id, label, dash in ((ids[0], "FADE", "solid"), (ids[1], "theta_lambda = 0", "dash")):
             s = summary.filter(pl.col("config_id") == config_id)
@@ -342,20 +343,18 @@ def _heatmap(table: tables.SensitivityTable) -> go.Figure:
     return fig
 
 
-def build_figures(results_dir: str | Path, stat: str = "mean") -> list[tuple[str, go.Figure]]:
-    """Every figure of the report, as (kind, figure); configurations selected by `stat`."""
-    frame = queries.scores(results_dir)
-    variant_cols = queries.variant_columns(frame)
-    best = tables.best_table(results_dir, stat)
-    cells = tables.stored_cells(results_dir, stat)
-    importance = importance_table(results_dir, stat, cells)
-    curve_columns = [c for c in queries.curves(results_dir).collect_schema().names()
-                     if c not in ("step",) and c not in frame.collect_schema().names()]
+def build_figures(analysis: Analysis, curves: pl.LazyFrame) -> list[tuple[str, go.Figure]]:
+    """Every figure of the report, as (kind, figure); configurations selected by the analysis' statistic."""
+    variant_cols, stat, cells = analysis.variant, analysis.stat, analysis.cells
+    best = tables.best_table(analysis)
+    importance = importance_table(analysis)
+    curve_columns = [c for c in curves.collect_schema().names()
+                     if c not in ("step",) and c not in analysis.scores.collect_schema().names()]
     figures = []
     for key, group in best.group_by(variant_cols, maintain_order=True):
-        figures.extend(_figures_for_variant(results_dir, group, dict(zip(variant_cols, key)), curve_columns, stat,
+        figures.extend(_figures_for_variant(curves, group, dict(zip(variant_cols, key)), curve_columns, stat,
                                             cells, importance))
-    figures.extend(("heatmap", _heatmap(t)) for t in tables.sensitivity_tables(results_dir, stat))
+    figures.extend(("heatmap", _heatmap(t)) for t in tables.sensitivity_tables(analysis))
     return figures
 
 
@@ -363,14 +362,14 @@ def _plain_title(fig: go.Figure) -> str:
     return (fig.layout.title.text or "").split("<br>")[0]
 
 
-def write_report(results_dir: str | Path | StoreLocation, out: str | Path | StoreLocation,
-                 images: str | Path | None = None, stat: str = "mean") -> list[tuple[str, go.Figure]]:
-    """Write the self-contained HTML report (and PNGs into `images` if given); returns the figures.
-    `stat` (mean, median, iqm) selects the configurations and is shown.
-
-    `results_dir` and `out` may be local paths or object-store URIs / locations."""
-    location = as_location(results_dir)
-    figures = build_figures(results_dir, stat)
+def write_report(store: Store, out: StoreLocation, images: Path | None = None,
+                 stat: str = "mean") -> list[tuple[str, go.Figure]]:
+    """Write the self-contained HTML report of `store` to `out` (a file's location: a local path or
+    an object) and PNGs into `images` if given; returns the figures. `stat` (mean, median, iqm)
+    selects the configurations and is shown. Everything is read through `store`, once."""
+    location = store.location
+    analysis = Analysis.of(store, stat)
+    figures = build_figures(analysis, store.scan("curves"))
     if images is not None:
         export_images(figures, images)
     parts = [
@@ -379,10 +378,9 @@ def write_report(results_dir: str | Path | StoreLocation, out: str | Path | Stor
         + "</div>"
         for i, (kind, fig) in enumerate(figures)
     ]
-    sections = [("best", "Best configurations", tables.table_text(results_dir, "best", "html", stat)),
-                ("compare", "Paired comparisons", tables.table_text(results_dir, "compare", "html", stat)),
-                ("sensitivity", "Sensitivity", tables.table_text(results_dir, "sensitivity", "html", stat)),
-                ("importance", "Hyperparameter importance", tables.table_text(results_dir, "importance", "html", stat))]
+    sections = [(kind, name, tables.table_text(analysis, kind, "html")) for kind, name in (
+        ("best", "Best configurations"), ("compare", "Paired comparisons"), ("sensitivity", "Sensitivity"),
+        ("importance", "Hyperparameter importance"))]
     toc = "".join(f"<li><a href='#figure-{i}'>{escape(_plain_title(fig))}</a></li>" for i, (_, fig) in enumerate(figures))
     toc = (f"<nav id='contents'><h2>Contents</h2><ol><li><a href='#figures'>Figures</a><ol>{toc}</ol></li>"
            + "".join(f"<li><a href='#{anchor}'>{escape(name)}</a></li>" for anchor, name, _ in sections) + "</ol></nav>")
@@ -401,8 +399,7 @@ div.figure{{margin:1.5em 0;border-top:1px solid #eee}}</style>
 <h2 id='figures'>Figures</h2>{''.join(parts)}
 {body_tables}
 </body></html>"""
-    target = as_location(out)
-    target.parent.write_bytes(target.name, html.encode("utf-8"))
+    out.parent.write_bytes(out.name, html.encode("utf-8"))
     return figures
 
 

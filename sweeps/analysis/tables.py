@@ -23,70 +23,38 @@ import io
 import math
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 
 import polars as pl
 
-from sweeps.analysis import queries, stats
+from sweeps.analysis import TABLES, queries, stats
 from sweeps.analysis.compare import paired_table
 from sweeps.analysis.importance import importance_table
-from sweeps.store.record import recorded_pairs
+from sweeps.analysis.queries import Analysis
 from sweeps.spec import LOCATION_SETTINGS
 from tasks import get_task
 
 FORMATS = ("md", "latex", "csv", "html")
-KINDS = ("best", "sensitivity", "compare", "importance")
 ROBUST_WITHIN = 0.05  # sensitivity tables: the share of non-diverged cells within 5% of the best
-_CACHE: dict[tuple[str, str], tuple[object, pl.DataFrame]] = {}
 
 
-def stored_cells(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
-    """`queries.cells(queries.scores(results_dir), stat)`, collected; reused while the store's
-    committed packs are the same (the report asks for it several times)."""
-    stats.check_stat(stat)
-    selection = queries.selection(results_dir)
-    key = (str(results_dir), stat)
-    cached = _CACHE.get(key)
-    if cached is None or cached[0] is not selection:
-        _CACHE.clear()
-        cached = _CACHE[key] = (selection, queries.cells(queries.scores(results_dir), stat).collect())
-    return cached[1]
-
-
-def complete(results_dir: str | Path, cells: pl.DataFrame) -> bool:
-    """Every (config, seed) of the recorded sweep is stored (`cells` being the stored cells): then
-    the tables need not enumerate the sweep's expected runs (10,000 config ids to hash)."""
-    wanted = recorded_pairs(results_dir)
-    return wanted is not None and len(wanted) == int(cells["seeds"].sum())
-
-
-def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataFrame | None:
-    missing = queries.missing_runs(results_dir)
-    if missing.height == 0:
+def _missing_by(analysis: Analysis, keys: list[str], name: str) -> pl.DataFrame | None:
+    if analysis.complete:
         return None
-    return missing.group_by(keys).agg(pl.len().alias(name))
+    return analysis.missing.group_by(keys).agg(pl.len().alias(name))
 
 
-def best_table(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
+def best_table(analysis: Analysis) -> pl.DataFrame:
     """One row per (task, settings, optimizer) of the recorded sweep: the best configuration
-    by `stat` (mean, median or iqm) and its statistics (every column of `queries.cells`).
+    by the analysis' statistic (mean, median or iqm) and its statistics (every column of `queries.cells`).
 
     `status` is "ok", "all diverged" (no configuration usable) or "missing" (no run of the
     method finished: a row of nulls, so a method never silently vanishes from the table).
     """
-    frame = queries.scores(results_dir)
-    variant = queries.variant_columns(frame)
-    cells = stored_cells(results_dir, stat)
-    done = complete(results_dir, cells)
-    best = queries.best_configs(cells.lazy()).collect()
+    variant, stat = analysis.variant, analysis.stat
+    best = queries.best_configs(analysis.cells)
     best = best.with_columns(status=pl.when(pl.col("all_diverged")).then(pl.lit("all diverged")).otherwise(pl.lit("ok")))
-    sweep = None if done else queries.recorded_sweep(results_dir)
-    if sweep is not None:  # every method of the sweep gets a row, "missing" where no run finished
-        methods = (
-            queries.expected_runs(sweep)
-            .group_by([*variant, "optimizer"])
-            .agg(configs=pl.col("config_id").n_unique())
-        )
+    if not analysis.complete:  # every method of the sweep gets a row, "missing" where no run finished
+        methods = analysis.missing.group_by([*variant, "optimizer"]).agg(configs=pl.col("config_id").n_unique())
         absent = methods.join(best.select(*variant, "optimizer"), on=[*variant, "optimizer"], how="anti", nulls_equal=True)
         if absent.height:
             absent = absent.with_columns(
@@ -94,7 +62,7 @@ def best_table(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
                 diverged_configs=pl.lit(0, pl.UInt32), stat=pl.lit(stat),
             )
             best = pl.concat([best, absent], how="diagonal_relaxed")
-    missing = None if done else _missing_by(results_dir, [*variant, "optimizer"], "missing_runs")
+    missing = _missing_by(analysis, [*variant, "optimizer"], "missing_runs")
     if missing is None:
         best = best.with_columns(missing_runs=pl.lit(0, pl.UInt32))
     else:
@@ -116,12 +84,12 @@ _SENSITIVITY_COLUMNS = (
 )
 
 
-def compare_table(results_dir: str | Path, stat: str = "mean", reference: str | None = None) -> pl.DataFrame:
+def compare_table(analysis: Analysis, reference: str | None = None) -> pl.DataFrame:
     """Paired comparisons (compare.py): per (task settings, method), its selected configuration
     against the reference method's (default: the best method) on their shared seeds: difference
     stat(method) - stat(reference) and P(method better than reference), each with a 95% paired
     bootstrap CI. Raises ValueError for an unknown reference."""
-    return paired_table(results_dir, best_table(results_dir, stat), stat, reference)
+    return paired_table(analysis, best_table(analysis), reference)
 
 
 @dataclass(frozen=True)
@@ -147,24 +115,20 @@ class SensitivityTable:
         return self.within / self.usable if self.usable else math.nan
 
 
-def sensitivity_tables(results_dir: str | Path, stat: str = "mean") -> list[SensitivityTable]:
+def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
     """Every (task settings, optimizer with gamma0 and theta_lambda, alpha) grid in the results.
 
-    The grid's axes come from the recorded sweep (so cells with no runs show as
-    missing) and from the results themselves. Cells are ranked on `stat`.
+    The grid's cells are the stored ones and those of the recorded sweep with no runs yet
+    (shown as missing). Cells are ranked on the analysis' statistic.
     """
-    frame = queries.scores(results_dir)
-    variant = queries.variant_columns(frame)
+    variant, stat = analysis.variant, analysis.stat
     keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
     values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds"]
-    cells = stored_cells(results_dir, stat)
-    observed = cells.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(*keys, *values)
-    sweep = None if complete(results_dir, cells) else queries.recorded_sweep(results_dir)
-    if sweep is not None:
-        expected = queries.expected_runs(sweep)
-        if "gamma0" in expected.columns and "theta_lambda" in expected.columns:
-            expected = expected.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(keys).unique()
-            observed = expected.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
+    observed = analysis.cells.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(*keys, *values)
+    absent = analysis.missing
+    if not analysis.complete and "gamma0" in absent.columns and "theta_lambda" in absent.columns:
+        absent = absent.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(keys).unique()
+        observed = absent.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
     grid = observed.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).sort(
         [*variant, "optimizer", "alpha"], descending=[*([False] * len(variant)), False, True], nulls_last=True
     )
@@ -503,38 +467,36 @@ def sensitivity_frame(tables: list[SensitivityTable]) -> pl.DataFrame:
     )
 
 
-def table_text(results_dir: str | Path, kind: str = "best", fmt: str = "md", stat: str = "mean",
-               reference: str | None = None) -> str:
-    """A results directory's best, sensitivity, compare or importance tables, rendered.
+def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", reference: str | None = None) -> str:
+    """The best, sensitivity, compare or importance tables, rendered.
 
-    `stat` (mean, median, iqm) is shown and selects the best configurations; `reference`
-    (compare only) is the method the others are compared with (default: the best method).
+    The analysis' statistic (mean, median, iqm) is shown and selects the best configurations;
+    `reference` (compare only) is the method the others are compared with (default: the best method).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if kind not in KINDS:
-        raise ValueError(f"unknown table kind {kind!r}; choose one of {', '.join(KINDS)}")
-    stats.check_stat(stat)
-    variant = queries.variant_columns(queries.scores(results_dir))
+    if kind not in TABLES:
+        raise ValueError(f"unknown table kind {kind!r}; choose one of {', '.join(TABLES)}")
+    variant, stat = analysis.variant, analysis.stat
     if kind == "best":
-        table = best_table(results_dir, stat)
+        table = best_table(analysis)
         if fmt == "csv":
             return _csv(table)
         grids = _best_grids(table, variant, stat)
     elif kind == "compare":
-        table = compare_table(results_dir, stat, reference)
+        table = compare_table(analysis, reference)
         if fmt == "csv":
             return _csv(table)
         grids = _compare_grids(table, variant, stat)
     elif kind == "importance":
-        table = importance_table(results_dir, stat, stored_cells(results_dir, stat))
+        table = importance_table(analysis)
         if table.height == 0:
             return "No importance: no method with a hyperparameter that takes more than one value.\n"
         if fmt == "csv":
             return _csv(table)
         grids = _importance_grids(table, variant, stat)
     else:
-        tables = sensitivity_tables(results_dir, stat)
+        tables = sensitivity_tables(analysis)
         if not tables:
             return "No sensitivity grids: no optimizer with both gamma0 and theta_lambda in these results.\n"
         if fmt == "csv":

@@ -8,14 +8,12 @@ free to change between a run and its resume.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
+from sweeps.spec.config import Config, digest
 from sweeps.spec.sweepfile import Experiment, Sweep
 from tasks import get_task
 
@@ -24,32 +22,6 @@ MAX_PACK_RUNS = 2000  # above this a pack's stream and loss buffers outgrow the 
 PACKS_PER_CPU = 6  # enough packs that the CPUs finish together (a short idle tail)
 DEFAULT_CHUNK_STEPS = 10_000  # steps a pack advances between two reports to Tune
 DEFAULT_CHECKPOINT_EVERY = 10  # chunks between two checkpoints of a pack
-
-
-def _digest(payload: object) -> str:
-    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
-
-
-@dataclass(frozen=True)
-class Config:
-    """One grid cell of one experiment, identified by a hash of its canonical form."""
-
-    config_id: str
-    hyperparameters: tuple[tuple[str, float], ...]
-
-
-LOCATION_SETTINGS = ("data_dir",)  # where the data lives, not what is run: not part of a config's identity
-
-
-def make_config(experiment: Experiment, hyperparameters: dict[str, float]) -> Config:
-    settings = {k: v for k, v in dataclasses.asdict(experiment.settings).items() if k not in LOCATION_SETTINGS}
-    canonical = {
-        "task": experiment.task,
-        "settings": settings,
-        "optimizer": experiment.optimizer,
-        "hyperparameters": hyperparameters,
-    }
-    return Config(_digest(canonical), tuple(hyperparameters.items()))
 
 
 @dataclass(frozen=True)
@@ -62,7 +34,11 @@ class Pack:
 
     @property
     def pack_id(self) -> str:
-        return _digest([[c.config_id for c in self.configs], list(self.seeds)])
+        return digest([[c.config_id for c in self.configs], list(self.seeds)])
+
+    def pairs(self) -> list[tuple[str, int]]:
+        """(config_id, seed) of every run, configs outer, seeds inner (the row order of its files)."""
+        return [(c.config_id, s) for c in self.configs for s in self.seeds]
 
     @property
     def runs(self) -> int:
@@ -94,8 +70,7 @@ def plan_packs(
     on_gpu = {e.task for e in sweep.experiments if gpu and get_task(e.task).runs_on_gpu}
     for experiment in sweep.experiments:
         by_seeds: dict[tuple[int, ...], list[Config]] = defaultdict(list)
-        for values in experiment.configs():
-            config = make_config(experiment, values)
+        for config in experiment.cells:
             missing = tuple(s for s in sweep.seeds if (config.config_id, s) not in finished)
             if missing:
                 by_seeds[missing].append(config)

@@ -26,11 +26,13 @@ import math
 import re
 import reprlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
 import yaml
 
+from sweeps.spec.config import Config, make_config
 from sweeps.spec.learners import hyperparameter_spec, optimizer_hyperparameters, optimizers_for
 from sweeps.spec.resources import PackResources
 from tasks import TASKS, get_task
@@ -126,6 +128,12 @@ def read_yaml(path: Path) -> Any:
         utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
         hint = "it looks like UTF-16; save it as UTF-8" if utf16 else "is it a binary file? save the sweep file as UTF-8 text"
         raise SweepError(f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); {hint}") from None
+    return yaml_data(text, str(path))
+
+
+def yaml_data(text: str, path: str) -> Any:
+    """YAML text read by the sweep file's rules (YAML 1.2 floats, no duplicate keys); `path` names it
+    in errors. Every reader of a sweep document (a file, a store's sweep.yaml) goes through here."""
     loader = None
     try:
         loader = _SweepLoader(text)
@@ -170,6 +178,11 @@ class Experiment:
         """Number of grid cells (configurations), without building them."""
         return math.prod(len(values) for _, values in self.grid)
 
+    @cached_property
+    def cells(self) -> tuple[Config, ...]:
+        """The grid's configurations with their ids, in `configs()` order; hashed once per experiment."""
+        return tuple(make_config(self, values) for values in self.configs())
+
     def configs(self) -> list[dict[str, float]]:
         """The grid's cells, in a stable order (Cartesian product of the axes)."""
         names = [n for n, _ in self.grid]
@@ -195,6 +208,11 @@ class Sweep:
     def run_steps(self) -> int:
         return sum(e.size * e.settings.steps for e in self.experiments) * len(self.seeds)
 
+    @cached_property
+    def pairs(self) -> frozenset[tuple[str, int]]:
+        """(config_id, seed) of every run the sweep asks for: what readers of its store count."""
+        return frozenset((c.config_id, s) for e in self.experiments for c in e.cells for s in self.seeds)
+
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file; raises `SweepError` with a one-line message."""
@@ -204,6 +222,11 @@ def load_sweep(path: str | Path) -> Sweep:
     if not path.is_file():
         raise SweepError(f"{path}: no such sweep file (give a YAML file or a preset name: `fade-sweep presets`)")
     return parse_sweep(read_yaml(path), str(path))
+
+
+def parse_sweep_text(text: str, source: str) -> Sweep:
+    """A sweep from YAML text (a store's sweep.yaml), read by the same rules as a sweep file."""
+    return parse_sweep(yaml_data(text, source), source)
 
 
 def parse_sweep(document: Any, source: str) -> Sweep:

@@ -24,7 +24,7 @@ files named by manifests, so a crash never shows half a pack and a file no manif
 claim the same (config, seed) (a pack written twice), readers take each (config, seed)
 from the NEWEST manifest (by `written_at`, then write id) and ignore older copies.
 
-Manifest (JSON, format 1):
+Manifest (JSON, format 1; the model is `records.Manifest`):
 
     {"format": 1, "pack_id": "...", "write_id": "...", "written_at": 1714000000.123,
      "task": "linear_tracking", "optimizer": "fade",
@@ -36,34 +36,32 @@ Manifest (JSON, format 1):
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.packs.outcome import PackOutcome
-from sweeps.store.location import Entry, StoreLocation, as_location
 from sweeps.spec import Pack
+from sweeps.store.location import Entry, StoreLocation
+from sweeps.store.records import KINDS, DataFile, Manifest, RecordError, parse_record, write_record
 
-SCORES, CURVES = "scores", "curves"
-KINDS = (SCORES, CURVES)
+if TYPE_CHECKING:  # sweeps.packs imports torch; a store that only reads needs neither
+    from sweeps.packs.outcome import PackOutcome
+
+SCORES, CURVES = KINDS
 MANIFESTS = "manifests"
-MANIFEST_FORMAT = 1
 PARTITIONS = ("task", "optimizer")  # hive partitions: in the path, never inside a file
 HIVE_SCHEMA = {"task": pl.String, "optimizer": pl.String}
 
 
 class StoreError(RuntimeError):
-    """A store that cannot be read as it is (a damaged manifest); `fade-sweep verify` says more."""
+    """A store that cannot be read as it is (a damaged manifest or data file); `fade-sweep verify` says more."""
 
 
 # ---------------------------------------------------------------- tables of a pack
@@ -119,29 +117,13 @@ def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     return pa.table(columns)
 
 
-# ---------------------------------------------------------------- atomic writes
+# ---------------------------------------------------------------- writes
 
 
-def write_bytes_atomic(path: str | Path | StoreLocation, data: bytes, *, durable: bool = False) -> None:
-    """Write a small file (or object) so that readers see the old or the new content, never a part.
-
-    `path` is a local path, or a StoreLocation naming the file (see location.py)."""
-    if isinstance(path, StoreLocation):
-        path.parent.write_bytes(path.name, data, durable=durable)
-        return
-    path = Path(path)
-    StoreLocation.parse(path.parent).write_bytes(path.name, data, durable=durable)
-
-
-def _target(location: StoreLocation, rel: str) -> Path | StoreLocation:
-    """What write_bytes_atomic takes for `rel` under `location`: a Path locally, a location elsewhere."""
-    return location.local_path / rel if location.local else location / rel
-
-
-def _write_data_file(table: pa.Table, location: StoreLocation, relative: str) -> dict:
+def _write_data_file(table: pa.Table, location: StoreLocation, relative: str) -> DataFile:
     """Write one data file under its final (write-once) name; returns its manifest entry."""
     size, sha256 = location.write_with(relative, lambda f: pq.write_table(table.drop_columns(list(PARTITIONS)), f))
-    return {"path": relative, "rows": table.num_rows, "bytes": size, "sha256": sha256}
+    return DataFile(path=relative, rows=table.num_rows, bytes=size, sha256=sha256)
 
 
 def new_write_id() -> str:
@@ -150,126 +132,111 @@ def new_write_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 1_000_000:06d}-{uuid.uuid4().hex[:8]}"
 
 
-def write_pack(results_dir: str | Path | StoreLocation, pack: Pack, outcome: PackOutcome) -> Path | StoreLocation:
-    """Commit a finished pack: its curves and scores files, then its manifest (the commit). Returns the manifest."""
-    results_dir = as_location(results_dir)
+def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome) -> Manifest:
+    """Commit a finished pack: its curves and scores files, then its manifest (the commit)."""
     e = pack.experiment
     write_id = new_write_id()
     stem = f"pack-{pack.pack_id}-{write_id}"
     partition = f"task={e.task}/optimizer={e.optimizer}"
     files = {
-        CURVES: _write_data_file(curves_table(pack, outcome), results_dir, f"{CURVES}/{partition}/{stem}.parquet"),
-        SCORES: _write_data_file(scores_table(pack, outcome), results_dir, f"{SCORES}/{partition}/{stem}.parquet"),
+        CURVES: _write_data_file(curves_table(pack, outcome), location, f"{CURVES}/{partition}/{stem}.parquet"),
+        SCORES: _write_data_file(scores_table(pack, outcome), location, f"{SCORES}/{partition}/{stem}.parquet"),
     }
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "pack_id": pack.pack_id,
-        "write_id": write_id,
-        "written_at": time.time(),
-        "task": e.task,
-        "optimizer": e.optimizer,
-        "configs": [c.config_id for c in pack.configs],
-        "seeds": [int(s) for s in pack.seeds],
-        "files": files,
-    }
-    path = _target(results_dir, f"{MANIFESTS}/{stem}.json")
-    write_bytes_atomic(path, json.dumps(manifest, indent=1).encode(), durable=True)  # the commit
-    return path
+    manifest = Manifest(
+        pack_id=pack.pack_id, write_id=write_id, written_at=time.time(), task=e.task, optimizer=e.optimizer,
+        configs=tuple(c.config_id for c in pack.configs), seeds=tuple(int(s) for s in pack.seeds), files=files,
+        name=f"{stem}.json",
+    )
+    write_record(location, f"{MANIFESTS}/{manifest.name}", manifest, durable=True)  # the commit
+    return manifest
 
 
 # ---------------------------------------------------------------- manifests
 
 
-@dataclass(frozen=True)
-class Manifest:
-    """One committed pack write."""
-
-    name: str  # file name under manifests/
-    pack_id: str
-    write_id: str
-    written_at: float
-    task: str
-    optimizer: str
-    configs: tuple[str, ...]
-    seeds: tuple[int, ...]
-    files: dict  # kind -> {"path", "rows", "bytes", "sha256"}
-
-    @property
-    def order(self) -> tuple[float, str]:
-        """Newer manifests sort later; ties broken by write id (deterministic)."""
-        return (self.written_at, self.write_id)
-
-    def pairs(self) -> list[tuple[str, int]]:
-        return [(c, s) for c in self.configs for s in self.seeds]
-
-
-def parse_manifest(name: str, raw: bytes) -> Manifest:
-    """A manifest from its JSON; ValueError (with what is wrong) if it is not one."""
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"not valid JSON ({err})") from None
-    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"not a format-{MANIFEST_FORMAT} manifest")
-    try:
-        files = doc["files"]
-        for kind in KINDS:
-            entry = files[kind]
-            if not (isinstance(entry["path"], str) and entry["path"].startswith(f"{kind}/") and ".." not in entry["path"]):
-                raise ValueError(f"files.{kind}.path {entry['path']!r} is not under {kind}/")
-            int(entry["rows"]), int(entry["bytes"]), str(entry["sha256"])
-        return Manifest(
-            name, str(doc["pack_id"]), str(doc["write_id"]), float(doc["written_at"]), str(doc["task"]),
-            str(doc["optimizer"]), tuple(str(c) for c in doc["configs"]), tuple(int(s) for s in doc["seeds"]), files,
-        )
-    except (KeyError, TypeError) as err:
-        raise ValueError(f"missing or mistyped field {err}") from None
-
-
-_MANIFEST_CACHE: dict[tuple[str, int, int], Manifest] = {}  # manifests are write-once: cache by path, mtime, size
-
-
-def _manifest_entries(results_dir: str | Path | StoreLocation) -> list[Entry]:
+def manifest_entries(location: StoreLocation) -> list[Entry]:
     """The committed manifests' entries (hidden temporary files excluded), by name."""
-    location = as_location(results_dir)
     return [e for e in location.list(MANIFESTS) if e.name.endswith(".json") and not e.name.startswith(".")]
 
 
-def read_manifests(results_dir: str | Path | StoreLocation) -> list[Manifest]:
+def parse_manifest(location: StoreLocation, entry: Entry) -> Manifest:
+    """One manifest; RecordError naming its file if it is damaged."""
+    manifest = parse_record(Manifest, location.read_bytes(entry.rel), location.url(entry.rel))
+    return manifest.model_copy(update={"name": entry.name})
+
+
+def read_manifests(location: StoreLocation) -> list[Manifest]:
     """Every committed pack write, oldest first. StoreError names a damaged manifest."""
-    location = as_location(results_dir)
-    manifests = []
-    for entry in _manifest_entries(location):
-        key = (location.path(entry.rel), entry.mtime_ns, entry.size)
-        manifest = _MANIFEST_CACHE.get(key)
-        if manifest is None:
-            try:
-                manifest = parse_manifest(entry.name, location.read_bytes(entry.rel))
-            except ValueError as err:
-                raise StoreError(
-                    f"{location.url(entry.rel)}: damaged manifest ({err}); run `fade-sweep verify {location}`"
-                ) from None
-            if len(_MANIFEST_CACHE) > 100_000:
-                _MANIFEST_CACHE.clear()
-            _MANIFEST_CACHE[key] = manifest
-        manifests.append(manifest)
+    try:
+        manifests = [parse_manifest(location, entry) for entry in manifest_entries(location)]
+    except RecordError as err:
+        raise StoreError(f"{err}; run `fade-sweep verify {location}`") from None
     return sorted(manifests, key=lambda m: m.order)
 
 
-def has_results(results_dir: str | Path | StoreLocation) -> bool:
+def runs_of(manifests: list[Manifest]) -> set[tuple[str, int]]:
+    """(config_id, seed) of every run these manifests commit."""
+    return {pair for m in manifests for pair in m.pairs()}
+
+
+# ---------------------------------------------------------------- the driver's store upkeep
+
+
+def has_results(location: StoreLocation) -> bool:
     """Whether any pack is committed."""
-    return bool(_manifest_entries(results_dir))
+    return bool(manifest_entries(location))
 
 
-def finished_runs(results_dir: str | Path | StoreLocation) -> set[tuple[str, int]]:
+def finished_runs(location: StoreLocation) -> set[tuple[str, int]]:
     """(config_id, seed) of every committed run (from the manifests; no Parquet is read)."""
-    return {pair for m in read_manifests(results_dir) for pair in m.pairs()}
+    return runs_of(read_manifests(location))
 
 
-def pack_written(results_dir: str | Path | StoreLocation, pack: Pack) -> bool:
+def pack_written(location: StoreLocation, pack: Pack) -> bool:
     """Whether every run of the pack is committed (by this pack or others)."""
-    done = finished_runs(results_dir)
-    return all((c.config_id, s) in done for c in pack.configs for s in pack.seeds)
+    return set(pack.pairs()) <= finished_runs(location)
+
+
+def damage(location: StoreLocation, manifest: Manifest, kind: str) -> str | None:
+    """Why a committed file cannot be what its manifest recorded (missing, or truncated / grown:
+    its size differs), or None. A same-size change needs the hash: `fade-sweep verify`."""
+    entry = manifest.files[kind]
+    if not location.is_file(entry.path):
+        return "missing, but its manifest names it"
+    size = location.size(entry.path)
+    return None if size == entry.bytes else f"{size} bytes, but its manifest recorded {entry.bytes} (damaged)"
+
+
+def set_aside_damaged(location: StoreLocation) -> list[str]:
+    """Un-commit every pack with a missing or damaged file (only while holding the writer lock):
+    its manifest moves to history/damaged-<name>, its files become orphans, and its runs are
+    planned again. Returns the damaged files."""
+    damaged = []
+    for manifest in read_manifests(location):
+        bad = [manifest.files[k].path for k in KINDS if damage(location, manifest, k)]
+        if bad:
+            rel = f"{MANIFESTS}/{manifest.name}"
+            location.write_bytes(f"history/damaged-{manifest.name}", location.read_bytes(rel))
+            location.delete(rel)
+            damaged.extend(bad)
+    return damaged
+
+
+def orphans(location: StoreLocation, manifests: list[Manifest]) -> list[str]:
+    """Paths (relative to the store) under scores/, curves/ and manifests/ that `manifests` do not
+    commit (left by an interrupted write)."""
+    named = {m.files[k].path for m in manifests for k in KINDS}
+    found = [e.rel for kind in KINDS for e in location.list(kind, recursive=True) if e.rel not in named]
+    found.extend(e.rel for e in location.list(MANIFESTS) if e.name.startswith("."))
+    return found
+
+
+def remove_orphans(location: StoreLocation) -> list[str]:
+    """Delete the orphans (only while holding the store's writer lock); returns them as users see them."""
+    rels = orphans(location, read_manifests(location))
+    for rel in rels:
+        location.delete(rel)
+    return [location.url(r) for r in rels]
 
 
 # ---------------------------------------------------------------- what readers read
@@ -289,7 +256,7 @@ class Selection:
         return sum(len(m.configs) * len(m.seeds) for m in self.whole) + sum(len(k) for _, k in self.partial)
 
 
-def select(manifests: list[Manifest], wanted: set[tuple[str, int]] | frozenset | None = None) -> Selection:
+def select(manifests: list[Manifest], wanted: frozenset[tuple[str, int]] | None = None) -> Selection:
     """Each (config, seed) from the newest manifest holding it, and only the `wanted` ones (None: all)."""
     owner: dict[tuple[str, int], int] = {}
     for i, m in enumerate(manifests):  # oldest first: later (newer) manifests overwrite
@@ -308,32 +275,6 @@ def select(manifests: list[Manifest], wanted: set[tuple[str, int]] | frozenset |
     return Selection(tuple(whole), tuple(partial), outside, superseded)
 
 
-def damage(location: StoreLocation, manifest: Manifest, kind: str) -> str | None:
-    """Why a committed file cannot be what its manifest recorded (missing, or truncated / grown:
-    its size differs), or None. A same-size change needs the hash: `fade-sweep verify`."""
-    entry = manifest.files[kind]
-    if not location.is_file(entry["path"]):
-        return "missing, but its manifest names it"
-    size = location.size(entry["path"])
-    return None if size == entry["bytes"] else f"{size} bytes, but its manifest recorded {entry['bytes']} (damaged)"
-
-
-def set_aside_damaged(results_dir: str | Path | StoreLocation) -> list[str]:
-    """Un-commit every pack with a missing or damaged file (only while holding the writer lock):
-    its manifest moves to history/damaged-<name>, its files become orphans, and its runs are
-    planned again. Returns the damaged files."""
-    location = as_location(results_dir)
-    damaged = []
-    for manifest in read_manifests(location):
-        bad = [manifest.files[k]["path"] for k in KINDS if damage(location, manifest, k)]
-        if bad:
-            rel = f"{MANIFESTS}/{manifest.name}"
-            location.write_bytes(f"history/damaged-{manifest.name}", location.read_bytes(rel))
-            location.delete(rel)
-            damaged.extend(bad)
-    return damaged
-
-
 def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list[pl.LazyFrame]:
     """One lazy scan per task (tasks differ in their settings columns), partitions from the paths.
 
@@ -341,7 +282,7 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
     filesystem (so the same credentials chain and endpoint), scanned lazily by polars."""
     by_task: dict[str, list[str]] = {}
     for m in manifests:
-        rel = m.files[kind]["path"]
+        rel = m.files[kind].path
         if why := damage(location, m, kind):
             raise StoreError(
                 f"{location.url(rel)}: {why} ({MANIFESTS}/{m.name}); run `fade-sweep verify {location}`, and "
@@ -353,6 +294,8 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
             pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE_SCHEMA, try_parse_hive_dates=False)
             for paths in by_task.values()
         ]
+    import pyarrow.dataset as ds  # imports pandas: only where an object store is read
+
     partitioning = ds.partitioning(pa.schema([("task", pa.string()), ("optimizer", pa.string())]), flavor="hive")
     return [
         pl.scan_pyarrow_dataset(ds.dataset(paths, filesystem=location.fs, format="parquet", partitioning=partitioning,
@@ -361,9 +304,8 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
     ]
 
 
-def scan_selection(results_dir: str | Path | StoreLocation, selection: Selection, kind: str) -> pl.LazyFrame | None:
+def scan_selection(location: StoreLocation, selection: Selection, kind: str) -> pl.LazyFrame | None:
     """A LazyFrame over the selected rows of `kind` (scores or curves); task and optimizer first. None if empty."""
-    location = as_location(results_dir)
     frames = _scan(location, list(selection.whole), kind)
     for manifest, keep in selection.partial:
         rows = pl.DataFrame({"config_id": [c for c, _ in keep], "seed": [s for _, s in keep]},
@@ -375,51 +317,3 @@ def scan_selection(results_dir: str | Path | StoreLocation, selection: Selection
     names = frame.collect_schema().names()
     return frame.select(*PARTITIONS, *(n for n in names if n not in PARTITIONS))
 
-
-def committed_files(results_dir: str | Path | StoreLocation, kind: str = SCORES) -> list[Path | str]:
-    """The data files of `kind` that manifests name (what any other reader should read): local paths,
-    or URIs on an object store."""
-    location = as_location(results_dir)
-    files = [m.files[kind]["path"] for m in read_manifests(location)]
-    return [location.local_path / f for f in files] if location.local else [location.url(f) for f in files]
-
-
-def _referenced(location: StoreLocation) -> set[str]:
-    return {m.files[k]["path"] for m in read_manifests(location) for k in KINDS}
-
-
-def orphan_entries(results_dir: str | Path | StoreLocation) -> list[str]:
-    """Paths (relative to the store) under scores/, curves/ and manifests/ that are not part of a commit
-    (left by an interrupted write)."""
-    location = as_location(results_dir)
-    named = _referenced(location)
-    found = [e.rel for kind in KINDS for e in location.list(kind, recursive=True) if e.rel not in named]
-    found.extend(e.rel for e in location.list(MANIFESTS) if e.name.startswith("."))
-    return found
-
-
-def orphans(results_dir: str | Path | StoreLocation) -> list[Path | str]:
-    """The orphans (see orphan_entries) as local paths, or URIs on an object store."""
-    location = as_location(results_dir)
-    rels = orphan_entries(location)
-    return [location.local_path / r for r in rels] if location.local else [location.url(r) for r in rels]
-
-
-def remove_orphans(results_dir: str | Path | StoreLocation) -> list[Path | str]:
-    """Delete the orphans (only while holding the store's writer lock); returns what was removed."""
-    location = as_location(results_dir)
-    rels = orphan_entries(location)
-    for rel in rels:
-        location.delete(rel)
-    return [location.local_path / r for r in rels] if location.local else [location.url(r) for r in rels]
-
-
-_REPORTED: set[tuple[str, int]] = set()
-
-
-def notice_once(results_dir: str | Path | StoreLocation, outside: int) -> None:
-    """Say once per process and store that stored runs outside the current sweep are ignored."""
-    key = (as_location(results_dir).uri, outside)
-    if outside and key not in _REPORTED:
-        _REPORTED.add(key)
-        print(f"{outside} stored runs are not in the current sweep; ignored", file=sys.stderr)

@@ -292,11 +292,8 @@ class StoreLocation:
         return self._call(self.fs.open_input_file, self.path(rel))
 
     def sha256(self, rel: str) -> str:
-        digest = hashlib.sha256()
         with self.open_input(rel) as f:
-            while block := f.read(1 << 22):
-                digest.update(block)
-        return digest.hexdigest()
+            return hashlib.file_digest(f, "sha256").hexdigest()
 
     def list(self, rel: str = "", recursive: bool = False) -> list[Entry]:
         """Files (objects) under `rel`, sorted by path; [] if there is none. Hidden local files included."""
@@ -365,7 +362,8 @@ class StoreLocation:
                 with open(tmp, "wb") as f:
                     write(f)
                 _fsync(tmp)
-                result = (tmp.stat().st_size, _file_sha256(tmp))
+                with open(tmp, "rb") as f:
+                    result = (tmp.stat().st_size, hashlib.file_digest(f, "sha256").hexdigest())
                 os.replace(tmp, path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
@@ -467,14 +465,6 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def as_location(target: str | os.PathLike | StoreLocation) -> StoreLocation:
