@@ -20,11 +20,10 @@ import yaml
 from sweeps import results
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
-from sweeps.analysis import tables
-from sweeps.store import dataset as store
+from sweeps.analysis.queries import Analysis
+from sweeps.store import Store, StoreError, StoreLocation, dataset
 from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
 from sweeps.store.record import check_and_record
-from sweeps.store.verify import verify_store
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,9 +60,10 @@ def _packs(document: dict = SWEEP, optimizers: tuple[str, ...] | None = None) ->
 
 
 def _build(results_dir: Path, document: dict = SWEEP, optimizers: tuple[str, ...] | None = None, dtype="float32") -> Path:
-    check_and_record(results_dir, parse_sweep(document, "test"), dtype)
+    check_and_record(StoreLocation.parse(results_dir), parse_sweep(document, "test"), dtype)
+    store = Store.open(results_dir)
     for pack in _packs(document, optimizers):
-        store.write_pack(results_dir, pack, _outcome(pack))
+        store.write_pack(pack, _outcome(pack))
     return results_dir
 
 
@@ -124,10 +124,10 @@ def test_public_query_api(full):
     frame = results.scores(full).collect()
     assert frame.columns[:3] == ["task", "optimizer", "config_id"]
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
-    assert results.cells(results.scores(full)).collect()["seeds"].to_list() == [SEEDS] * 6
+    assert results.cells(results.scores(full))["seeds"].to_list() == [SEEDS] * 6
     assert set(results.best_table(full)["optimizer"]) == {"sgd", "fade"}
     assert results.missing_runs(full).height == 0
-    assert len(store.committed_files(full, "scores")) == 2
+    assert len(Store.open(full).manifests) == 2
 
 
 # ---------------------------------------------------------------- the commit protocol
@@ -136,48 +136,50 @@ def test_public_query_api(full):
 def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypatch):
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
     (fade,) = _packs(optimizers=("fade",))
-    real = store.write_bytes_atomic
+    location = StoreLocation.parse(results_dir)
+    real = dataset.write_record
 
-    def crash_before_commit(path, data, **kw):
-        if Path(path).parent.name == store.MANIFESTS:
+    def crash_before_commit(where, rel, record, **kw):
+        if rel.startswith(f"{dataset.MANIFESTS}/"):
             raise OSError("killed before the manifest")
-        return real(path, data, **kw)
+        return real(where, rel, record, **kw)
 
-    monkeypatch.setattr(store, "write_bytes_atomic", crash_before_commit)
+    monkeypatch.setattr(dataset, "write_record", crash_before_commit)
     with pytest.raises(OSError, match="killed before the manifest"):
-        store.write_pack(results_dir, fade, _outcome(fade))
+        Store(location).write_pack(fade, _outcome(fade))
     monkeypatch.undo()
     # its data files are there, but no reader sees them
     assert len(list((results_dir / "scores").rglob("*.parquet"))) == 2
     assert results.scores(results_dir).collect()["optimizer"].unique().to_list() == ["sgd"]
     assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
-    assert store.finished_runs(results_dir) == {(c.config_id, s) for p in _packs(optimizers=("sgd",)) for c in p.configs for s in p.seeds}
-    assert not store.pack_written(results_dir, fade)
-    orphans = store.orphans(results_dir)
-    assert sorted(p.parent.name for p in orphans) == ["optimizer=fade", "optimizer=fade"]
-    assert store.remove_orphans(results_dir) == orphans and store.orphans(results_dir) == []
-    assert all(not p.exists() for p in orphans)
+    assert dataset.finished_runs(location) == {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
+    assert not dataset.pack_written(location, fade)
+    orphans = Store(location).orphans()
+    assert sorted(Path(p).parent.name for p in orphans) == ["optimizer=fade", "optimizer=fade"]
+    assert dataset.remove_orphans(location) == [str(results_dir / p) for p in orphans] and Store(location).orphans() == []
+    assert all(not (results_dir / p).exists() for p in orphans)
 
 
 def test_a_pack_written_twice_counts_each_run_once_newest_wins(full):
     (sgd,) = _packs(optimizers=("sgd",))
-    store.write_pack(full, sgd, _outcome(sgd, offset=100.0))  # a retried pack, written again
-    assert len(store.read_manifests(full)) == 3
+    Store.open(full).write_pack(sgd, _outcome(sgd, offset=100.0))  # a retried pack, written again
+    assert len(Store.open(full).manifests) == 3
     frame = results.scores(full).collect()
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
     assert frame.filter(pl.col("optimizer") == "sgd")["score"].min() == 100.0  # the newest write
-    assert results.cells(results.scores(full)).collect()["seeds"].to_list() == [SEEDS] * 6
+    assert results.cells(results.scores(full))["seeds"].to_list() == [SEEDS] * 6
     assert results.curves(full).collect().height == RUNS * 2
-    assert tables.best_table(full).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
+    assert results.best_table(full).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
 
 
 def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
     results_dir = tmp_path / "db"
-    check_and_record(results_dir, parse_sweep(SWEEP, "test"), "float32")
+    store = Store.open(results_dir)
+    check_and_record(store.location, parse_sweep(SWEEP, "test"), "float32")
     (sgd,) = _packs(optimizers=("sgd",))
-    store.write_pack(results_dir, sgd, _outcome(sgd))  # both configs: scores 0..5
+    store.write_pack(sgd, _outcome(sgd))  # both configs: scores 0..5
     second = Pack(sgd.experiment, sgd.configs[1:], sgd.seeds)
-    store.write_pack(results_dir, second, _outcome(second, offset=50.0))  # the second config again
+    store.write_pack(second, _outcome(second, offset=50.0))  # the second config again
     frame = results.scores(results_dir).collect().sort("config_id", "seed")
     assert frame.height == 2 * SEEDS
     by_config = dict(frame.group_by("config_id").agg(pl.col("score").min()).iter_rows())
@@ -281,7 +283,8 @@ def test_two_concurrent_runs_one_refused_store_exact(tmp_path):
     frame = results.scores(results_dir).collect()
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
     assert results.curves(results_dir).collect().height == RUNS * 4
-    assert verify_store(results_dir).clean, verify_store(results_dir).problems
+    verification = Store.open(results_dir).verify()
+    assert verification.clean, verification.problems
     assert not (results_dir / LOCK_FILE).exists()
 
 
@@ -297,39 +300,43 @@ def test_store_records_sweep_dtype_and_version(full):
 
 def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_sweep(full, capsys):
     edited = {**SWEEP, "optimizers": {"sgd": {"alpha": [0.1, 0.001]}, "fade": SWEEP["optimizers"]["fade"]}}
-    notices = check_and_record(full, parse_sweep(edited, "edited"), "float32")
+    location = StoreLocation.parse(full)
+    notices = check_and_record(location, parse_sweep(edited, "edited"), "float32")
     assert len(notices) == 1 and "3 stored runs outside it are ignored" in notices[0]
     record = json.loads((full / "store.json").read_text())
     (kept,) = record["history"]
     assert yaml.safe_load((full / kept).read_text()) == SWEEP  # the old record, not overwritten
     assert yaml.safe_load((full / "sweep.yaml").read_text()) == edited
     capsys.readouterr()
-    frame = results.scores(full).collect()
+    store = Store(location)
+    frame = store.scan("scores").collect()
     assert frame.height == RUNS - SEEDS and 0.01 not in frame["alpha"].to_list()
     assert capsys.readouterr().err.count("3 stored runs are not in the current sweep; ignored") == 1
-    results.scores(full).collect()
-    tables.best_table(full)
-    assert "stored runs are not in the current sweep" not in capsys.readouterr().err  # said once
-    missing = results.missing_runs(full)
+    store.scan("curves").collect()
+    analysis = Analysis.of(store)
+    results.best_table(analysis)
+    assert "stored runs are not in the current sweep" not in capsys.readouterr().err  # said once per open
+    missing = store.missing_runs()
     assert missing.height == SEEDS and missing["alpha"].unique().to_list() == [0.001]
-    assert results.scores(full, all_runs=True).collect().height == RUNS
-    best = tables.best_table(full).filter(pl.col("optimizer") == "sgd").row(0, named=True)
+    assert store.scan("scores", all_runs=True).collect().height == RUNS
+    best = results.best_table(analysis).filter(pl.col("optimizer") == "sgd").row(0, named=True)
     assert best["alpha"] == 0.1 and best["missing_runs"] == SEEDS and best["configs"] == 1
     # the planner runs only what the new sweep lacks
     from sweeps.spec import plan_packs
 
-    (pack,) = plan_packs(parse_sweep(edited, "edited"), 1, store.finished_runs(full))
+    (pack,) = plan_packs(parse_sweep(edited, "edited"), 1, store.finished_runs())
     assert [dict(c.hyperparameters) for c in pack.configs] == [{"alpha": 0.001}]
 
 
 def test_a_change_of_dtype_or_task_settings_under_stored_runs_is_refused(full):
+    full = StoreLocation.parse(full)
     with pytest.raises(SweepError, match=r"^dtype: .* holds float32 runs and this run asks for float64"):
         check_and_record(full, parse_sweep(SWEEP, "same"), "float64")
     longer = {**SWEEP, "task_settings": {"steps": 8, "bin": 2}}
     with pytest.raises(SweepError, match=r"task_settings\.steps: changed from 4 to 8 for linear_tracking/"):
         check_and_record(full, parse_sweep(longer, "longer.yaml"), "float32")
-    assert yaml.safe_load((full / "sweep.yaml").read_text()) == SWEEP  # nothing recorded
-    assert not (full / "history").exists()
+    assert yaml.safe_load(full.read_text("sweep.yaml")) == SWEEP  # nothing recorded
+    assert not full.exists("history")
     # adding a variant (new settings beside the old ones) is not a change of meaning
     variants = {k: v for k, v in SWEEP.items() if k != "task_settings"}
     variants["variants"] = [{"task_settings": {"steps": 4, "bin": 2}}, {"task_settings": {"steps": 4, "bin": 2, "noise": 1.0}}]
@@ -370,14 +377,14 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch, caps
 
 def test_best_table_lists_every_method_of_the_sweep(tmp_path):
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
-    best = tables.best_table(results_dir)
+    best = results.best_table(results_dir)
     fade = best.filter(pl.col("optimizer") == "fade").row(0, named=True)
     assert fade["status"] == "missing" and fade["mean"] is None and fade["missing_runs"] == 4 * SEEDS
     assert fade["configs"] == 4 and not fade["best_method"]
     assert best.filter(pl.col("optimizer") == "sgd")["best_method"].to_list() == [True]
-    md = tables.table_text(results_dir, "best", "md")
+    md = results.table_text(results_dir, "best", "md")
     assert "| fade | missing | 0 |" in md
-    assert pl.read_csv(tables.table_text(results_dir, "best", "csv").encode()).height == 2
+    assert pl.read_csv(results.table_text(results_dir, "best", "csv").encode()).height == 2
 
 
 # ---------------------------------------------------------------- verify
@@ -402,10 +409,10 @@ def test_verify_not_a_store(tmp_path, capsys):
 
 def test_verify_finds_a_duplicated_run(full, capsys):
     (sgd,) = _packs(optimizers=("sgd",))
-    store.write_pack(full, sgd, _outcome(sgd))
+    Store.open(full).write_pack(sgd, _outcome(sgd))
     code, out = _verify(full, capsys)
     assert code == 1
-    newest = store.read_manifests(full)[-1].name
+    newest = Store.open(full).manifests[-1].name
     assert f"{2 * SEEDS} runs (e.g. config " in out and f"reads use the newest, manifests/{newest}" in out
     assert "1 problem (1 duplicate)" in out
 
@@ -446,16 +453,17 @@ def test_verify_finds_an_orphan_and_missing_runs(tmp_path, capsys):
 
 
 def test_a_truncated_committed_file_is_named_by_readers_and_set_aside_on_resume(full):
-    victim = store.committed_files(full)[0]
+    rel = Store.open(full).manifests[0].files["scores"].path
+    victim = full / rel
     runs_before = results.scores(full).collect().height
     data = victim.read_bytes()
     victim.write_bytes(data[:100])
-    with pytest.raises(store.StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
+    with pytest.raises(StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
         results.scores(full).collect()
-    assert store.set_aside_damaged(full) == [str(victim.relative_to(full))]
+    assert dataset.set_aside_damaged(StoreLocation.parse(full)) == [rel]
     assert 0 < results.scores(full).collect().height < runs_before  # that pack is no longer committed
     assert list((full / "history").glob("damaged-*.json")), "the manifest is kept, not lost"
-    assert victim in store.orphans(full)
+    assert rel in Store.open(full).orphans()
 
 
 @pytest.mark.parametrize("typo", ["s3:/bucket/x", "s3:bucket", "gs:/b/p"])
