@@ -13,7 +13,7 @@ import pytest
 
 from sweeps import results
 from sweeps.cli import main
-from sweeps.analysis import stats, tables
+from sweeps.analysis import stats
 from tests.helpers import write_known_store
 
 SWEEP = {

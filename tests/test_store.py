@@ -484,3 +484,73 @@ def test_submit_refuses_a_results_folder_being_written_before_any_job(full, caps
         code = main(["submit", str(sweep_file), "--address", "http://127.0.0.1:1", "--storage", str(full.parent)])
     assert code == 2
     assert "is being written by pid" in capsys.readouterr().err  # refused before the job server was contacted
+
+
+# ---------------------------------------------------------------- one Store, typed records
+
+
+def test_a_store_opened_once_serves_a_whole_report(full, tmp_path, monkeypatch):
+    """The manifests and the recorded sweep are read once per open, however many tables and figures."""
+    from sweeps.analysis.report import write_report
+    from sweeps.store import store as store_module
+
+    reads = {"manifests": 0, "sweep": 0}
+
+    def counted(name, real):
+        def read(location):
+            reads[name] += 1
+            return real(location)
+        return read
+
+    monkeypatch.setattr(store_module, "read_manifests", counted("manifests", store_module.read_manifests))
+    monkeypatch.setattr(store_module, "read_sweep", counted("sweep", store_module.read_sweep))
+    figures = write_report(Store.open(full), StoreLocation.parse(tmp_path / "report.html"))
+    assert len(figures) > 3 and (tmp_path / "report.html").stat().st_size > 100_000
+    assert reads == {"manifests": 1, "sweep": 1}
+    results.best_table(full)  # a convenience opens its own Store: read again, once
+    assert reads == {"manifests": 2, "sweep": 2}
+
+
+def test_records_round_trip(full):
+    from sweeps.store.records import LockHolder, Manifest, PacksRecord, SweepStatus, TrialStatus, parse_record, record_json
+
+    store = Store.open(full)
+    manifest = store.manifests[0]
+    raw = (full / "manifests" / manifest.name).read_bytes()
+    assert parse_record(Manifest, raw, "m").model_copy(update={"name": manifest.name}) == manifest
+    assert json.loads(raw)["files"]["scores"]["path"].startswith("scores/task=linear_tracking/")
+    assert store.record.dtype == "float32" and store.record.history == []
+    status = SweepStatus("db", "running", 1.0, 2.0, 100, {"a": TrialStatus("a", "running", 50, 100)}, driver_pid=7, host="h")
+    status.write(store.location)
+    assert Store.open(full).status() == status
+    assert json.loads((full / "status.json").read_text())["trials"][0]["pack_id"] == "a"  # a list on disk
+    for record in (store.record, LockHolder(pid=1, host="h", command="x"),
+                   PacksRecord(sweep="db", packs={"p": {"configs": [{"config_id": "c"}], "seeds": [0, 1]}})):
+        assert parse_record(type(record), record_json(record), "r") == record
+    older = {"sweep": "s", "state": "running", "started_at": 1.0, "updated_at": 2.0, "run_steps_total": 1, "trials": []}
+    assert parse_record(SweepStatus, json.dumps(older).encode(), "s").driver_pid is None  # names no driver, not the reader
+
+
+@pytest.mark.parametrize("record", ["manifest", "store.json", "status.json"])
+def test_a_damaged_record_is_an_error_naming_its_file(full, record, capsys):
+    from sweeps.store import RecordError
+    from sweeps.store.records import SweepStatus
+
+    if record == "manifest":
+        victim = full / "manifests" / Store.open(full).manifests[0].name
+        victim.write_text(victim.read_text().replace('"seeds"', '"seats"'))
+        with pytest.raises(StoreError, match=rf"{victim}: damaged Manifest record \(seeds: Field required\); run `fade-sweep verify"):
+            results.scores(full)
+        code, out = _verify(full, capsys)
+        assert code == 1 and f"{victim}: damaged Manifest record" in out
+        return
+    victim = full / record
+    if record == "status.json":
+        SweepStatus("db", "running", 1.0, 2.0, 100).write(StoreLocation.parse(full))
+    victim.write_text(victim.read_text()[:40])
+    with pytest.raises(RecordError, match=rf"^{victim}: damaged \w+ record \(not valid JSON\)$"):
+        Store.open(full).status() if record == "status.json" else Store.open(full).record
+    capsys.readouterr()
+    assert main(["status" if record == "status.json" else "verify", str(full)]) == 1
+    captured = capsys.readouterr()
+    assert f"{victim}: damaged" in captured.out + captured.err

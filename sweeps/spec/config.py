@@ -6,10 +6,7 @@ import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from sweeps.spec.sweepfile import Experiment
+from typing import Any, Protocol
 
 LOCATION_SETTINGS = ("data_dir",)  # where the data lives, not what is run: not part of a config's identity
 
@@ -17,6 +14,14 @@ LOCATION_SETTINGS = ("data_dir",)  # where the data lives, not what is run: not 
 def digest(payload: object) -> str:
     """12 hex digits of the SHA-1 of `payload` as canonical JSON: stable across runs and machines."""
     return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class Experiment(Protocol):
+    """What identifies a grid's configurations (`sweeps.spec.Experiment` has it)."""
+
+    task: str
+    settings: Any  # the task's settings dataclass
+    optimizer: str
 
 
 @dataclass(frozen=True)

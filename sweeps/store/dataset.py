@@ -67,33 +67,37 @@ class StoreError(RuntimeError):
 # ---------------------------------------------------------------- tables of a pack
 
 
-def _settings_columns(pack: Pack) -> dict[str, object]:
-    """Task settings as columns (`steps` is its own column already)."""
-    return {k: v for k, v in dataclasses.asdict(pack.experiment.settings).items() if k != "steps"}
+def run_keys(pack: Pack) -> pl.DataFrame:
+    """task, optimizer, config_id, settings (less `steps`, its own column), every hyperparameter
+    (null where the optimizer does not take it) and seed of every run: configs outer, seeds inner.
+    Built with polars alone (pyarrow's conversions load pandas), so readers can use it lightly."""
+    configs, seeds = pack.configs, len(pack.seeds)
+    settings = {k: v for k, v in dataclasses.asdict(pack.experiment.settings).items() if k != "steps"}
+    values = [dict(c.hyperparameters) for c in configs]
+    per_config = pl.DataFrame(
+        {
+            "task": [pack.experiment.task] * len(configs),
+            "optimizer": [pack.experiment.optimizer] * len(configs),
+            "config_id": [c.config_id for c in configs],
+            **{k: [v] * len(configs) for k, v in settings.items()},
+            **{name: pl.Series(name, [v.get(name) for v in values], pl.Float64) for name in HYPERPARAMETERS},
+        }
+    )
+    rows = per_config.gather(np.repeat(np.arange(len(configs)), seeds))
+    return rows.with_columns(seed=pl.Series(np.tile(np.asarray(pack.seeds, np.int64), len(configs))))
 
 
-def run_keys(pack: Pack, repeat: int = 1) -> dict[str, pa.Array]:
-    """task, optimizer, config_id, settings, hyperparameters and seed of every run, each row repeated."""
-    n_seeds = len(pack.seeds)
-    runs = pack.runs
-    experiment = pack.experiment
-    columns: dict[str, pa.Array] = {
-        "task": pa.array([experiment.task] * runs * repeat, pa.string()),
-        "optimizer": pa.array([experiment.optimizer] * runs * repeat, pa.string()),
-        "config_id": pa.array(np.repeat([c.config_id for c in pack.configs], n_seeds * repeat), pa.string()),
-    }
-    for key, value in _settings_columns(pack).items():
-        columns[key] = pa.array([value] * runs * repeat)
-    for name in HYPERPARAMETERS:
-        values = [dict(c.hyperparameters).get(name) for c in pack.configs]
-        columns[name] = pa.array(np.repeat(np.array(values, dtype=object), n_seeds * repeat), pa.float64())
-    columns["seed"] = pa.array(np.repeat(np.tile(pack.seeds, len(pack.configs)), repeat), pa.int64())
-    return columns
+def _arrow_keys(pack: Pack, repeat: int = 1) -> dict[str, pa.ChunkedArray]:
+    """`run_keys` as Arrow columns for a data file, each row repeated `repeat` times (curve bins)."""
+    keys = run_keys(pack)
+    table = keys.gather(np.repeat(np.arange(keys.height), repeat)).to_arrow()
+    return {f.name: table[f.name].cast(pa.string()) if pa.types.is_large_string(f.type) or pa.types.is_string_view(f.type)
+            else table[f.name] for f in table.schema}
 
 
 def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     """The pack's scores as read back (partition columns included)."""
-    columns = run_keys(pack)
+    columns = _arrow_keys(pack)
     columns["score"] = pa.array(outcome.score, pa.float64())
     columns["diverged"] = pa.array(outcome.diverged, pa.bool_())
     columns["steps"] = pa.array(np.full(pack.runs, pack.experiment.settings.steps), pa.int64())
@@ -104,7 +108,7 @@ def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
 def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     """The pack's curves as read back (partition columns included)."""
     bins = len(outcome.bin_end)
-    columns = run_keys(pack, bins)
+    columns = _arrow_keys(pack, bins)
     columns["step"] = pa.array(np.tile(outcome.bin_end, pack.runs), pa.int64())
     for name, values in outcome.curves.items():
         if values is None:

@@ -23,7 +23,6 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
 import polars as pl
-import pyarrow as pa
 
 from sweeps.spec import Pack, Sweep
 from sweeps.store import dataset
@@ -119,11 +118,11 @@ class Store:
         """The key columns (as in scores/) and steps of every run the recorded sweep asks for."""
         if self.sweep is None:
             return pl.DataFrame(schema=KEYS_SCHEMA)
-        frames = []
-        for experiment in self.sweep.experiments:
-            keys = pl.from_arrow(pa.table(run_keys(Pack(experiment, experiment.cells, self.sweep.seeds))))
-            frames.append(keys.with_columns(steps=pl.lit(experiment.settings.steps, pl.Int64)))
-        return pl.concat(frames, how="diagonal_relaxed")
+        return pl.concat(
+            [run_keys(Pack(e, e.cells, self.sweep.seeds)).with_columns(steps=pl.lit(e.settings.steps, pl.Int64))
+             for e in self.sweep.experiments],
+            how="diagonal_relaxed",
+        )
 
     def missing_runs(self) -> pl.DataFrame:
         """Runs of the recorded sweep with no committed result (columns of `expected_runs`); empty
