@@ -9,18 +9,24 @@ Usable without Ray or the sweep service, e.g. in a notebook:
 `hyperparameters`: the names and ranges every learner draws from.
 """
 
+import importlib
+
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
-from fade_core.linear import (
-    LINEAR_LEARNERS,
-    LinearLearner,
-    LinearRun,
-    LinearState,
-    get_linear_learner,
-    initial_weights,
-    run_linear,
-)
-from fade_core.mlp import Architecture, BatchedMLP
-from fade_core.neural import NEURAL_LEARNERS, NeuralLearner, NeuralRuns, StepSums, get_neural_learner, make_runs
+
+_LAZY = {  # name -> module: loaded on first use, so `import fade_core` (and the task registry) stays light
+    **dict.fromkeys(("LINEAR_LEARNERS", "LinearLearner", "LinearRun", "LinearState", "get_linear_learner",
+                     "initial_weights", "run_linear"), "fade_core.linear"),
+    **dict.fromkeys(("Architecture", "BatchedMLP"), "fade_core.mlp"),
+    **dict.fromkeys(("NEURAL_LEARNERS", "NeuralLearner", "NeuralRuns", "StepSums", "get_neural_learner", "make_runs"),
+                    "fade_core.neural"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'fade_core' has no attribute {name!r}")
+
 
 __all__ = [
     "HYPERPARAMETERS",

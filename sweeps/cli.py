@@ -207,7 +207,7 @@ def _cmd_run(args) -> None:
     from sweeps.analysis.queries import Analysis
     from sweeps.analysis.tables import table_text
     from sweeps.store import Store
-    from sweeps.store.status import format_rate
+    from sweeps.spec.plan import format_rate
     from sweeps.tune.driver import ExecutionOptions, run_sweep
 
     options = ExecutionOptions(
@@ -251,7 +251,7 @@ def _cmd_run(args) -> None:
 def _dry_run(args, sweep, resources: PackResources) -> None:
     from cluster.connect import connect
     from cluster.placement import parallel_slots
-    from sweeps.tune.dryrun import describe_plan
+    from sweeps.packs.dryrun import describe_plan
 
     cpu_only = resources.for_task(runs_on_gpu=False)
     if args.address:
@@ -296,7 +296,7 @@ def _cmd_submit(args) -> None:
 
 
 def _cmd_status(args) -> None:
-    from sweeps.store.location import is_uri
+    from sweeps.store.uris import is_uri
 
     if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
         from sweeps.store import Store
@@ -391,7 +391,7 @@ def _run_command(args) -> int:
 
 def _redact(text: str) -> str:
     """Messages never show credentials (nor URI query strings)."""
-    from sweeps.store.location import redact
+    from sweeps.store.uris import redact
 
     return redact(text)
 

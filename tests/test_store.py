@@ -554,3 +554,16 @@ def test_a_damaged_record_is_an_error_naming_its_file(full, record, capsys):
     assert main(["status" if record == "status.json" else "verify", str(full)]) == 1
     captured = capsys.readouterr()
     assert f"{victim}: damaged" in captured.out + captured.err
+
+
+def test_sweep_yaml_is_read_back_by_the_sweep_files_rules(tmp_path):
+    """YAML 1.2 floats (`1e-2`) and no duplicate keys, as when the sweep was validated (not plain safe_load)."""
+    results_dir = tmp_path / "db"
+    results_dir.mkdir()
+    text = yaml.safe_dump(SWEEP).replace("- 0.01\n", "- 1e-2\n", 1)
+    assert "1e-2" in text and yaml.safe_load(text)["optimizers"]["sgd"]["alpha"] == [0.1, "1e-2"]  # 1.1 reads a string
+    (results_dir / "sweep.yaml").write_text(text)
+    assert Store.open(results_dir).sweep.pairs == parse_sweep(SWEEP, "test").pairs
+    (results_dir / "sweep.yaml").write_text(text + "name: twice\n")
+    with pytest.raises(SweepError, match=rf"^{results_dir / 'sweep.yaml'}: name: duplicate key at line"):
+        Store.open(results_dir).sweep

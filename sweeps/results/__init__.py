@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 import polars as pl
 
-from sweeps.analysis import importance, tables
+from sweeps.analysis import importance, summaries, tables
 from sweeps.analysis.queries import (
     CELL_STATS,
     DDOF,
@@ -40,7 +40,7 @@ from sweeps.analysis.queries import (
     variant_columns,
 )
 from sweeps.analysis.stats import block_statistics, main_effect_shares, outlier_mask, paired_comparisons
-from sweeps.analysis.tables import SensitivityTable, sensitivity_frame
+from sweeps.analysis.summaries import SensitivityTable, sensitivity_frame
 from sweeps.spec import Sweep
 from sweeps.store import Store, StoreLocation
 
@@ -85,9 +85,9 @@ def _from_path_too(table: Callable[..., Any]) -> Callable[..., Any]:
     return convenience
 
 
-best_table = _from_path_too(tables.best_table)
-sensitivity_tables = _from_path_too(tables.sensitivity_tables)
-compare_table = _from_path_too(tables.compare_table)
+best_table = _from_path_too(summaries.best_table)
+sensitivity_tables = _from_path_too(summaries.sensitivity_tables)
+compare_table = _from_path_too(summaries.compare_table)
 importance_table = _from_path_too(importance.importance_table)
 table_text = _from_path_too(tables.table_text)
 

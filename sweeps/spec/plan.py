@@ -85,3 +85,10 @@ def plan_packs(
         packs.extend(Pack(experiment, tuple(configs[i : i + size]), seeds) for i in range(0, len(configs), size))
     # Longest first: Tune starts trials in order, so the tail is made of short packs.
     return sorted(packs, key=lambda p: -p.run_steps)
+
+
+def format_rate(run_steps_per_second: float) -> str:
+    """12.3K or 4.56M run-steps/s: linear sweeps run millions per second, neural ones thousands."""
+    if run_steps_per_second >= 1e6:
+        return f"{run_steps_per_second / 1e6:.2f}M run-steps/s"
+    return f"{run_steps_per_second / 1e3:.1f}K run-steps/s"

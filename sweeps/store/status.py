@@ -19,6 +19,7 @@ from __future__ import annotations
 import socket
 import time
 
+from sweeps.spec.plan import format_rate
 from sweeps.store.location import StoreLocation
 from sweeps.store.lock import pid_alive
 from sweeps.store.records import STATUS_FILE, SweepStatus, TrialStatus, read_record
@@ -44,13 +45,6 @@ def driver_gone(status: SweepStatus, now: float | None = None) -> bool:
     if status.driver_pid and status.host == socket.gethostname():
         return not pid_alive(status.driver_pid)
     return status.host is not None and age > STALE_SECONDS
-
-
-def format_rate(run_steps_per_second: float) -> str:
-    """12.3K or 4.56M run-steps/s: linear sweeps run millions per second, neural ones thousands."""
-    if run_steps_per_second >= 1e6:
-        return f"{run_steps_per_second / 1e6:.2f}M run-steps/s"
-    return f"{run_steps_per_second / 1e3:.1f}K run-steps/s"
 
 
 def format_status(status: SweepStatus, finished_packs: int) -> str:
