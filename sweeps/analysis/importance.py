@@ -34,9 +34,9 @@ def importance_table(analysis: Analysis) -> pl.DataFrame:
     keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
     observed = cells.select(*keys, "stat_value", "diverged_seeds")
     if not analysis.complete:  # cells the sweep asked for and the store lacks make the grid not full
-        shared = [c for c in keys if c in analysis.missing.columns]
-        absent = analysis.missing.select(shared).unique()
-        observed = absent.join(observed, on=shared, how="full", coalesce=True, nulls_equal=True)
+        shared = [c for c in keys if c in analysis.expected.columns]
+        expected = analysis.expected.select(shared).unique()
+        observed = expected.join(observed, on=shared, how="full", coalesce=True, nulls_equal=True)
     rows = []
     for key, group in observed.group_by([*variant, "optimizer"], maintain_order=True):  # one per method
         base = dict(zip([*variant, "optimizer"], key))

@@ -39,16 +39,18 @@ HYPERPARAMETER_COLUMNS = tuple(HYPERPARAMETERS)
 @dataclass(frozen=True)
 class Analysis:
     """What the tables and the report are made of, gathered once: the committed per-seed scores,
-    the recorded sweep's runs still missing, and the statistic (mean, median or iqm) that is shown
-    and ranks configurations. `cells` is computed on first use and shared by every table."""
+    the recorded sweep's runs (all of them, and those still missing), and the statistic (mean,
+    median or iqm) that is shown and ranks configurations. `cells` is computed on first use and
+    shared by every table."""
 
     scores: pl.LazyFrame
-    missing: pl.DataFrame  # key columns (and settings, hyperparameters) of runs with no result yet
+    expected: pl.DataFrame  # key columns (settings, hyperparameters) of every run the recorded sweep asks for
+    missing: pl.DataFrame  # the same, of the runs with no result yet
     stat: str = "mean"
 
     @classmethod
     def of(cls, store: Store, stat: str = "mean") -> Analysis:
-        return cls(store.scan("scores"), store.missing_runs(), stats.check_stat(stat))
+        return cls(store.scan("scores"), store.expected_runs(), store.missing_runs(), stats.check_stat(stat))
 
     @cached_property
     def variant(self) -> list[str]:

@@ -103,17 +103,17 @@ class SensitivityTable:
 def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
     """Every (task settings, optimizer with gamma0 and theta_lambda, alpha) grid in the results.
 
-    The grid's cells are the stored ones and those of the recorded sweep with no runs yet
-    (shown as missing). Cells are ranked on the analysis' statistic.
+    The grid's axes come from the recorded sweep (so cells with no runs show as missing) and
+    from the results themselves. Cells are ranked on the analysis' statistic.
     """
     variant, stat = analysis.variant, analysis.stat
     keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
     values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds"]
     observed = analysis.cells.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(*keys, *values)
-    absent = analysis.missing
-    if not analysis.complete and "gamma0" in absent.columns and "theta_lambda" in absent.columns:
-        absent = absent.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(keys).unique()
-        observed = absent.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
+    expected = analysis.expected
+    if not analysis.complete and "gamma0" in expected.columns and "theta_lambda" in expected.columns:
+        expected = expected.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(keys).unique()
+        observed = expected.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
     grid = observed.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).sort(
         [*variant, "optimizer", "alpha"], descending=[*([False] * len(variant)), False, True], nulls_last=True
     )

@@ -4,7 +4,8 @@
     store.json              StoreRecord: format, dtype, package version, sweep history (record.py)
     writer.lock             LockHolder: who writes the store (lock.py)
     status.json             SweepStatus: the driver's live status (status.py)
-    tune-*/packs.json       PacksRecord: what a Tune experiment's pack ids mean (the driver)
+    tune-*/packs.json       PacksRecord: what a Tune experiment's pack ids mean (written and read by the
+                            driver: write_record(location, f"{experiment}/{PACKS_FILE}", record))
 
 `read_record` and `write_record` are the only code that turns these files into objects and
 back. A record that is not valid JSON or does not fit its model is a `RecordError` naming
@@ -34,6 +35,7 @@ from pydantic.dataclasses import dataclass
 from sweeps.store.location import StoreLocation
 
 STATUS_FILE = "status.json"
+PACKS_FILE = "packs.json"  # inside each Tune experiment folder (tune-*/)
 MANIFEST_FORMAT = 1
 STORE_FORMAT = 1
 PACKS_FORMAT = 1
@@ -186,10 +188,17 @@ class SweepStatus:
         write_record(location, STATUS_FILE, self)
 
 
-class PackEntry(_Record):
-    """One pack of packs.json: its configs and seeds (the experiment is informative only)."""
+class PackConfig(_Record):
+    config_id: str
+    hyperparameters: dict[str, float] = {}
 
-    configs: list[dict]
+
+class PackEntry(_Record):
+    """One pack of packs.json: its configs and seeds (`experiment` is informative only: a resume
+    rebuilds every pack from the current sweep)."""
+
+    experiment: dict[str, Any] = {}
+    configs: list[PackConfig]
     seeds: list[int]
 
 

@@ -27,8 +27,6 @@ import polars as pl
 from sweeps.spec import Pack, Sweep
 from sweeps.store import dataset
 from sweeps.store.dataset import (
-    CURVES,
-    SCORES,
     Selection,
     manifest_entries,
     read_manifests,
@@ -116,6 +114,10 @@ class Store:
 
     def expected_runs(self) -> pl.DataFrame:
         """The key columns (as in scores/) and steps of every run the recorded sweep asks for."""
+        return self._expected
+
+    @cached_property
+    def _expected(self) -> pl.DataFrame:
         if self.sweep is None:
             return pl.DataFrame(schema=KEYS_SCHEMA)
         return pl.concat(
@@ -151,5 +153,3 @@ class Store:
         """The integrity check of `fade-sweep verify` (NotAStore if this is no store)."""
         return verify_store(self.location)
 
-
-__all__ = ["CURVES", "SCORES", "Store"]
