@@ -25,8 +25,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweeps.packs import PackOutcome  # noqa: E402
-from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
-from sweeps.store.dataset import write_pack  # noqa: E402
+from sweeps.spec import Pack, parse_sweep  # noqa: E402
+from sweeps.store import Store  # noqa: E402
 
 
 def build(results_dir: Path, configs: int, seeds: int, bins: int) -> None:
@@ -37,7 +37,8 @@ def build(results_dir: Path, configs: int, seeds: int, bins: int) -> None:
                 "seeds": seeds, "optimizers": {"fade": {k: [float(v) for v in vs] for k, vs in grid.items()}}}
     sweep = parse_sweep(document, "bench")
     (experiment,) = sweep.experiments
-    cells = [make_config(experiment, c) for c in experiment.configs()]
+    cells = experiment.cells
+    store = Store.open(results_dir)
     rng = np.random.default_rng(0)
     bin_end = np.arange(1, bins + 1) * 1000
     for start in range(0, len(cells), 50):
@@ -45,20 +46,23 @@ def build(results_dir: Path, configs: int, seeds: int, bins: int) -> None:
         mse = rng.gamma(2.0, 1.0, size=(pack.runs, bins))
         curves = {"mse": mse, "decay_relevant": rng.random((pack.runs, bins)), "decay_irrelevant": rng.random((pack.runs, bins)),
                   "step_size_relevant": None, "step_size_irrelevant": None}
-        write_pack(results_dir, pack, PackOutcome(mse.mean(1), np.zeros(pack.runs, bool), bin_end, curves, 1.0))
+        store.write_pack(pack, PackOutcome(mse.mean(1), np.zeros(pack.runs, bool), bin_end, curves, 1.0))
     (results_dir / "sweep.yaml").write_text(yaml.safe_dump(document))
     print(f"store: {len(cells)} configs x {seeds} seeds x {bins} bins = {len(cells) * seeds * bins:,} curve rows")
 
 
 def measure(results_dir: Path) -> None:
+    from sweeps.analysis.queries import Analysis
     from sweeps.analysis.report import write_report
     from sweeps.analysis.tables import table_text
 
     start = time.perf_counter()
-    best = table_text(results_dir, "best", "md")
-    sensitivity = table_text(results_dir, "sensitivity", "csv")
+    store = Store.open(results_dir)
+    analysis = Analysis.of(store)
+    best = table_text(analysis, "best", "md")
+    sensitivity = table_text(analysis, "sensitivity", "csv")
     tables_done = time.perf_counter()
-    figures = write_report(results_dir, results_dir / "report.html")
+    figures = write_report(Store.open(results_dir), store.location / "report.html")
     end = time.perf_counter()
     peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024**2
     print(f"tables {tables_done - start:.1f} s ({len(best) + len(sensitivity):,} chars), report {end - tables_done:.1f} s "

@@ -17,7 +17,7 @@ import time
 
 from sweeps.spec import PackResources, resolve_sweep
 from sweeps.tune.driver import ExecutionOptions, run_sweep
-from sweeps.tune.dryrun import estimate
+from sweeps.packs.dryrun import estimate
 from sweeps.tune.progress import quiet_tune
 
 

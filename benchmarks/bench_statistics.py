@@ -34,8 +34,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sweeps.packs import PackOutcome
-from sweeps.store.dataset import write_pack
-from sweeps.spec import Pack, make_config, parse_sweep
+from sweeps.store import Store
+from sweeps.spec import Pack, parse_sweep
 
 GRID = {
     "fade": {"alpha": np.round(np.geomspace(0.001, 0.1, 10), 5), "theta_lambda": np.round(np.linspace(0.0, 0.02, 20), 5),
@@ -50,9 +50,10 @@ def build(results_dir: Path, seeds: int, pack_configs: int = 500) -> int:
                 "seeds": seeds, "optimizers": {m: {k: [float(v) for v in vs] for k, vs in g.items()} for m, g in GRID.items()}}
     sweep = parse_sweep(document, "bench")
     rng = np.random.default_rng(0)
+    store = Store.open(results_dir)
     total = 0
     for experiment in sweep.experiments:
-        cells = [make_config(experiment, c) for c in experiment.configs()]
+        cells = experiment.cells
         total += len(cells)
         for start in range(0, len(cells), pack_configs):
             pack = Pack(experiment, tuple(cells[start : start + pack_configs]), sweep.seeds)
@@ -64,7 +65,7 @@ def build(results_dir: Path, seeds: int, pack_configs: int = 500) -> int:
                       "step_size_irrelevant": None}
             if experiment.optimizer == "fade":
                 curves.update(decay_relevant=rng.random(mse.shape), decay_irrelevant=rng.random(mse.shape))
-            write_pack(results_dir, pack, PackOutcome(score, ~np.isfinite(score), np.array([1000, 2000]), curves, 1.0))
+            store.write_pack(pack, PackOutcome(score, ~np.isfinite(score), np.array([1000, 2000]), curves, 1.0))
     (results_dir / "sweep.yaml").write_text(yaml.safe_dump(document))
     return total
 

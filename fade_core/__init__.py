@@ -18,7 +18,8 @@ _EXPORTS = {
     **dict.fromkeys(["HYPERPARAMETERS", "Hyperparameter"], "fade_core.hyperparameters"),
     **dict.fromkeys(["LINEAR_LEARNERS", "LinearLearner", "LinearRun", "LinearState", "get_linear_learner",
                      "initial_weights", "run_linear"], "fade_core.linear"),
-    **dict.fromkeys(["Architecture", "BatchedMLP"], "fade_core.mlp"),
+    "Architecture": "fade_core.architecture",
+    "BatchedMLP": "fade_core.mlp",
     **dict.fromkeys(["NEURAL_LEARNERS", "NeuralLearner", "NeuralRuns", "StepSums", "get_neural_learner", "make_runs"],
                     "fade_core.neural"),
 }

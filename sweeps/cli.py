@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 from cluster.errors import ClusterError
+from sweeps.analysis import TABLES
+from sweeps.analysis.stats import STATS
 from sweeps.spec import PackResources, SweepError, check_task_data, cpu_only_tasks, preset_names, resolve_sweep
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
@@ -115,10 +117,10 @@ def _parser() -> argparse.ArgumentParser:
 
     table = commands.add_parser("table", help="print a table from a results directory")
     table.add_argument("results_dir", help="STORAGE/<sweep name>")
-    table.add_argument("--kind", choices=("best", "sensitivity", "compare", "importance", "confirm", "robustness"), default="best",
+    table.add_argument("--kind", choices=(*TABLES, "confirm", "robustness"), default="best",
                        help="best configuration per method, sensitivity grids, paired comparison of methods, "
                             "hyperparameter importance, confirmation on fresh seeds, sensitivity across settings (default: best)")
-    table.add_argument("--stat", choices=("mean", "median", "iqm"), default="mean",
+    table.add_argument("--stat", choices=STATS, default="mean",
                        help="statistic over seeds shown and used to select the best configuration (default: mean)")
     table.add_argument("--reference", metavar="METHOD",
                        help="--kind compare: the method the others are compared with (default: the best method)")
@@ -151,42 +153,44 @@ def _cmd_presets(args) -> None:
         print(f"{name:<22} {sweep.runs:>7,} {sweep.run_steps:>12.3e}  {description}")
 
 
-def _require_results(results_dir: str) -> None:
-    from sweeps.store.location import StoreLocation
+def _open_results(results_dir: str):
+    """The store the user named, opened once; UserError (exit 2) if it holds no results."""
+    from sweeps.store import Store
 
-    location = StoreLocation.parse(results_dir)  # a URI the store cannot serve: exit 2
-    location.check()  # an unreachable object store or a missing bucket: exit 2
-    if not location.is_dir("scores"):
-        raise UserError(f"{location}: no results there (expected {location.url('scores')}/); give STORAGE/<sweep name>")
+    store = Store.open(results_dir)  # a URI the store cannot serve: exit 2
+    store.location.check()  # an unreachable object store or a missing bucket: exit 2
+    if not store.location.is_dir("scores"):
+        raise UserError(f"{store.location}: no results there (expected {store.location.url('scores')}/); "
+                        "give STORAGE/<sweep name>")
+    return store
 
 
 def _cmd_report(args) -> None:
+    from pathlib import Path
+
     from sweeps.analysis.report import write_report
+    from sweeps.store import StoreLocation
 
-    _require_results(args.results_dir)
-    figures = write_report(args.results_dir, args.out, args.images)
-    from sweeps.store.location import StoreLocation
-
+    store = _open_results(args.results_dir)
     out = StoreLocation.parse(args.out)
+    figures = write_report(store, out, Path(args.images) if args.images else None)
     print(f"Report: {out.local_path.resolve() if out.local else out} ({len(figures)} figures; opens offline in any browser)")
 
 
-def _stage_text(results_dir: str, kind: str, fmt: str, stat: str) -> str:
+def _stage_text(store, kind: str, fmt: str, stat: str) -> str:
     """`table --kind confirm | robustness`: the tuning frame (and the confirmation frame) to the tables."""
-    from sweeps.analysis import queries
     from sweeps.analysis.confirm import confirmation_table, confirmation_text
     from sweeps.analysis.robustness import robustness_table, robustness_text
     from sweeps.spec import CONFIRMATION
-    from sweeps.store.stages import read_confirmation
 
-    tuning = queries.scores(results_dir)
+    tuning = store.scan("scores")
     if kind == "robustness":
         table = robustness_table(tuning)
         return robustness_text(table, fmt) if table.height else "No method runs in two or more settings of this sweep.\n"
-    record = read_confirmation(results_dir)
-    if record is None or not queries.selection(results_dir, stage=CONFIRMATION).runs:
-        raise UserError(f"{results_dir}: no confirmation runs; run `fade-sweep confirm {results_dir} --seeds N` first")
-    table = confirmation_table(tuning, queries.scores(results_dir, stage=CONFIRMATION), stat)
+    record = store.confirmation
+    if record is None or not store.selection(stage=CONFIRMATION).runs:
+        raise UserError(f"{store.location}: no confirmation runs; run `fade-sweep confirm {store.location} --seeds N` first")
+    table = confirmation_table(tuning, store.scan("scores", stage=CONFIRMATION), stat)
     return confirmation_text(table, fmt, stat, f"; seeds {_seed_span(record.seeds)}, selected by the {record.stat}")
 
 
@@ -196,14 +200,15 @@ def _seed_span(seeds: tuple[int, ...]) -> str:
 
 
 def _cmd_table(args) -> None:
+    from sweeps.analysis.queries import Analysis
     from sweeps.analysis.tables import table_text
 
-    _require_results(args.results_dir)
+    store = _open_results(args.results_dir)
     try:
         if args.kind in ("confirm", "robustness"):
-            text = _stage_text(args.results_dir, args.kind, args.format, args.stat)
+            text = _stage_text(store, args.kind, args.format, args.stat)
         else:
-            text = table_text(args.results_dir, args.kind, args.format, stat=args.stat, reference=args.reference)
+            text = table_text(Analysis.of(store, args.stat), args.kind, args.format, reference=args.reference)
     except ValueError as err:  # e.g. an unknown --reference
         raise UserError(str(err)) from None
     print(text.rstrip("\n"))
@@ -211,10 +216,11 @@ def _cmd_table(args) -> None:
 
 def _cmd_verify(args) -> int:
     """One line per problem, then a summary; exit 0 clean, 1 problems, 2 not a store."""
-    from sweeps.store.verify import NotAStore, format_verification, verify_store
+    from sweeps.store import Store
+    from sweeps.store.verify import NotAStore, format_verification
 
     try:
-        verification = verify_store(args.results_dir)
+        verification = Store.open(args.results_dir).verify()
     except NotAStore as err:
         raise UserError(str(err)) from None
     print(format_verification(verification))
@@ -249,24 +255,27 @@ def _cmd_run(args) -> None:
             print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
                   f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
         return
+    from sweeps.analysis.queries import Analysis
     from sweeps.analysis.tables import table_text
+    from sweeps.store import Store
     from sweeps.tune.driver import confirm_sweep, run_sweep
 
     options = _execution_options(args, resources, args.dtype)
     outcome = run_sweep(sweep, args.storage, resume=args.resume, options=options)
     _summary(outcome, "every (config, seed) already has a score")
     print(f"Results: {outcome.results_dir}\n")
-    print(table_text(outcome.results_dir, "best", args.table_format).rstrip("\n"))
+    print(table_text(Analysis.of(Store.open(outcome.results_dir)), "best", args.table_format).rstrip("\n"))
     if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
         print(f"\nConfirmation: each method's selected configuration on {len(sweep.confirm_seeds)} fresh seeds")
         _summary(confirm_sweep(outcome.results_dir, sweep.confirm_seeds, options=options),
                  "every confirmation run already has a score")
-        print(_stage_text(str(outcome.results_dir), "confirm", args.table_format, "mean").rstrip("\n"))
+        print(_stage_text(Store.open(outcome.results_dir), "confirm", args.table_format, "mean").rstrip("\n"))
     if not args.no_report:
         from sweeps.analysis.report import write_report
 
         report = outcome.results_dir / "report.html"
-        figures = write_report(outcome.results_dir, report)
+        store = Store.open(outcome.results_dir)  # after the confirmation stage: the report reads both
+        figures = write_report(store, store.location / "report.html")
         print(f"\nReport: {report} ({len(figures)} figures, opens offline in any browser)")
 
 
@@ -289,7 +298,7 @@ def _execution_options(args, resources: PackResources | None, dtype: str):
 
 def _summary(outcome, nothing: str) -> None:
     """What a run or confirm did: resumed runs and packs, then the Done line (or that nothing ran)."""
-    from sweeps.store.status import read_status
+    from sweeps.store import Store
     from sweeps.tune.progress import done_line
 
     if outcome.skipped_runs:
@@ -299,18 +308,17 @@ def _summary(outcome, nothing: str) -> None:
         print(f"Resumed: {n} interrupted packs continued from their checkpoints." if n > 1
               else "Resumed: 1 interrupted pack continued from its checkpoint.")
     if outcome.packs:
-        print(done_line(outcome, read_status(outcome.results_dir)))
+        print(done_line(outcome, Store.open(outcome.results_dir).status()))
     else:
         print(f"Nothing to run: {nothing}.")
 
 
 def _cmd_confirm(args) -> None:
     """The confirmation stage of a finished sweep; run again after an interrupt, it resumes."""
-    from sweeps.store.record import recorded_sweep
+    from sweeps.store import Store
     from sweeps.tune.driver import confirm_sweep
 
-    _require_results(args.results_dir)
-    sweep = recorded_sweep(args.results_dir)
+    sweep = _open_results(args.results_dir).sweep
     if sweep is None:
         raise UserError(f"{args.results_dir}: no recorded sweep (sweep.yaml); give STORAGE/<sweep name> of a sweep run by fade-sweep")
     seeds = args.seeds or sweep.confirm_seeds or len(sweep.seeds)
@@ -318,13 +326,13 @@ def _cmd_confirm(args) -> None:
     outcome = confirm_sweep(args.results_dir, seeds, stat=args.stat, options=options)
     _summary(outcome, "every confirmation run already has a score")
     print(f"Results: {outcome.results_dir}\n")
-    print(_stage_text(args.results_dir, "confirm", "md", args.stat).rstrip("\n"))
+    print(_stage_text(Store.open(outcome.results_dir), "confirm", "md", args.stat).rstrip("\n"))
 
 
 def _dry_run(args, sweep, resources: PackResources) -> None:
     from cluster.connect import connect
     from cluster.placement import parallel_slots
-    from sweeps.tune.dryrun import describe_plan
+    from sweeps.packs.dryrun import describe_plan
 
     cpu_only = resources.for_task(runs_on_gpu=False)
     if args.address:
@@ -369,21 +377,20 @@ def _cmd_submit(args) -> None:
 
 
 def _cmd_status(args) -> None:
-    from sweeps.store.location import StoreLocation, is_uri
+    from sweeps.store.uris import is_uri
 
     if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
-        from sweeps.store.status import format_status, read_status
         from sweeps.spec import TUNING
-        from sweeps.store.dataset import SCORES, read_manifests
+        from sweeps.store import Store
+        from sweeps.store.status import format_status
 
-        location = StoreLocation.parse(args.target)  # a URI the store cannot serve: exit 2
-        location.check()
-        status = read_status(location)
+        store = Store.open(args.target)  # a URI the store cannot serve: exit 2
+        store.location.check()
+        status = store.status()
         if status is None:
-            raise UserError(f"{location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
-        finished = sum(e.rel.endswith(".parquet") for e in location.list(SCORES, recursive=True))
-        print(format_status(status, finished))
-        stages = Counter(m.run_stage for m in read_manifests(location))
+            raise UserError(f"{store.location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
+        print(format_status(status, store.committed_packs()))
+        stages = Counter(m.run_stage for m in store.manifests)
         if len(stages) > 1 or TUNING not in stages:
             print("committed packs: " + ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items(), reverse=True)))
         return
@@ -473,7 +480,7 @@ def _run_command(args) -> int:
 
 def _redact(text: str) -> str:
     """Messages never show credentials (nor URI query strings)."""
-    from sweeps.store.location import redact
+    from sweeps.store.uris import redact
 
     return redact(text)
 

@@ -18,12 +18,15 @@ import gzip
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
-from fade_core.mlp import Architecture
+from fade_core.architecture import Architecture
 from tasks.stream import BLOCK, CounterStream, counter_rng
+
+if TYPE_CHECKING:  # torch is imported where tensors are made: the task registry is read by light commands
+    import torch
 
 CLASSES = 47  # balanced and bymerge share these 47 classes (0-9A-Zabdefghnqrt)
 SPLITS_WITH_47_CLASSES = ("balanced", "bymerge")
@@ -116,6 +119,8 @@ def _load(images_path: Path, labels_path: Path) -> tuple[torch.Tensor, torch.Ten
         raise DatasetError(f"{images_path} and {labels_path} do not match: {images.shape} images, {labels.shape} labels")
     if labels.max() >= CLASSES:
         raise DatasetError(f"{labels_path} has label {labels.max()}, but the task has {CLASSES} classes")
+    import torch
+
     return torch.from_numpy(images.reshape(len(images), PIXELS).copy()), torch.from_numpy(labels.astype(np.int64))
 
 
@@ -129,9 +134,11 @@ def check_data(settings: EmnistSettings) -> None:
     load_emnist(settings)
 
 
-def pixels_to_inputs(images: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """uint8 pixels -> the network's input: scaled to [0, 1], then (x - 0.5) / 0.5."""
-    return (images.to(dtype) / 255.0 - 0.5) / 0.5
+def pixels_to_inputs(images: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """uint8 pixels -> the network's input (float32 unless `dtype`): scaled to [0, 1], then (x - 0.5) / 0.5."""
+    import torch
+
+    return (images.to(dtype or torch.float32) / 255.0 - 0.5) / 0.5
 
 
 @functools.lru_cache(maxsize=4)
@@ -151,6 +158,8 @@ class LabelPermutedStream(CounterStream):
 
     def inputs(self, index: torch.Tensor, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
         """Network inputs (n, 784) of the images drawn, gathered from one uint8 copy on `device`."""
+        import torch
+
         images = _images_on(_idx_files(self.settings), torch.device(device))
         return pixels_to_inputs(images[index.to(images.device)], dtype)
 

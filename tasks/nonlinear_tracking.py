@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from fade_core.mlp import Architecture
+from fade_core.architecture import Architecture
 from tasks.stream import BLOCK, CounterStream, counter_rng
 
 INPUTS, HIDDEN, OUTPUTS = 32, 256, 20
@@ -65,6 +64,8 @@ class NonlinearTrackingStream(CounterStream):
 
     def __init__(self, settings: NonlinearTrackingSettings, seed: int):
         super().__init__(settings, seed)
+        import torch  # here, not at import time: the task registry is read by commands that never run a stream
+
         generator = torch.Generator().manual_seed(int(counter_rng(seed, _TEACHER).integers(2**62)))
         w1, w2 = torch.empty(HIDDEN, INPUTS), torch.empty(OUTPUTS, HIDDEN)
         for w in (w1, w2):  # nn.Linear's default initialisation (kaiming_uniform_, a = sqrt(5))

@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from fade_core.mlp import Architecture
+from fade_core.architecture import Architecture
 from tasks import emnist, nonlinear_tracking
 from tasks.linear_tracking import LinearTrackingSettings, LinearTrackingStream
 from tasks.stream import CounterStream

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 BLOCK = 4096  # steps per block; block indices key the generators, so changing it changes every stream
 CACHED_BLOCKS = 4  # blocks kept per stream: consecutive chunks usually share one
@@ -63,6 +65,8 @@ class CounterStream(ABC):
         # concatenate copies, so a caller never holds (or edits) a cached block
         x = np.concatenate([blk[0] for blk in blocks])[offset : offset + n]
         y = np.concatenate([blk[1] for blk in blocks])[offset : offset + n]
+        import torch  # here, not at import time: the task registry is read by commands that never run a stream
+
         return Chunk(torch.from_numpy(x), torch.from_numpy(y))
 
     def inputs(self, x: torch.Tensor, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:

@@ -10,7 +10,7 @@ import torch
 import yaml
 
 from sweeps.packs import PackOutcome, make_runner
-from sweeps.store.dataset import write_pack
+from sweeps.store import Store
 from sweeps.spec import Pack, make_config, parse_sweep
 
 
@@ -18,6 +18,7 @@ def write_known_store(results_dir: Path, document: dict, scores: dict) -> Path:
     """A store of a linear sweep whose per-seed scores are given: scores[(optimizer, values)] is
     one score per seed; configs not in `scores` are never written (missing). Two bins."""
     sweep = parse_sweep(document, "test")
+    store = Store.open(results_dir)
     seeds = len(sweep.seeds)
     for experiment in sweep.experiments:
         for values in experiment.configs():
@@ -30,7 +31,7 @@ def write_known_store(results_dir: Path, document: dict, scores: dict) -> Path:
             curves = {"mse": np.stack([score, score]).T, "decay_relevant": np.full((seeds, 2), 0.1) if decays else None,
                       "decay_irrelevant": np.full((seeds, 2), 0.2) if decays else None,
                       "step_size_relevant": None, "step_size_irrelevant": None}
-            write_pack(results_dir, pack, PackOutcome(score, ~np.isfinite(score), np.array([2, 4]), curves, 1.0))
+            store.write_pack(pack, PackOutcome(score, ~np.isfinite(score), np.array([2, 4]), curves, 1.0))
     (results_dir / "sweep.yaml").write_text(yaml.safe_dump(document))
     return results_dir
 

@@ -10,6 +10,8 @@ import pytest
 
 from sweeps import results
 from sweeps.analysis import tables
+from sweeps.analysis.queries import Analysis
+from sweeps.store import Store, StoreLocation
 from tests.helpers import write_known_store
 
 SWEEP = {
@@ -37,8 +39,13 @@ def store(tmp_path_factory):
     return write_known_store(tmp_path_factory.mktemp("store") / "known", SWEEP, SCORES)
 
 
+@pytest.fixture(scope="module")
+def analysis(store) -> Analysis:
+    return Analysis.of(Store.open(store))
+
+
 def test_cells_hand_computed(store):
-    cells = results.cells(results.scores(store)).collect()
+    cells = results.cells(results.scores(store))
     sgd = cells.filter((pl.col("optimizer") == "sgd") & (pl.col("alpha") == 0.1)).row(0, named=True)
     assert sgd["mean"] == 4.0 and sgd["std"] == pytest.approx(2.0) and sgd["seeds"] == 3
     assert sgd["sem"] == pytest.approx(2.0 / math.sqrt(3)) and sgd["diverged_seeds"] == 0
@@ -47,14 +54,15 @@ def test_cells_hand_computed(store):
 
 
 def test_config_curves(store):
-    config_id = results.scores(store).filter(pl.col("optimizer") == "sgd", pl.col("alpha") == 0.1).collect()["config_id"][0]
-    curve = results.config_curves(store, config_id).collect()
+    opened = Store.open(store)
+    config_id = opened.scan("scores").filter(pl.col("optimizer") == "sgd", pl.col("alpha") == 0.1).collect()["config_id"][0]
+    curve = results.config_curves(opened.scan("curves"), config_id).collect()
     assert curve.select("seed", "step").rows() == [(0, 2), (0, 4), (1, 2), (1, 4), (2, 2), (2, 4)]
     assert curve["mse"].to_list() == [2.0, 2.0, 4.0, 4.0, 6.0, 6.0]
 
 
-def test_best_table_hand_computed(store):
-    best = tables.best_table(store)
+def test_best_table_hand_computed(analysis):
+    best = tables.best_table(analysis)
     by_method = {r["optimizer"]: r for r in best.iter_rows(named=True)}
     assert by_method["sgd"]["alpha"] == 0.01 and by_method["sgd"]["mean"] == pytest.approx(1.5)
     assert by_method["sgd"]["std"] == pytest.approx(statistics.stdev([1.0, 1.5, 2.0]))
@@ -65,8 +73,8 @@ def test_best_table_hand_computed(store):
     assert by_method["fade"]["best_method"] and not by_method["sgd"]["best_method"]
 
 
-def test_sensitivity_grid_with_missing_and_diverged_cells(store):
-    (table,) = tables.sensitivity_tables(store)
+def test_sensitivity_grid_with_missing_and_diverged_cells(analysis):
+    (table,) = tables.sensitivity_tables(analysis)
     assert table.optimizer == "fade" and table.alpha == 0.1
     cells = {(r["gamma0"], r["theta_lambda"]): r for r in table.cells.iter_rows(named=True)}
     assert set(cells) == {(-1.0, 0.0), (-1.0, 0.5), (-2.0, 0.0), (-2.0, 0.5)}
@@ -81,28 +89,28 @@ def _numbers(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"(-?\d+(?:\.\d+)?(?:e-?\d+)?) ± (-?\d+(?:\.\d+)?(?:e-?\d+)?)", text) for x in x]
 
 
-def test_exports_parse_back(store):
-    md = tables.table_text(store, "sensitivity", "md")
-    latex = tables.table_text(store, "sensitivity", "latex")
-    csv = pl.read_csv(tables.table_text(store, "sensitivity", "csv").encode())
+def test_exports_parse_back(analysis):
+    md = tables.table_text(analysis, "sensitivity", "md")
+    latex = tables.table_text(analysis, "sensitivity", "latex")
+    csv = pl.read_csv(tables.table_text(analysis, "sensitivity", "csv").encode())
     assert "missing" in md and "diverged (1/3)" in md and "**0.7 ± 0.2**" in md
     assert r"\toprule" in latex and r"\textbf{0.7 $\pm$ 0.2}" in latex and "missing" in latex
     ok = csv.filter(pl.col("status") == "ok").sort("gamma0", "theta_lambda", descending=[True, False])
     from_md = _numbers(md)
     assert from_md == pytest.approx([v for r in ok.iter_rows(named=True) for v in (r["mean"], r["std"])], rel=1e-3)
     assert _numbers(latex.replace(r" $\pm$ ", " ± ")) == pytest.approx(from_md)
-    best_csv = pl.read_csv(tables.table_text(store, "best", "csv").encode())
+    best_csv = pl.read_csv(tables.table_text(analysis, "best", "csv").encode())
     assert best_csv.sort("optimizer")["mean"].to_list() == pytest.approx([0.7, 1.5])
-    best_md = tables.table_text(store, "best", "md")
+    best_md = tables.table_text(analysis, "best", "md")
     assert _numbers(best_md) == pytest.approx([0.7, 0.2, 1.5, 0.5])
 
 
-def test_curves_summary_downsamples_and_bands(store):
+def test_curves_summary_downsamples_and_bands(store, analysis):
     from sweeps.analysis.report import summarise_curves
 
-    best = tables.best_table(store)
+    best = tables.best_table(analysis)
     fade_id = best.filter(pl.col("optimizer") == "fade")["config_id"][0]
-    summary = summarise_curves(store, [fade_id], ["mse", "decay_relevant"])
+    summary = summarise_curves(Store.open(store).scan("curves"), [fade_id], ["mse", "decay_relevant"])
     assert summary["step"].to_list() == [2, 4]
     assert summary["mse_mean"].to_list() == pytest.approx([0.7, 0.7])
     assert summary["mse_std"].to_list() == pytest.approx([0.2, 0.2])
@@ -190,7 +198,7 @@ def test_configurations_table_sorts_in_the_page(store, tmp_path):
     from sweeps.analysis.report import write_report
 
     out = tmp_path / "report.html"
-    write_report(store, out)
+    write_report(Store.open(store), StoreLocation.parse(out))
     html = out.read_text().replace("</body>", """<script>
 var th = document.querySelector('#configurations + p + table th:nth-child(5)'); th.click(); th.click();
 document.body.setAttribute('data-order', Array.from(document.querySelectorAll('#configurations + p + table tbody tr'))
@@ -233,7 +241,7 @@ def test_report_with_many_parallel_plots_draws_every_figure(tmp_path):
 
     store = write_known_store(tmp_path / "many", MANY, MANY_SCORES)
     out = tmp_path / "report.html"
-    built = write_report(store, out)
+    built = write_report(Store.open(store), StoreLocation.parse(out))
     kinds = [kind for kind, _ in built]
     assert kinds.count("parallel") == 22
     dom = _chromium(tmp_path, f"file://{out}", "--dump-dom")

@@ -1,6 +1,7 @@
 """The layering of docs/architecture.md, enforced: each layer imports only the layers below
 it, there is no import cycle between modules, and the commands that need no cluster
-(`presets`, validation, `table`, `report`) never import Ray."""
+(`--help`, `presets`, validation, `table`, `status`, `verify`, `report`) import neither Ray
+nor torch, numba or pandas."""
 
 from __future__ import annotations
 
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lowest first: a module may import its own layer and the layers before it.
@@ -123,12 +123,20 @@ def test_the_checker_sees_a_violation(tmp_path):
     assert _layer("sweeps.tune.driver") > _layer("fade_core.fake")
 
 
-# ---------------------------------------------------------------- no Ray at run time
+# ---------------------------------------------------------------- light commands stay light
+HEAVY = ("ray", "torch", "numba", "pandas")
 _PROBE = """
-import json, sys
+import contextlib, io, json, sys
 from sweeps.cli import main
-codes = [main(argv) for argv in json.loads(sys.argv[1])]
-print(json.dumps({"codes": codes, "ray": sorted(m for m in sys.modules if m == "ray" or m.startswith("ray."))}))
+codes = []
+for argv in json.loads(sys.argv[1]):
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            codes.append(main(argv))
+        except SystemExit as done:  # --help
+            codes.append(done.code)
+heavy = json.loads(sys.argv[2])
+print(json.dumps({"codes": codes, "heavy": sorted(m for m in sys.modules if m.split(".")[0] in heavy)}))
 """
 
 
@@ -136,37 +144,47 @@ print(json.dumps({"codes": codes, "ray": sorted(m for m in sys.modules if m == "
 def small_store(tmp_path_factory) -> Path:
     """A real store of a tiny linear sweep, written without Ray (packs + results layers)."""
     from sweeps.packs import make_runner
-    from sweeps.store.dataset import write_pack
     from sweeps.spec import parse_sweep, plan_packs
+    from sweeps.store import Store
+    from sweeps.store.record import check_and_record
+    from sweeps.store.records import SweepStatus
 
     document = {"name": "tiny", "task": "linear_tracking", "task_settings": {"steps": 400, "bin": 100}, "seeds": 2,
                 "optimizers": {"sgd": {"alpha": [0.01, 0.05]},
                                "fade": {"alpha": 0.05, "theta_lambda": [0.0, 0.01], "gamma0": [-2.3, -4.6]}}}
     results_dir = tmp_path_factory.mktemp("store") / "tiny"
-    for pack in plan_packs(parse_sweep(document, "test"), cpus=1):
+    store = Store.open(results_dir)
+    sweep = parse_sweep(document, "test")
+    check_and_record(store.location, sweep, "float32")  # sweep.yaml and store.json: `verify` finds it clean
+    for pack in plan_packs(sweep, cpus=1):
         runner = make_runner(pack)
         for _ in runner.run():
             pass
-        write_pack(results_dir, pack, runner.outcome())
-    (results_dir / "sweep.yaml").write_text(yaml.safe_dump(document))
+        store.write_pack(pack, runner.outcome())
+    SweepStatus("tiny", "finished", 0.0, 1.0, 1600).write(store.location)
     return results_dir
 
 
-@pytest.mark.parametrize("what", ["presets", "validation", "table", "report"])
-def test_commands_without_a_cluster_never_import_ray(what, small_store, tmp_path):
+@pytest.mark.parametrize("what", ["help", "presets", "validation", "table", "status", "verify", "report"])
+def test_commands_without_a_cluster_import_no_heavy_stack(what, small_store, tmp_path):
+    """Ray, torch, numba and pandas stay out of the commands that read or check (a fresh interpreter)."""
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\ntask: linear_tracking\noptimizers: {sgd: {alpha: -1}}\n")
     argv = {
+        "help": [["--help"], ["table", "--help"]],
         "presets": [["presets"]],
         "validation": [["run", str(bad)]],
         "table": [["table", str(small_store)], ["table", str(small_store), "--kind", "sensitivity", "--format", "csv"]],
+        "status": [["status", str(small_store)]],
+        "verify": [["verify", str(small_store)]],
         "report": [["report", str(small_store), "--out", str(tmp_path / "r.html")]],
     }[what]
-    done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    expected = [2] if what == "validation" else [0] * len(argv)
+    done = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(argv), json.dumps(HEAVY)], capture_output=True,
+                          text=True, cwd=ROOT, timeout=300)
     probe = json.loads(done.stdout.strip().splitlines()[-1])
-    assert probe["codes"] == ([2] if what == "validation" else [0] * len(argv)), done.stderr
-    assert probe["ray"] == [], f"`fade-sweep {argv[0][0]}` imported {probe['ray'][:3]}"
+    assert probe["codes"] == expected, done.stderr
+    assert probe["heavy"] == [], f"`fade-sweep {argv[0][0]}` imported {probe['heavy'][:5]}"
 
 
 def test_the_store_of_the_probe_is_real(small_store):

@@ -27,14 +27,11 @@ import torch
 
 from sweeps import results
 from sweeps.analysis.confirm import confirmation_table
-from sweeps.analysis.tables import table_text
 from sweeps.cli import main
 from sweeps.packs import make_runner
 from sweeps.spec import CONFIRMATION, Pack, SweepError, make_config, parse_sweep, plan_confirmation
-from sweeps.store.dataset import finished_runs, write_pack
+from sweeps.store import Store
 from sweeps.store.record import check_and_record
-from sweeps.store.stages import read_confirmation
-from sweeps.store.verify import verify_store
 
 # Two settings; sgd with a step size that learns and one that barely moves (alpha=5e-4 cannot
 # track a target that changes every 20 steps), so the selection is known: alpha=0.05.
@@ -72,10 +69,11 @@ def _tuned_store(storage: Path, document: dict) -> Path:
     """The sweep's grid computed in-process (one float64 pack per experiment) and committed as a store."""
     sweep = parse_sweep(document, "test")
     results_dir = storage / sweep.name
-    check_and_record(results_dir, sweep, "float64")
+    store = Store.open(results_dir)
+    check_and_record(store.location, sweep, "float64")
     for e in sweep.experiments:
-        pack = Pack(e, tuple(make_config(e, v) for v in e.configs()), sweep.seeds)
-        write_pack(results_dir, pack, _outcome(pack))
+        pack = Pack(e, e.cells, sweep.seeds)
+        store.write_pack(pack, _outcome(pack))
     return results_dir
 
 
@@ -103,7 +101,7 @@ def _confirmation_scores(results_dir: Path) -> pl.DataFrame:
 def confirmed(tmp_path_factory) -> tuple[Path, dict]:
     """KNOWN tuned in-process, its tables as they were, then `fade-sweep confirm --seeds 2`."""
     results_dir = _tuned_store(tmp_path_factory.mktemp("known"), KNOWN)
-    before = {kind: table_text(results_dir, kind, "csv") for kind in ("best", "compare", "sensitivity", "importance")}
+    before = {kind: results.table_text(results_dir, kind, "csv") for kind in ("best", "compare", "sensitivity", "importance")}
     run = _cli("confirm", str(results_dir), "--seeds", "2", *CONFIRM_OPTIONS)
     out, _ = run.communicate(timeout=400)
     assert run.returncode == 0, out
@@ -112,7 +110,7 @@ def confirmed(tmp_path_factory) -> tuple[Path, dict]:
 
 def test_the_known_selection_is_confirmed_on_fresh_disjoint_seeds(confirmed):
     results_dir, _ = confirmed
-    record = read_confirmation(results_dir)
+    record = Store.open(results_dir).confirmation
     assert record.seeds == (3, 4) and record.tuning_seeds == (0, 1, 2) and record.stat == "mean"
     sgd = [row for row in record.selected if row["optimizer"] == "sgd"]
     assert sorted(row["noise"] for row in sgd) == [0.0, 1.0] and {row["alpha"] for row in sgd} == {0.05}
@@ -147,9 +145,9 @@ def test_the_table_equals_an_independent_computation(confirmed):
 def test_tuning_tables_verify_and_missing_runs_ignore_the_confirmation_rows(confirmed, tmp_path):
     results_dir, seen = confirmed
     for kind, text in seen["before"].items():
-        assert table_text(results_dir, kind, "csv") == text, kind
+        assert results.table_text(results_dir, kind, "csv") == text, kind
     assert results.missing_runs(results_dir).height == 0
-    verification = verify_store(results_dir)
+    verification = Store.open(results_dir).verify()
     assert verification.clean, verification.problems
     assert verification.runs == 2 * 4 * 3 + 2 * 2 * 2 and verification.missing == 0  # tuning + confirmation runs
     copy = tmp_path / results_dir.name
@@ -157,8 +155,11 @@ def test_tuning_tables_verify_and_missing_runs_ignore_the_confirmation_rows(conf
     lost = next(p for p in (copy / "manifests").glob("*.json") if json.loads(p.read_text())["stage"] == "confirmation")
     manifest = json.loads(lost.read_text())
     lost.unlink()
-    verification = verify_store(copy)
+    verification = Store.open(copy).verify()
     assert verification.missing == len(manifest["configs"]) * len(manifest["seeds"]) > 0
+    lacking = Store.open(copy).missing_runs(CONFIRMATION)  # the Store counts the same runs, per stage
+    assert set(zip(lacking["config_id"], lacking["seed"])) == {(c, s) for c in manifest["configs"] for s in manifest["seeds"]}
+    assert Store.open(copy).missing_runs().height == 0 and Store.open(results_dir).missing_runs(CONFIRMATION).height == 0
     assert any("confirmation runs have no result" in line for _, line in verification.problems)
 
 
@@ -185,7 +186,7 @@ def test_confirmation_packs_never_share_an_id_with_tuning_packs():
 
 def _packs_done(results_dir: Path) -> int:
     try:
-        return len(finished_runs(results_dir, CONFIRMATION)) // 2
+        return len(Store.open(results_dir).finished_runs(CONFIRMATION)) // 2
     except Exception:  # noqa: BLE001 - mid-write
         return 0
 
@@ -210,8 +211,8 @@ def test_resume_after_an_interrupt_in_the_confirmation_stage_is_exact(tmp_path):
     assert f"Resumed: {2 * saved:,} runs were already in the store and were not re-run." in out, out
     runs = _confirmation_scores(results_dir)
     assert runs.height == 2 * SLOW_PACKS and runs.select("config_id", "seed").unique().height == runs.height
-    record = read_confirmation(results_dir)
+    record = Store.open(results_dir).confirmation
     reference = _reference(SLOW, [row["config_id"] for row in record.selected], record.seeds)
     for row in runs.iter_rows(named=True):
         assert row["score"] == pytest.approx(reference[(row["config_id"], row["seed"])], rel=SAME_RUN, abs=0)
-    assert verify_store(results_dir).clean
+    assert Store.open(results_dir).verify().clean

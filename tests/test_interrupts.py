@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from sweeps import results
-from sweeps.store.dataset import finished_runs
+from sweeps.store import Store
 from sweeps.spec import parse_sweep
 from sweeps.tune.resume import newest_checkpoints, recorded_packs
 from tests.helpers import read_status_json, scores_in_process
@@ -79,7 +79,7 @@ def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen):
 
 def _packs_in_store(results_dir: Path) -> int:
     try:
-        return len(finished_runs(results_dir)) // 2
+        return len(Store.open(results_dir).finished_runs()) // 2
     except Exception:  # noqa: BLE001 - mid-write
         return 0
 
@@ -142,7 +142,7 @@ def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scor
     sweep = parse_sweep(SWEEP, "test")
 
     def checkpointed_unfinished() -> bool:
-        done, packs = finished_runs(original), recorded_packs(original, sweep)
+        done, packs = Store.open(original).finished_runs(), recorded_packs(original, sweep)
         return any(pid in packs and not all((c.config_id, s) in done for c in packs[pid].configs for s in packs[pid].seeds)
                    for pid in newest_checkpoints(original, "float64"))
 
@@ -271,14 +271,15 @@ def test_unreachable_address_exit_2(sweep_file, tmp_path, how):
 
 
 def test_status_of_a_dead_driver(tmp_path):
+    from sweeps.store import StoreLocation
     from sweeps.store.status import STALE_SECONDS, SweepStatus, TrialStatus, driver_gone, format_status, read_status
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     now = time.time()
     status = SweepStatus("s", "running", now - 10, now, 200, {"a": TrialStatus("a", "running", 100, 200)}, driver_pid=dead.pid)
-    status.write(tmp_path)
-    back = read_status(tmp_path)
+    status.write(StoreLocation.parse(tmp_path))
+    back = read_status(StoreLocation.parse(tmp_path))
     assert (back.driver_pid, back.host) == (dead.pid, socket.gethostname())
     text = format_status(back, 0)
     assert driver_gone(back) and "ETA" not in text

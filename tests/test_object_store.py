@@ -29,7 +29,7 @@ boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
 
 from sweeps import results  # noqa: E402
-from sweeps.store import dataset  # noqa: E402
+from sweeps.store import StoreLocation, dataset  # noqa: E402
 from sweeps.cli import main  # noqa: E402
 from sweeps.spec import parse_sweep  # noqa: E402
 from tests.helpers import scores_in_process
@@ -169,10 +169,8 @@ def test_readers_and_commands_work_from_the_uri(tiny_runs, s3, tmp_path, capsys)
     # other readers straight from the bucket: pyarrow with the store's filesystem, polars with storage options
     import pyarrow.dataset as ds
 
-    from sweeps.store.location import StoreLocation
-
     location = StoreLocation.parse(uri)
-    committed = [location.path(m.files["scores"]["path"]) for m in dataset.read_manifests(uri)]
+    committed = [location.path(m.files["scores"].path) for m in dataset.read_manifests(location)]
     table = ds.dataset(committed, filesystem=location.fs, format="parquet").to_table()
     assert table.num_rows == TINY_RUNS
     options = {"aws_endpoint_url": os.environ["AWS_ENDPOINT_URL"], "aws_region": "us-east-1", "aws_allow_http": "true"}
@@ -200,7 +198,7 @@ def test_the_confirmation_stage_on_the_bucket_equals_a_local_one(tiny_runs, s3, 
 
 def _packs_in_store(uri: str) -> int:
     try:
-        return len(dataset.finished_runs(uri)) // 2
+        return len(dataset.finished_runs(StoreLocation.parse(uri))) // 2
     except Exception:  # noqa: BLE001 - mid-write
         return 0
 

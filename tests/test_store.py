@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -20,11 +21,10 @@ import yaml
 from sweeps import results
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
-from sweeps.analysis import tables
-from sweeps.store import dataset as store
+from sweeps.analysis.queries import Analysis
+from sweeps.store import Store, StoreError, StoreLocation, dataset
 from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
 from sweeps.store.record import check_and_record
-from sweeps.store.verify import verify_store
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -61,9 +61,10 @@ def _packs(document: dict = SWEEP, optimizers: tuple[str, ...] | None = None) ->
 
 
 def _build(results_dir: Path, document: dict = SWEEP, optimizers: tuple[str, ...] | None = None, dtype="float32") -> Path:
-    check_and_record(results_dir, parse_sweep(document, "test"), dtype)
+    check_and_record(StoreLocation.parse(results_dir), parse_sweep(document, "test"), dtype)
+    store = Store.open(results_dir)
     for pack in _packs(document, optimizers):
-        store.write_pack(results_dir, pack, _outcome(pack))
+        store.write_pack(pack, _outcome(pack))
     return results_dir
 
 
@@ -124,10 +125,10 @@ def test_public_query_api(full):
     frame = results.scores(full).collect()
     assert frame.columns[:3] == ["task", "optimizer", "config_id"]
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
-    assert results.cells(results.scores(full)).collect()["seeds"].to_list() == [SEEDS] * 6
+    assert results.cells(results.scores(full))["seeds"].to_list() == [SEEDS] * 6
     assert set(results.best_table(full)["optimizer"]) == {"sgd", "fade"}
     assert results.missing_runs(full).height == 0
-    assert len(store.committed_files(full, "scores")) == 2
+    assert len(Store.open(full).manifests) == 2
 
 
 # ---------------------------------------------------------------- the commit protocol
@@ -136,48 +137,62 @@ def test_public_query_api(full):
 def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypatch):
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
     (fade,) = _packs(optimizers=("fade",))
-    real = store.write_bytes_atomic
+    location = StoreLocation.parse(results_dir)
+    real = dataset.write_record
 
-    def crash_before_commit(path, data, **kw):
-        if Path(path).parent.name == store.MANIFESTS:
+    def crash_before_commit(where, rel, record, **kw):
+        if rel.startswith(f"{dataset.MANIFESTS}/"):
             raise OSError("killed before the manifest")
-        return real(path, data, **kw)
+        return real(where, rel, record, **kw)
 
-    monkeypatch.setattr(store, "write_bytes_atomic", crash_before_commit)
+    monkeypatch.setattr(dataset, "write_record", crash_before_commit)
     with pytest.raises(OSError, match="killed before the manifest"):
-        store.write_pack(results_dir, fade, _outcome(fade))
+        Store(location).write_pack(fade, _outcome(fade))
     monkeypatch.undo()
     # its data files are there, but no reader sees them
     assert len(list((results_dir / "scores").rglob("*.parquet"))) == 2
     assert results.scores(results_dir).collect()["optimizer"].unique().to_list() == ["sgd"]
     assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
-    assert store.finished_runs(results_dir) == {(c.config_id, s) for p in _packs(optimizers=("sgd",)) for c in p.configs for s in p.seeds}
-    assert not store.pack_written(results_dir, fade)
-    orphans = store.orphans(results_dir)
-    assert sorted(p.parent.name for p in orphans) == ["optimizer=fade", "optimizer=fade"]
-    assert store.remove_orphans(results_dir) == orphans and store.orphans(results_dir) == []
-    assert all(not p.exists() for p in orphans)
+    assert dataset.finished_runs(location) == {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
+    assert not dataset.pack_written(location, fade)
+    orphans = Store(location).orphans()
+    assert sorted(Path(p).parent.name for p in orphans) == ["optimizer=fade", "optimizer=fade"]
+    assert dataset.remove_orphans(location) == [str(results_dir / p) for p in orphans] and Store(location).orphans() == []
+    assert all(not (results_dir / p).exists() for p in orphans)
+
+
+def test_committed_files_name_what_the_manifests_commit_and_no_orphan(full, tmp_path):
+    """Store.committed_files: what an outside reader should read (an orphan file is not in it)."""
+    copy = tmp_path / "copy"
+    shutil.copytree(full, copy)
+    named = Store.open(copy).committed_files("scores")
+    orphan = copy / "scores" / "task=linear_tracking" / "optimizer=sgd" / "pack-orphan.parquet"
+    shutil.copy(named[0], orphan)
+    store = Store.open(copy)
+    assert sorted(store.committed_files("scores")) == sorted(named) and str(orphan) not in named
+    assert len(named) == len(store.manifests) and pl.read_parquet(named).height == RUNS
 
 
 def test_a_pack_written_twice_counts_each_run_once_newest_wins(full):
     (sgd,) = _packs(optimizers=("sgd",))
-    store.write_pack(full, sgd, _outcome(sgd, offset=100.0))  # a retried pack, written again
-    assert len(store.read_manifests(full)) == 3
+    Store.open(full).write_pack(sgd, _outcome(sgd, offset=100.0))  # a retried pack, written again
+    assert len(Store.open(full).manifests) == 3
     frame = results.scores(full).collect()
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
     assert frame.filter(pl.col("optimizer") == "sgd")["score"].min() == 100.0  # the newest write
-    assert results.cells(results.scores(full)).collect()["seeds"].to_list() == [SEEDS] * 6
+    assert results.cells(results.scores(full))["seeds"].to_list() == [SEEDS] * 6
     assert results.curves(full).collect().height == RUNS * 2
-    assert tables.best_table(full).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
+    assert results.best_table(full).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
 
 
 def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
     results_dir = tmp_path / "db"
-    check_and_record(results_dir, parse_sweep(SWEEP, "test"), "float32")
+    store = Store.open(results_dir)
+    check_and_record(store.location, parse_sweep(SWEEP, "test"), "float32")
     (sgd,) = _packs(optimizers=("sgd",))
-    store.write_pack(results_dir, sgd, _outcome(sgd))  # both configs: scores 0..5
+    store.write_pack(sgd, _outcome(sgd))  # both configs: scores 0..5
     second = Pack(sgd.experiment, sgd.configs[1:], sgd.seeds)
-    store.write_pack(results_dir, second, _outcome(second, offset=50.0))  # the second config again
+    store.write_pack(second, _outcome(second, offset=50.0))  # the second config again
     frame = results.scores(results_dir).collect().sort("config_id", "seed")
     assert frame.height == 2 * SEEDS
     by_config = dict(frame.group_by("config_id").agg(pl.col("score").min()).iter_rows())
@@ -281,7 +296,8 @@ def test_two_concurrent_runs_one_refused_store_exact(tmp_path):
     frame = results.scores(results_dir).collect()
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
     assert results.curves(results_dir).collect().height == RUNS * 4
-    assert verify_store(results_dir).clean, verify_store(results_dir).problems
+    verification = Store.open(results_dir).verify()
+    assert verification.clean, verification.problems
     assert not (results_dir / LOCK_FILE).exists()
 
 
@@ -297,39 +313,43 @@ def test_store_records_sweep_dtype_and_version(full):
 
 def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_sweep(full, capsys):
     edited = {**SWEEP, "optimizers": {"sgd": {"alpha": [0.1, 0.001]}, "fade": SWEEP["optimizers"]["fade"]}}
-    notices = check_and_record(full, parse_sweep(edited, "edited"), "float32")
+    location = StoreLocation.parse(full)
+    notices = check_and_record(location, parse_sweep(edited, "edited"), "float32")
     assert len(notices) == 1 and "3 stored runs outside it are ignored" in notices[0]
     record = json.loads((full / "store.json").read_text())
     (kept,) = record["history"]
     assert yaml.safe_load((full / kept).read_text()) == SWEEP  # the old record, not overwritten
     assert yaml.safe_load((full / "sweep.yaml").read_text()) == edited
     capsys.readouterr()
-    frame = results.scores(full).collect()
+    store = Store(location)
+    frame = store.scan("scores").collect()
     assert frame.height == RUNS - SEEDS and 0.01 not in frame["alpha"].to_list()
     assert capsys.readouterr().err.count("3 stored runs are not in the current sweep; ignored") == 1
-    results.scores(full).collect()
-    tables.best_table(full)
-    assert "stored runs are not in the current sweep" not in capsys.readouterr().err  # said once
-    missing = results.missing_runs(full)
+    store.scan("curves").collect()
+    analysis = Analysis.of(store)
+    results.best_table(analysis)
+    assert "stored runs are not in the current sweep" not in capsys.readouterr().err  # said once per open
+    missing = store.missing_runs()
     assert missing.height == SEEDS and missing["alpha"].unique().to_list() == [0.001]
-    assert results.scores(full, all_runs=True).collect().height == RUNS
-    best = tables.best_table(full).filter(pl.col("optimizer") == "sgd").row(0, named=True)
+    assert store.scan("scores", all_runs=True).collect().height == RUNS
+    best = results.best_table(analysis).filter(pl.col("optimizer") == "sgd").row(0, named=True)
     assert best["alpha"] == 0.1 and best["missing_runs"] == SEEDS and best["configs"] == 1
     # the planner runs only what the new sweep lacks
     from sweeps.spec import plan_packs
 
-    (pack,) = plan_packs(parse_sweep(edited, "edited"), 1, store.finished_runs(full))
+    (pack,) = plan_packs(parse_sweep(edited, "edited"), 1, store.finished_runs())
     assert [dict(c.hyperparameters) for c in pack.configs] == [{"alpha": 0.001}]
 
 
 def test_a_change_of_dtype_or_task_settings_under_stored_runs_is_refused(full):
+    full = StoreLocation.parse(full)
     with pytest.raises(SweepError, match=r"^dtype: .* holds float32 runs and this run asks for float64"):
         check_and_record(full, parse_sweep(SWEEP, "same"), "float64")
     longer = {**SWEEP, "task_settings": {"steps": 8, "bin": 2}}
     with pytest.raises(SweepError, match=r"task_settings\.steps: changed from 4 to 8 for linear_tracking/"):
         check_and_record(full, parse_sweep(longer, "longer.yaml"), "float32")
-    assert yaml.safe_load((full / "sweep.yaml").read_text()) == SWEEP  # nothing recorded
-    assert not (full / "history").exists()
+    assert yaml.safe_load(full.read_text("sweep.yaml")) == SWEEP  # nothing recorded
+    assert not full.exists("history")
     # adding a variant (new settings beside the old ones) is not a change of meaning
     variants = {k: v for k, v in SWEEP.items() if k != "task_settings"}
     variants["variants"] = [{"task_settings": {"steps": 4, "bin": 2}}, {"task_settings": {"steps": 4, "bin": 2, "noise": 1.0}}]
@@ -371,14 +391,14 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
 
 def test_best_table_lists_every_method_of_the_sweep(tmp_path):
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
-    best = tables.best_table(results_dir)
+    best = results.best_table(results_dir)
     fade = best.filter(pl.col("optimizer") == "fade").row(0, named=True)
     assert fade["status"] == "missing" and fade["mean"] is None and fade["missing_runs"] == 4 * SEEDS
     assert fade["configs"] == 4 and not fade["best_method"]
     assert best.filter(pl.col("optimizer") == "sgd")["best_method"].to_list() == [True]
-    md = tables.table_text(results_dir, "best", "md")
+    md = results.table_text(results_dir, "best", "md")
     assert "| fade | missing | 0 |" in md
-    assert pl.read_csv(tables.table_text(results_dir, "best", "csv").encode()).height == 2
+    assert pl.read_csv(results.table_text(results_dir, "best", "csv").encode()).height == 2
 
 
 # ---------------------------------------------------------------- verify
@@ -403,10 +423,10 @@ def test_verify_not_a_store(tmp_path, capsys):
 
 def test_verify_finds_a_duplicated_run(full, capsys):
     (sgd,) = _packs(optimizers=("sgd",))
-    store.write_pack(full, sgd, _outcome(sgd))
+    Store.open(full).write_pack(sgd, _outcome(sgd))
     code, out = _verify(full, capsys)
     assert code == 1
-    newest = store.read_manifests(full)[-1].name
+    newest = Store.open(full).manifests[-1].name
     assert f"{2 * SEEDS} runs (e.g. config " in out and f"reads use the newest, manifests/{newest}" in out
     assert "1 problem (1 duplicate)" in out
 
@@ -447,16 +467,17 @@ def test_verify_finds_an_orphan_and_missing_runs(tmp_path, capsys):
 
 
 def test_a_truncated_committed_file_is_named_by_readers_and_set_aside_on_resume(full):
-    victim = store.committed_files(full)[0]
+    rel = Store.open(full).manifests[0].files["scores"].path
+    victim = full / rel
     runs_before = results.scores(full).collect().height
     data = victim.read_bytes()
     victim.write_bytes(data[:100])
-    with pytest.raises(store.StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
+    with pytest.raises(StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
         results.scores(full).collect()
-    assert store.set_aside_damaged(full) == [str(victim.relative_to(full))]
+    assert dataset.set_aside_damaged(StoreLocation.parse(full)) == [rel]
     assert 0 < results.scores(full).collect().height < runs_before  # that pack is no longer committed
     assert list((full / "history").glob("damaged-*.json")), "the manifest is kept, not lost"
-    assert victim in store.orphans(full)
+    assert rel in Store.open(full).orphans()
 
 
 @pytest.mark.parametrize("typo", ["s3:/bucket/x", "s3:bucket", "gs:/b/p"])
@@ -477,3 +498,86 @@ def test_submit_refuses_a_results_folder_being_written_before_any_job(full, caps
         code = main(["submit", str(sweep_file), "--address", "http://127.0.0.1:1", "--storage", str(full.parent)])
     assert code == 2
     assert "is being written by pid" in capsys.readouterr().err  # refused before the job server was contacted
+
+
+# ---------------------------------------------------------------- one Store, typed records
+
+
+def test_a_store_opened_once_serves_a_whole_report(full, tmp_path, monkeypatch):
+    """The manifests and the recorded sweep are read once per open, however many tables and figures."""
+    from sweeps.analysis.report import write_report
+    from sweeps.store import store as store_module
+
+    reads = {"manifests": 0, "sweep": 0}
+
+    def counted(name, real):
+        def read(location):
+            reads[name] += 1
+            return real(location)
+        return read
+
+    monkeypatch.setattr(store_module, "read_manifests", counted("manifests", store_module.read_manifests))
+    monkeypatch.setattr(store_module, "read_sweep", counted("sweep", store_module.read_sweep))
+    figures = write_report(Store.open(full), StoreLocation.parse(tmp_path / "report.html"))
+    assert len(figures) > 3 and (tmp_path / "report.html").stat().st_size > 100_000
+    assert reads == {"manifests": 1, "sweep": 1}
+    results.best_table(full)  # a convenience opens its own Store: read again, once
+    assert reads == {"manifests": 2, "sweep": 2}
+
+
+def test_records_round_trip(full):
+    from sweeps.store.records import LockHolder, Manifest, PacksRecord, SweepStatus, TrialStatus, parse_record, record_json
+
+    store = Store.open(full)
+    manifest = store.manifests[0]
+    raw = (full / "manifests" / manifest.name).read_bytes()
+    assert parse_record(Manifest, raw, "m").model_copy(update={"name": manifest.name}) == manifest
+    assert json.loads(raw)["files"]["scores"]["path"].startswith("scores/task=linear_tracking/")
+    assert store.record.dtype == "float32" and store.record.history == []
+    status = SweepStatus("db", "running", 1.0, 2.0, 100, {"a": TrialStatus("a", "running", 50, 100)}, driver_pid=7, host="h")
+    status.write(store.location)
+    assert Store.open(full).status() == status
+    assert json.loads((full / "status.json").read_text())["trials"][0]["pack_id"] == "a"  # a list on disk
+    for record in (store.record, LockHolder(pid=1, host="h", command="x"),
+                   PacksRecord(sweep="db", packs={"p": {"configs": [{"config_id": "c"}], "seeds": [0, 1]}})):
+        assert parse_record(type(record), record_json(record), "r") == record
+    older = {"sweep": "s", "state": "running", "started_at": 1.0, "updated_at": 2.0, "run_steps_total": 1, "trials": []}
+    assert parse_record(SweepStatus, json.dumps(older).encode(), "s").driver_pid is None  # names no driver, not the reader
+
+
+@pytest.mark.parametrize("record", ["manifest", "store.json", "status.json"])
+def test_a_damaged_record_is_an_error_naming_its_file(full, record, capsys):
+    from sweeps.store import RecordError
+    from sweeps.store.records import SweepStatus
+
+    if record == "manifest":
+        victim = full / "manifests" / Store.open(full).manifests[0].name
+        victim.write_text(victim.read_text().replace('"seeds"', '"seats"'))
+        with pytest.raises(StoreError, match=rf"{victim}: damaged Manifest record \(seeds: Field required\); run `fade-sweep verify"):
+            results.scores(full)
+        code, out = _verify(full, capsys)
+        assert code == 1 and f"{victim}: damaged Manifest record" in out
+        return
+    victim = full / record
+    if record == "status.json":
+        SweepStatus("db", "running", 1.0, 2.0, 100).write(StoreLocation.parse(full))
+    victim.write_text(victim.read_text()[:40])
+    with pytest.raises(RecordError, match=rf"^{victim}: damaged \w+ record \(not valid JSON\)$"):
+        Store.open(full).status() if record == "status.json" else Store.open(full).record
+    capsys.readouterr()
+    assert main(["status" if record == "status.json" else "verify", str(full)]) == 1
+    captured = capsys.readouterr()
+    assert f"{victim}: damaged" in captured.out + captured.err
+
+
+def test_sweep_yaml_is_read_back_by_the_sweep_files_rules(tmp_path):
+    """YAML 1.2 floats (`1e-2`) and no duplicate keys, as when the sweep was validated (not plain safe_load)."""
+    results_dir = tmp_path / "db"
+    results_dir.mkdir()
+    text = yaml.safe_dump(SWEEP).replace("- 0.01\n", "- 1e-2\n", 1)
+    assert "1e-2" in text and yaml.safe_load(text)["optimizers"]["sgd"]["alpha"] == [0.1, "1e-2"]  # 1.1 reads a string
+    (results_dir / "sweep.yaml").write_text(text)
+    assert Store.open(results_dir).sweep.pairs == parse_sweep(SWEEP, "test").pairs
+    (results_dir / "sweep.yaml").write_text(text + "name: twice\n")
+    with pytest.raises(SweepError, match=rf"^{results_dir / 'sweep.yaml'}: name: duplicate key at line"):
+        Store.open(results_dir).sweep

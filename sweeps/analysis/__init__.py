@@ -1,1 +1,4 @@
-"""Statistics, tables, comparisons, importance and the report, computed from the store's frames. No Ray, no torch."""
+"""What a sweep's results mean: statistics, tables, comparisons, importance, the report; functions
+of polars frames (read through `sweeps.store.Store`), never of paths. No Ray, no torch."""
+
+TABLES = ("best", "sensitivity", "compare", "importance")  # what `table_text` (`fade-sweep table --kind`) renders

@@ -8,17 +8,16 @@ bootstrap CI, and the probability of improvement P(method better than reference)
 MSE, higher accuracy) with its CI. Definitions: `sweeps.analysis.stats`.
 
     from sweeps import results
-    results.compare_table("results/linear-demo", stat="median", reference="sgd")  # tables.compare_table
+    results.compare_table(results.analysis("results/linear-demo", stat="median"), reference="sgd")
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from sweeps.analysis import queries, stats
+from sweeps.analysis.queries import Analysis
 
 COMPARE_COLUMNS = (
     "reference", "stat", "stat_value", "reference_value", "difference", "diff_ci_low", "diff_ci_high",
@@ -26,19 +25,16 @@ COMPARE_COLUMNS = (
 )
 
 
-def paired_table(results_dir: str | Path, best: pl.DataFrame, stat: str = "mean",
-                 reference: str | None = None) -> pl.DataFrame:
-    """One row per (task settings, method) of `best` (the best table, `tables.best_table(results_dir,
-    stat)`; `results.compare_table` passes it): its selected configuration against the reference's.
+def paired_table(analysis: Analysis, best: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
+    """One row per (task settings, method) of `best` (the best table, `tables.best_table(analysis)`;
+    `tables.compare_table` passes it): its selected configuration against the reference's.
 
     `reference`: a method name; default the best method of each task settings (by `stat`).
     `status`: "ok", "reference" (the reference's own row), "no shared seeds", or the
     method's best-table status ("all diverged", "missing") / "no reference" when the
     reference has no usable configuration there. Raises ValueError for an unknown method.
     """
-    stats.check_stat(stat)
-    frame = queries.scores(results_dir)
-    variant = queries.variant_columns(frame)
+    frame, variant, stat = analysis.scores, analysis.variant, analysis.stat
     if reference is not None and reference not in set(best["optimizer"]):
         raise ValueError(f"unknown reference method {reference!r}; the methods here: {', '.join(sorted(set(best['optimizer'])))}")
     chosen = best.filter(pl.col("status") == "ok")

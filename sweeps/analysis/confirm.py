@@ -36,7 +36,7 @@ def selected_configs(tuning: pl.LazyFrame | pl.DataFrame, stat: str = "mean") ->
     hyperparameters (null where the optimizer does not take them), one row each."""
     tuning = _frame(tuning)
     variant = queries.variant_columns(tuning)
-    best = queries.best_configs(queries.cells(tuning, stat)).collect().filter(~pl.col("all_diverged"))
+    best = queries.best_configs(queries.cells(tuning, stat)).filter(~pl.col("all_diverged"))
     return best.select(*variant, "optimizer", "config_id", *_hyperparameters(tuning)).sort(*variant, "optimizer")
 
 
@@ -52,9 +52,9 @@ def confirmation_table(tuning: pl.LazyFrame | pl.DataFrame, confirmation: pl.Laz
     confirmation = _frame(confirmation)
     variant = queries.variant_columns(confirmation)
     keys = [*variant, "optimizer", "config_id"]
-    confirmed = queries.cells(confirmation, stat).collect()
+    confirmed = queries.cells(confirmation, stat)
     chosen = confirmed.select(keys)
-    tuned = queries.cells(_frame(tuning).join(chosen.lazy(), on=keys, how="semi", nulls_equal=True), stat).collect()
+    tuned = queries.cells(_frame(tuning).join(chosen.lazy(), on=keys, how="semi", nulls_equal=True), stat)
     table = (
         confirmed.select(*keys, *_hyperparameters(confirmation), "ci_low", "ci_high", "diverged_seeds",
                          confirmation_score="stat_value", confirmation_seeds="seeds")

@@ -14,18 +14,16 @@ ragged grid, which is not exact and whose shares would depend on which cells fai
 Grid values come from the recorded sweep and the stored cells together.
 
     from sweeps import results
-    results.importance_table("results/linear-demo", stat="iqm")
+    results.importance_table(results.analysis("results/linear-demo", stat="iqm"))
 """
 
 from __future__ import annotations
-
-from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from sweeps.analysis import queries, stats
-from sweeps.store.record import recorded_pairs
+from sweeps.analysis.queries import Analysis
 from tasks import get_task
 
 
@@ -41,27 +39,19 @@ def unstable_cells(cells: pl.DataFrame, keys: list[str]) -> pl.Series:
     return pl.Series("unstable", flags & lower.to_numpy())
 
 
-def importance_table(results_dir: str | Path, stat: str = "mean", cells: pl.DataFrame | None = None) -> pl.DataFrame:
+def importance_table(analysis: Analysis) -> pl.DataFrame:
     """Long format: one row per (task settings, method, hyperparameter) plus an "interactions"
-    row, with `share` (of the variance of `stat` across the grid's cells) and `levels`; a
-    method whose decomposition is skipped has one row with null share and `status` saying why.
-    `cells`: the stored cells (`queries.cells(...).collect()`) if already computed."""
-    stats.check_stat(stat)
-    frame = queries.scores(results_dir)
-    variant = queries.variant_columns(frame)
-    if cells is None:
-        cells = queries.cells(frame, stat).collect()
+    row, with `share` (of the variance of the analysis' statistic across the grid's cells) and
+    `levels`; a method whose decomposition is skipped has one row with null share and `status`
+    saying why."""
+    variant, cells = analysis.variant, analysis.cells
     keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
     observed = cells.select(*keys, "stat_value", "diverged_seeds").with_columns(
         unstable=unstable_cells(cells, [*variant, "optimizer"]))
-    wanted = recorded_pairs(results_dir)
-    complete = wanted is not None and len(wanted) == int(cells["seeds"].sum())  # nothing missing: skip the sweep's grid
-    sweep = None if complete else queries.recorded_sweep(results_dir)
-    if sweep is not None:  # cells the sweep asked for and the store lacks make the grid not full
-        expected = queries.expected_runs(sweep)
-        expected = expected.select(c for c in keys if c in expected.columns).unique()
-        observed = expected.join(observed, on=[c for c in keys if c in expected.columns], how="full", coalesce=True,
-                                 nulls_equal=True)
+    if not analysis.complete:  # cells the sweep asked for and the store lacks make the grid not full
+        shared = [c for c in keys if c in analysis.expected.columns]
+        expected = analysis.expected.select(shared).unique()
+        observed = expected.join(observed, on=shared, how="full", coalesce=True, nulls_equal=True)
     rows = []
     for key, group in observed.group_by([*variant, "optimizer"], maintain_order=True):  # one per method
         base = dict(zip([*variant, "optimizer"], key))

@@ -27,18 +27,19 @@ from plotly.offline import get_plotlyjs
 from sweeps.analysis import figures, grid_figures, page, queries, tables
 from sweeps.analysis.confirm import confirmation_section
 from sweeps.analysis.importance import importance_table, unstable_cells
-from sweeps.store.location import StoreLocation, as_location
-from sweeps.store.record import SWEEP_RECORD, read_store_record
-from sweeps.store.status import read_status
+from sweeps.analysis.queries import Analysis
+from sweeps.spec import CONFIRMATION
+from sweeps.store import Store, StoreLocation
+from sweeps.store.record import SWEEP_RECORD
 from tasks import get_task
 
 MAX_POINTS = 400
 
 
-def _curve_data(results_dir, config_ids: list[str], metrics: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
+def _curve_data(curves: pl.LazyFrame, config_ids: list[str], metrics: list[str]) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(summary, per_seed): per_seed has each seed's bucket means (config_id, seed, step,
     metrics); summary their mean and std over seeds per (config, bucket), as summarise_curves."""
-    frame = queries.curves(results_dir).filter(pl.col("config_id").is_in(config_ids)).select("config_id", "seed", "step", *metrics)
+    frame = curves.filter(pl.col("config_id").is_in(config_ids)).select("config_id", "seed", "step", *metrics)
     max_step = frame.select(pl.col("step").max()).collect().item()
     n_bins = frame.filter(pl.col("config_id") == config_ids[0]).select(pl.col("step").n_unique()).collect().item()
     width = max(1, math.ceil(n_bins / MAX_POINTS)) * math.ceil(max_step / max(n_bins, 1))
@@ -60,26 +61,24 @@ def _curve_data(results_dir, config_ids: list[str], metrics: list[str]) -> tuple
     return summary, per_seed
 
 
-def summarise_curves(results_dir: str | Path, config_ids: list[str], metrics: list[str]) -> pl.DataFrame:
+def summarise_curves(curves: pl.LazyFrame, config_ids: list[str], metrics: list[str]) -> pl.DataFrame:
     """Mean and std over seeds of `metrics` per (config, step bucket), at most MAX_POINTS buckets per config.
 
     Each seed's bins are first averaged within the bucket; the band is the std across seeds
     (ddof=1) of those averages.
     """
-    return _curve_data(results_dir, config_ids, metrics)[0]
+    return _curve_data(curves, config_ids, metrics)[0]
 
 
-def build_figures(results_dir: str | Path, stat: str = "mean") -> list[tuple[str, go.Figure]]:
-    """Every figure of the report, as (kind, figure); configurations selected by `stat`.
+def build_figures(analysis: Analysis, curves: pl.LazyFrame) -> list[tuple[str, go.Figure]]:
+    """Every figure of the report, as (kind, figure); configurations selected by the analysis' statistic.
 
-    The store is read here only; the figures are built from the frames passed down."""
-    frame = queries.scores(results_dir)
-    variant_cols = queries.variant_columns(frame)
-    best = tables.best_table(results_dir, stat)
-    cells = tables.stored_cells(results_dir, stat)
-    importance = importance_table(results_dir, stat, cells)
-    curve_columns = [c for c in queries.curves(results_dir).collect_schema().names()
-                     if c not in ("step",) and c not in frame.collect_schema().names()]
+    The store is read by the caller only; the figures are built from the frames passed down."""
+    variant_cols, stat, cells = analysis.variant, analysis.stat, analysis.cells
+    best = tables.best_table(analysis)
+    importance = importance_table(analysis)
+    curve_columns = [c for c in curves.collect_schema().names()
+                     if c not in ("step",) and c not in analysis.scores.collect_schema().names()]
     out = []
     for key, group in best.group_by(variant_cols, maintain_order=True):
         variant = dict(zip(variant_cols, key))
@@ -89,10 +88,10 @@ def build_figures(results_dir: str | Path, stat: str = "mean") -> list[tuple[str
         fixed = figures.counterparts(usable, cells, variant)
         ids = usable["config_id"].to_list() + [row["config_id"] for row in fixed.values()]
         metrics = [get_task(variant["task"]).curve_metric, *(c for c in curve_columns if c.startswith(("decay_", "mse_")))]
-        summary, per_seed = _curve_data(results_dir, ids, list(dict.fromkeys(metrics)))
+        summary, per_seed = _curve_data(curves, ids, list(dict.fromkeys(metrics)))
         out.extend(figures.variant_figures(variant, usable, cells, importance, summary, per_seed, curve_columns, stat, fixed))
     unstable = frozenset(cells.filter(unstable_cells(cells, [*variant_cols, "optimizer"]))["config_id"])
-    for table in tables.sensitivity_tables(results_dir, stat):
+    for table in tables.sensitivity_tables(analysis):
         fig = grid_figures.heatmap(table, unstable)
         if fig is not None:
             out.append(("heatmap", fig))
@@ -103,40 +102,41 @@ def _plain_title(fig: go.Figure) -> str:
     return (fig.layout.title.text or "").split("<br>")[0]
 
 
-def provenance(results_dir: str | Path | StoreLocation) -> page.Provenance:
+def provenance(store: Store) -> page.Provenance:
     """What the store records about how its numbers were made (store.json, sweep.yaml, status.json)."""
-    location = as_location(results_dir)
-    record = read_store_record(location) or {}
+    location = store.location
+    record = store.record
     try:
         sweep = location.read_bytes(SWEEP_RECORD).decode()
     except FileNotFoundError:
         sweep = "not recorded"
-    status = read_status(location)
+    status = store.status()
     return page.Provenance(
         store=str(location.local_path.resolve()) if location.local else location.display, sweep=sweep,
-        package_version=record.get("package_version", "not recorded"), dtype=record.get("dtype", "not recorded"),
-        created_at=record.get("created_at"), updated_at=record.get("updated_at"),
+        package_version=record.package_version if record else "not recorded",
+        dtype=record.dtype if record else "not recorded",
+        created_at=record.created_at if record else None, updated_at=record.updated_at if record else None,
         wall_seconds=None if status is None else status.updated_at - status.started_at,
     )
 
 
-def write_report(results_dir: str | Path | StoreLocation, out: str | Path | StoreLocation,
-                 images: str | Path | None = None, stat: str = "mean") -> list[tuple[str, go.Figure]]:
-    """Write the self-contained HTML report (and PNGs into `images` if given); returns the figures.
-    `stat` (mean, median, iqm) selects the configurations and is shown.
-
-    `results_dir` and `out` may be local paths or object-store URIs / locations."""
-    location = as_location(results_dir)
-    built = build_figures(results_dir, stat)
-    confirmed = queries.selection(results_dir, stage="confirmation").runs  # "How sure are we?" (confirm.py)
+def write_report(store: Store, out: StoreLocation, images: Path | None = None,
+                 stat: str = "mean") -> list[tuple[str, go.Figure]]:
+    """Write the self-contained HTML report of `store` to `out` (a file's location: a local path or
+    an object) and PNGs into `images` if given; returns the figures. `stat` (mean, median, iqm)
+    selects the configurations and is shown. Everything is read through `store`, once."""
+    location = store.location
+    analysis = Analysis.of(store, stat)
+    built = build_figures(analysis, store.scan("curves"))
+    confirmed = store.selection(stage=CONFIRMATION).runs  # "How sure are we?" (confirm.py)
     sure_tables, sure_figures = confirmation_section(
-        queries.scores(results_dir), queries.scores(results_dir, stage="confirmation") if confirmed else None, stat)
+        analysis.scores, store.scan("scores", stage=CONFIRMATION) if confirmed else None, stat)
     built.extend(sure_figures)
     if images is not None:
         export_images(built, images)
-    variant_cols = queries.variant_columns(queries.scores(results_dir))
-    best = tables.best_table(results_dir, stat)
-    cells = tables.stored_cells(results_dir, stat).sort([*variant_cols, "optimizer", "stat_value"], nulls_last=True)
+    variant_cols = analysis.variant
+    best = tables.best_table(analysis)
+    cells = analysis.cells.sort([*variant_cols, "optimizer", "stat_value"], nulls_last=True)
     unstable = unstable_cells(cells, [*variant_cols, "optimizer"])
     chosen = f"<p class='note'>Configurations selected and shown by the {escape(tables.STAT_NAMES[stat])} over seeds.</p>"
     fixed = {}
@@ -144,19 +144,18 @@ def write_report(results_dir: str | Path | StoreLocation, out: str | Path | Stor
         fixed.update(figures.counterparts(group, cells, dict(zip(variant_cols, key))))
     summary = [
         ("answer", "The answer", page.answer(best, variant_cols, stat, fixed) + chosen),
-        ("best", "Best configurations", tables.table_text(results_dir, "best", "html", stat)),
+        ("best", "Best configurations", tables.table_text(analysis, "best", "html")),
         ("how-sure", "How sure are we?", "".join(f"<h3>{escape(title)}</h3>{html}" for title, html in sure_tables)),
-        ("provenance", "Where these numbers come from", page.provenance_html(provenance(location))),
+        ("provenance", "Where these numbers come from", page.provenance_html(provenance(store))),
     ]
     drawn = [(kind, _plain_title(fig), pio.to_html(fig, include_plotlyjs=False, full_html=False, default_width="100%",
                                                    default_height="560px")) for kind, fig in built]
-    after = [("compare", "Paired comparisons", tables.table_text(results_dir, "compare", "html", stat)),
-             ("sensitivity", "Sensitivity", tables.table_text(results_dir, "sensitivity", "html", stat)),
-             ("importance", "Hyperparameter importance", tables.table_text(results_dir, "importance", "html", stat)),
+    after = [("compare", "Paired comparisons", tables.table_text(analysis, "compare", "html")),
+             ("sensitivity", "Sensitivity", tables.table_text(analysis, "sensitivity", "html")),
+             ("importance", "Hyperparameter importance", tables.table_text(analysis, "importance", "html")),
              ("configurations", "All configurations", page.configurations_table(cells, variant_cols, stat, unstable))]
     html = page.page(f"FADE sweep report: {location.name}", summary, drawn, after, get_plotlyjs())
-    target = as_location(out)
-    target.parent.write_bytes(target.name, html.encode("utf-8"))
+    out.parent.write_bytes(out.name, html.encode("utf-8"))
     return built
 
 

@@ -1,4 +1,4 @@
-"""The tables of tables.md, as polars DataFrames and rendered as Markdown, LaTeX (booktabs) or CSV.
+"""The tables of tables.md rendered as Markdown, LaTeX (booktabs), HTML or CSV (their frames: summaries.py).
 
 - Best-configuration tables (`best`): one row per method, its best configuration by the
   task's score and the chosen statistic (`stat`: mean, median or iqm), "mean ± std" over
@@ -24,198 +24,18 @@ import io
 import math
 from dataclasses import dataclass
 from html import escape
-from pathlib import Path
 
 import polars as pl
 
-from sweeps.analysis import queries, stats
-from sweeps.analysis.compare import paired_table
+from sweeps.analysis import TABLES, queries, stats
 from sweeps.analysis.importance import importance_table
-from sweeps.store.record import recorded_pairs
+from sweeps.analysis.queries import Analysis
+from sweeps.analysis.summaries import SensitivityTable, best_table, compare_table, sensitivity_frame, sensitivity_tables
 from sweeps.spec import LOCATION_SETTINGS
 from tasks import get_task
 
 FORMATS = ("md", "latex", "csv", "html")
-KINDS = ("best", "sensitivity", "compare", "importance")
-ROBUST_WITHIN = 0.05  # sensitivity tables: the share of non-diverged cells within 5% of the best
-_CACHE: dict[tuple[str, str], tuple[object, pl.DataFrame]] = {}
 
-
-def stored_cells(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
-    """`queries.cells(queries.scores(results_dir), stat)`, collected; reused while the store's
-    committed packs are the same (the report asks for it several times)."""
-    stats.check_stat(stat)
-    selection = queries.selection(results_dir)
-    key = (str(results_dir), stat)
-    cached = _CACHE.get(key)
-    if cached is None or cached[0] is not selection:
-        _CACHE.clear()
-        cached = _CACHE[key] = (selection, queries.cells(queries.scores(results_dir), stat).collect())
-    return cached[1]
-
-
-def complete(results_dir: str | Path, cells: pl.DataFrame) -> bool:
-    """Every (config, seed) of the recorded sweep is stored (`cells` being the stored cells): then
-    the tables need not enumerate the sweep's expected runs (10,000 config ids to hash)."""
-    wanted = recorded_pairs(results_dir)
-    return wanted is not None and len(wanted) == int(cells["seeds"].sum())
-
-
-def _missing_by(results_dir: str | Path, keys: list[str], name: str) -> pl.DataFrame | None:
-    missing = queries.missing_runs(results_dir)
-    if missing.height == 0:
-        return None
-    return missing.group_by(keys).agg(pl.len().alias(name))
-
-
-def best_table(results_dir: str | Path, stat: str = "mean") -> pl.DataFrame:
-    """One row per (task, settings, optimizer) of the recorded sweep: the best configuration
-    by `stat` (mean, median or iqm) and its statistics (every column of `queries.cells`).
-
-    `status` is "ok", "all diverged" (no configuration usable) or "missing" (no run of the
-    method finished: a row of nulls, so a method never silently vanishes from the table).
-    """
-    frame = queries.scores(results_dir)
-    variant = queries.variant_columns(frame)
-    cells = stored_cells(results_dir, stat)
-    done = complete(results_dir, cells)
-    best = queries.best_configs(cells.lazy()).collect()
-    best = best.with_columns(status=pl.when(pl.col("all_diverged")).then(pl.lit("all diverged")).otherwise(pl.lit("ok")))
-    sweep = None if done else queries.recorded_sweep(results_dir)
-    if sweep is not None:  # every method of the sweep gets a row, "missing" where no run finished
-        methods = (
-            queries.expected_runs(sweep)
-            .group_by([*variant, "optimizer"])
-            .agg(configs=pl.col("config_id").n_unique())
-        )
-        absent = methods.join(best.select(*variant, "optimizer"), on=[*variant, "optimizer"], how="anti", nulls_equal=True)
-        if absent.height:
-            absent = absent.with_columns(
-                status=pl.lit("missing"), all_diverged=pl.lit(False), seeds=pl.lit(0, pl.UInt32),
-                diverged_configs=pl.lit(0, pl.UInt32), stat=pl.lit(stat),
-            )
-            best = pl.concat([best, absent], how="diagonal_relaxed")
-    missing = None if done else _missing_by(results_dir, [*variant, "optimizer"], "missing_runs")
-    if missing is None:
-        best = best.with_columns(missing_runs=pl.lit(0, pl.UInt32))
-    else:
-        best = best.join(missing, on=[*variant, "optimizer"], how="left", nulls_equal=True)
-        best = best.with_columns(pl.col("missing_runs").fill_null(0))
-    winners = best.filter(pl.col("status") == "ok").with_columns(_key=queries.ranking_key("stat_value")).sort("_key", "optimizer")
-    best_method = winners.group_by(variant, maintain_order=True).agg(pl.col("optimizer").first().alias("_best"))
-    return (
-        best.join(best_method, on=variant, how="left", nulls_equal=True)
-        .with_columns(best_method=(pl.col("optimizer") == pl.col("_best")).fill_null(False))
-        .drop("_best")
-        .sort([*variant, "optimizer"])
-    )
-
-
-_SENSITIVITY_COLUMNS = (
-    "gamma0", "lambda0", "theta_lambda", "mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat",
-    "stat_value", "seeds", "diverged_seeds", "outlier_seeds", "status", "best", "tied", "within_5pct", "config_id",
-)
-
-
-def compare_table(results_dir: str | Path, stat: str = "mean", reference: str | None = None) -> pl.DataFrame:
-    """Paired comparisons (compare.py): per (task settings, method), its selected configuration
-    against the reference method's (default: the best method) on their shared seeds: difference
-    stat(method) - stat(reference) and P(method better than reference), each with a 95% paired
-    bootstrap CI. Raises ValueError for an unknown reference."""
-    return paired_table(results_dir, best_table(results_dir, stat), stat, reference)
-
-
-@dataclass(frozen=True)
-class SensitivityTable:
-    """One gamma0 x theta_lambda grid at a fixed alpha; `cells` has one row per grid cell.
-
-    `best`: the cell the statistic selects; `tied`: another usable cell whose 95% CI overlaps
-    the best cell's; `within_5pct`: a usable cell whose statistic is within 5% of the best's
-    (|stat - best| <= 0.05 |best|). `robust` = within / usable: the fraction of non-diverged
-    (and not missing) cells within 5% of the best, the one-number robustness of the grid.
-    """
-
-    variant: dict  # task and its settings
-    optimizer: str
-    alpha: float
-    cells: pl.DataFrame  # the columns of _SENSITIVITY_COLUMNS
-    stat: str = "mean"
-    within: int = 0  # usable cells within 5% of the best (the best included)
-    usable: int = 0  # cells with every seed finished and finite
-
-    @property
-    def robust(self) -> float:
-        return self.within / self.usable if self.usable else math.nan
-
-
-def sensitivity_tables(results_dir: str | Path, stat: str = "mean") -> list[SensitivityTable]:
-    """Every (task settings, optimizer with gamma0 and theta_lambda, alpha) grid in the results.
-
-    The grid's axes come from the recorded sweep (so cells with no runs show as
-    missing) and from the results themselves. Cells are ranked on `stat`.
-    """
-    frame = queries.scores(results_dir)
-    variant = queries.variant_columns(frame)
-    keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
-    values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds"]
-    cells = stored_cells(results_dir, stat)
-    observed = cells.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(*keys, *values)
-    sweep = None if complete(results_dir, cells) else queries.recorded_sweep(results_dir)
-    if sweep is not None:
-        expected = queries.expected_runs(sweep)
-        if "gamma0" in expected.columns and "theta_lambda" in expected.columns:
-            expected = expected.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(keys).unique()
-            observed = expected.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
-    grid = observed.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).sort(
-        [*variant, "optimizer", "alpha"], descending=[*([False] * len(variant)), False, True], nulls_last=True
-    )
-    tables = []
-    for group_key, group in grid.group_by([*variant, "optimizer", "alpha"], maintain_order=True):
-        axes = group.select("gamma0").unique().join(group.select("theta_lambda").unique(), how="cross")
-        full = axes.join(group.drop(variant), on=["gamma0", "theta_lambda"], how="left")
-        full = full.with_columns(
-            lambda0=pl.col("gamma0").exp(),
-            status=pl.when(pl.col("seeds").fill_null(0) == 0)
-            .then(pl.lit("missing"))
-            .when(pl.col("diverged_seeds") > 0)
-            .then(pl.lit("diverged"))
-            .when(~pl.col("stat_value").is_finite())
-            .then(pl.lit("diverged"))
-            .otherwise(pl.lit("ok")),
-            task=pl.lit(group_key[0]),
-            stat=pl.lit(stat),
-        )
-        ok = full.filter(pl.col("status") == "ok")
-        ranked = ok.with_columns(_key=queries.ranking_key("stat_value")).sort("_key", "config_id")
-        if ranked.height:
-            top = ranked.row(0, named=True)
-            tolerance = ROBUST_WITHIN * abs(top["stat_value"])
-            usable = pl.col("status") == "ok"
-            full = full.with_columns(
-                best=(pl.col("config_id") == top["config_id"]).fill_null(False),
-                within_5pct=(usable & ((pl.col("stat_value") - top["stat_value"]).abs() <= tolerance)).fill_null(False),
-                tied=(usable & (pl.col("config_id") != top["config_id"])
-                      & (pl.col("ci_low") <= top["ci_high"]) & (pl.col("ci_high") >= top["ci_low"])).fill_null(False),
-            )
-        else:
-            full = full.with_columns(best=pl.lit(False), within_5pct=pl.lit(False), tied=pl.lit(False))
-        full = full.sort("gamma0", "theta_lambda", descending=[True, False])
-        *variant_values, optimizer, alpha = group_key
-        tables.append(
-            SensitivityTable(
-                dict(zip(variant, variant_values)),
-                optimizer,
-                alpha,
-                full.select(_SENSITIVITY_COLUMNS),
-                stat,
-                int(full["within_5pct"].sum()),
-                ok.height,
-            )
-        )
-    return tables
-
-
-# ---------------------------------------------------------------- rendering
 
 STAT_NAMES = {"mean": "mean", "median": "median", "iqm": "IQM"}
 OUTLIER_MARK, TIED_MARK = "†", "≈"
@@ -489,56 +309,36 @@ def _csv(frame: pl.DataFrame) -> str:
     return buffer.getvalue()
 
 
-def sensitivity_frame(tables: list[SensitivityTable]) -> pl.DataFrame:
-    """All sensitivity tables as one frame (the CSV): their cells with task settings, optimizer,
-    alpha, and each table's robustness (`robust_within_5pct`, `usable_cells`)."""
-    return pl.concat(
-        [
-            t.cells.with_columns(
-                *(pl.lit(v).alias(k) for k, v in t.variant.items()),
-                optimizer=pl.lit(t.optimizer),
-                alpha=pl.lit(t.alpha),
-                robust_within_5pct=pl.lit(t.robust, pl.Float64),
-                usable_cells=pl.lit(t.usable, pl.Int64),
-            )
-            for t in tables
-        ],
-        how="diagonal_relaxed",
-    )
+def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", reference: str | None = None) -> str:
+    """The best, sensitivity, compare or importance tables, rendered.
 
-
-def table_text(results_dir: str | Path, kind: str = "best", fmt: str = "md", stat: str = "mean",
-               reference: str | None = None) -> str:
-    """A results directory's best, sensitivity, compare or importance tables, rendered.
-
-    `stat` (mean, median, iqm) is shown and selects the best configurations; `reference`
-    (compare only) is the method the others are compared with (default: the best method).
+    The analysis' statistic (mean, median, iqm) is shown and selects the best configurations;
+    `reference` (compare only) is the method the others are compared with (default: the best method).
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown table format {fmt!r}; choose one of {', '.join(FORMATS)}")
-    if kind not in KINDS:
-        raise ValueError(f"unknown table kind {kind!r}; choose one of {', '.join(KINDS)}")
-    stats.check_stat(stat)
-    variant = queries.variant_columns(queries.scores(results_dir))
+    if kind not in TABLES:
+        raise ValueError(f"unknown table kind {kind!r}; choose one of {', '.join(TABLES)}")
+    variant, stat = analysis.variant, analysis.stat
     if kind == "best":
-        table = best_table(results_dir, stat)
+        table = best_table(analysis)
         if fmt == "csv":
             return _csv(table)
         grids = _best_grids(table, variant, stat)
     elif kind == "compare":
-        table = compare_table(results_dir, stat, reference)
+        table = compare_table(analysis, reference)
         if fmt == "csv":
             return _csv(table)
         grids = _compare_grids(table, variant, stat)
     elif kind == "importance":
-        table = importance_table(results_dir, stat, stored_cells(results_dir, stat))
+        table = importance_table(analysis)
         if table.height == 0:
             return "No importance: no method with a hyperparameter that takes more than one value.\n"
         if fmt == "csv":
             return _csv(table)
         grids = _importance_grids(table, variant, stat)
     else:
-        tables = sensitivity_tables(results_dir, stat)
+        tables = sensitivity_tables(analysis)
         if not tables:
             return "No sensitivity grids: no optimizer with both gamma0 and theta_lambda in these results.\n"
         if fmt == "csv":

@@ -3,7 +3,8 @@
 No Ray here: `fade-sweep presets`, validation and the results side use this layer alone.
 """
 
-from sweeps.spec.plan import CONFIRMATION, LOCATION_SETTINGS, STAGES, TUNING, Config, Pack, make_config, plan_confirmation, plan_packs
+from sweeps.spec.config import LOCATION_SETTINGS, Config, make_config
+from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmation, plan_packs
 from sweeps.spec.presets import preset_names, resolve_sweep
 from sweeps.spec.resources import PackResources
 from sweeps.spec.sweepfile import (
@@ -15,6 +16,7 @@ from sweeps.spec.sweepfile import (
     cpu_only_tasks,
     load_sweep,
     parse_sweep,
+    parse_sweep_text,
 )
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "load_sweep",
     "make_config",
     "parse_sweep",
+    "parse_sweep_text",
     "plan_packs",
     "preset_names",
     "resolve_sweep",

@@ -13,14 +13,12 @@ includes it, so the two stages never share a pack id.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
 import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
+from sweeps.spec.config import Config, digest
 from sweeps.spec.sweepfile import Experiment, Sweep
 from tasks import get_task
 
@@ -31,32 +29,6 @@ DEFAULT_CHUNK_STEPS = 10_000  # steps a pack advances between two reports to Tun
 DEFAULT_CHECKPOINT_EVERY = 10  # chunks between two checkpoints of a pack
 TUNING, CONFIRMATION = "tuning", "confirmation"
 STAGES = (TUNING, CONFIRMATION)  # the grid on the sweep's seeds; selected configurations on fresh seeds
-
-
-def _digest(payload: object) -> str:
-    return hashlib.sha1(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
-
-
-@dataclass(frozen=True)
-class Config:
-    """One grid cell of one experiment, identified by a hash of its canonical form."""
-
-    config_id: str
-    hyperparameters: tuple[tuple[str, float], ...]
-
-
-LOCATION_SETTINGS = ("data_dir",)  # where the data lives, not what is run: not part of a config's identity
-
-
-def make_config(experiment: Experiment, hyperparameters: dict[str, float]) -> Config:
-    settings = {k: v for k, v in dataclasses.asdict(experiment.settings).items() if k not in LOCATION_SETTINGS}
-    canonical = {
-        "task": experiment.task,
-        "settings": settings,
-        "optimizer": experiment.optimizer,
-        "hyperparameters": hyperparameters,
-    }
-    return Config(_digest(canonical), tuple(hyperparameters.items()))
 
 
 @dataclass(frozen=True)
@@ -71,7 +43,11 @@ class Pack:
     @property
     def pack_id(self) -> str:
         runs = [[c.config_id for c in self.configs], list(self.seeds)]
-        return _digest(runs if self.stage == TUNING else [*runs, self.stage])  # tuning ids as before stages existed
+        return digest(runs if self.stage == TUNING else [*runs, self.stage])  # tuning ids as before stages existed
+
+    def pairs(self) -> list[tuple[str, int]]:
+        """(config_id, seed) of every run, configs outer, seeds inner (the row order of its files)."""
+        return [(c.config_id, s) for c in self.configs for s in self.seeds]
 
     @property
     def runs(self) -> int:
@@ -97,7 +73,7 @@ def plan_packs(
     second row for a finished (config, seed). With `gpu`, packs of GPU-capable tasks
     fill the device (MAX_PACK_RUNS runs); CPU packs are sized to keep `cpus` slots busy.
     """
-    work = [(e, [make_config(e, values) for values in e.configs()]) for e in sweep.experiments]
+    work = [(e, list(e.cells)) for e in sweep.experiments]
     return _plan(work, sweep.seeds, TUNING, cpus, done, runs_per_pack, gpu)
 
 
@@ -138,3 +114,10 @@ def _plan(
         packs.extend(Pack(experiment, tuple(configs[i : i + size]), missing, stage) for i in range(0, len(configs), size))
     # Longest first: Tune starts trials in order, so the tail is made of short packs.
     return sorted(packs, key=lambda p: -p.run_steps)
+
+
+def format_rate(run_steps_per_second: float) -> str:
+    """12.3K or 4.56M run-steps/s: linear sweeps run millions per second, neural ones thousands."""
+    if run_steps_per_second >= 1e6:
+        return f"{run_steps_per_second / 1e6:.2f}M run-steps/s"
+    return f"{run_steps_per_second / 1e3:.1f}K run-steps/s"

@@ -12,11 +12,7 @@ Beyond interface.md, a sweep may hold `variants`: a list of blocks that each ove
 `task`, `task_settings` and/or `optimizers` (e.g. both noise levels of a preset, each
 with its own selected configurations).
 
-Reading follows what users of YAML 1.2 (and JSON) expect, not PyYAML's YAML 1.1: numbers
-such as `1e-2`, `5e-4` and `-1e3` are floats (1.1 reads them as strings); a key given
-twice in one mapping is an error (1.1 silently keeps the last one); the file must be
-UTF-8 text. Other scalars (booleans, null, ints, timestamps) read as `yaml.safe_load`
-reads them.
+Reading (YAML 1.2 floats, no duplicate keys, UTF-8 only) is `yamlfile.py`'s.
 
 The sweep's size is checked against `MAX_RUNS`, `MAX_RUN_STEPS` and `MAX_CURVE_ROWS`
 from the grid and seed counts alone, before any per-run structure (the seed tuple, the
@@ -30,18 +26,15 @@ import math
 import re
 import reprlib
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
-import yaml
-
+from sweeps.spec.config import Config, make_config
 from sweeps.spec.learners import hyperparameter_spec, optimizer_hyperparameters, optimizers_for
 from sweeps.spec.resources import PackResources
+from sweeps.spec.yamlfile import SweepError, read_yaml, yaml_data
 from tasks import TASKS, get_task
-
-
-class SweepError(ValueError):
-    """A sweep file (or preset) is malformed; the message is one line with the fix."""
 
 
 TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants", "resources", "confirm")
@@ -56,55 +49,6 @@ MAX_RUNS = 10_000_000  # (config, seed) pairs: rows of scores/, and per-run stat
 MAX_RUN_STEPS = 10**15  # runs x steps: about a year of a large cluster
 MAX_CURVE_ROWS = 2_000_000_000  # runs x logged bins: rows of curves/
 CURVE_ROW_BYTES = 100  # rough size of one curves/ row (keys, step, binned metrics), for messages
-MAX_FILE_BYTES = 16 * 2**20  # a sweep file is a few lines; refuse to parse anything near memory-sized
-
-
-class _SweepLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` with YAML 1.2 floats: `1e-2`, `5E-4`, `-1e3`, `1.5e3`, `-.5`."""
-
-
-# YAML 1.2 core floats that the 1.1 resolver misses (an exponent without a dot or without a
-# sign, a signed leading dot); the 1.1 float forms still resolve as before. A dot or an
-# exponent is required, so ints stay ints.
-_SweepLoader.add_implicit_resolver(
-    "tag:yaml.org,2002:float",
-    re.compile(
-        r"""^(?:[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+
-            |[-+]?\.[0-9][0-9_]*(?:[eE][-+]?[0-9]+)?)$""",
-        re.X,
-    ),
-    list("-+0123456789."),
-)
-
-
-def _duplicate_key(node: yaml.Node, path: str = "", visited: set[int] | None = None) -> tuple[str, int, int] | None:
-    """The first key given twice in one mapping of the tree: (dotted key, line, first line).
-
-    Each node is visited once, so aliases (`*grid`) cannot make the walk exponential.
-    """
-    visited = set() if visited is None else visited
-    if id(node) in visited:
-        return None
-    visited.add(id(node))
-    if isinstance(node, yaml.MappingNode):
-        seen: dict[tuple[str, str], int] = {}
-        for key_node, value_node in node.value:
-            key = str(key_node.value) if isinstance(key_node, yaml.ScalarNode) else "<complex key>"
-            where = f"{path}.{key}" if path else key
-            if isinstance(key_node, yaml.ScalarNode) and key != "<<":
-                ident = (key_node.tag, key)
-                if ident in seen:
-                    return where, key_node.start_mark.line + 1, seen[ident]
-                seen[ident] = key_node.start_mark.line + 1
-            found = _duplicate_key(value_node, where, visited)
-            if found:
-                return found
-    elif isinstance(node, yaml.SequenceNode):
-        for i, item in enumerate(node.value):
-            found = _duplicate_key(item, f"{path}[{i}]", visited)
-            if found:
-                return found
-    return None
 
 
 _REPR = reprlib.Repr()
@@ -114,51 +58,6 @@ _REPR.maxstring, _REPR.maxother, _REPR.maxlist = 60, 60, 8
 def _short(value: Any) -> str:
     """A bounded repr for messages (values may be huge or recursive through YAML aliases)."""
     return _REPR.repr(value)
-
-
-def read_yaml(path: Path) -> Any:
-    """The sweep file as Python data; any problem is a one-line `SweepError`."""
-    try:
-        size = path.stat().st_size
-        if size > MAX_FILE_BYTES:
-            raise SweepError(f"{path}: {size:,} bytes is not a sweep file (the limit is {MAX_FILE_BYTES:,} bytes); give the YAML file")
-        raw = path.read_bytes()
-    except OSError as err:
-        raise SweepError(f"{path}: cannot read it: {err.strerror or err}") from None
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as err:
-        utf16 = raw[:2] in (b"\xff\xfe", b"\xfe\xff")
-        hint = "it looks like UTF-16; save it as UTF-8" if utf16 else "is it a binary file? save the sweep file as UTF-8 text"
-        raise SweepError(f"{path}: not UTF-8 text (byte 0x{raw[err.start]:02x} at offset {err.start}); {hint}") from None
-    loader = None
-    try:
-        loader = _SweepLoader(text)
-        node = loader.get_single_node()
-        found = _duplicate_key(node) if node is not None else None
-        if found:
-            key, line, first = found
-            raise SweepError(
-                f"{path}: {key}: duplicate key at line {line} (first at line {first}); "
-                "YAML would keep only the last one, so merge them into one entry"
-            )
-        return loader.construct_document(node) if node is not None else None
-    except RecursionError:
-        raise SweepError(f"{path}: not valid YAML: nested too deeply for a sweep file") from None
-    except yaml.reader.ReaderError as err:
-        line = text.count("\n", 0, err.position) + 1
-        raise SweepError(
-            f"{path}: not valid YAML at line {line}: control character U+{err.character:04X} is not allowed "
-            "(is it a binary file?); save the sweep file as UTF-8 text"
-        ) from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        problem = " ".join(str(getattr(err, "problem", None) or err).split())
-        raise SweepError(f"{path}: not valid YAML{where}: {problem}") from None
-    finally:
-        if loader is not None:
-            loader.dispose()
 
 
 @dataclass(frozen=True)
@@ -174,6 +73,11 @@ class Experiment:
     def size(self) -> int:
         """Number of grid cells (configurations), without building them."""
         return math.prod(len(values) for _, values in self.grid)
+
+    @cached_property
+    def cells(self) -> tuple[Config, ...]:
+        """The grid's configurations with their ids, in `configs()` order; hashed once per experiment."""
+        return tuple(make_config(self, values) for values in self.configs())
 
     def configs(self) -> list[dict[str, float]]:
         """The grid's cells, in a stable order (Cartesian product of the axes)."""
@@ -201,6 +105,11 @@ class Sweep:
     def run_steps(self) -> int:
         return sum(e.size * e.settings.steps for e in self.experiments) * len(self.seeds)
 
+    @cached_property
+    def pairs(self) -> frozenset[tuple[str, int]]:
+        """(config_id, seed) of every run the sweep asks for: what readers of its store count."""
+        return frozenset((c.config_id, s) for e in self.experiments for c in e.cells for s in self.seeds)
+
 
 def load_sweep(path: str | Path) -> Sweep:
     """Read and validate a sweep file; raises `SweepError` with a one-line message."""
@@ -210,6 +119,11 @@ def load_sweep(path: str | Path) -> Sweep:
     if not path.is_file():
         raise SweepError(f"{path}: no such sweep file (give a YAML file or a preset name: `fade-sweep presets`)")
     return parse_sweep(read_yaml(path), str(path))
+
+
+def parse_sweep_text(text: str, source: str) -> Sweep:
+    """A sweep from YAML text (a store's sweep.yaml), read by the same rules as a sweep file."""
+    return parse_sweep(yaml_data(text, source), source)
 
 
 def parse_sweep(document: Any, source: str) -> Sweep:

@@ -32,7 +32,7 @@ readers here select manifests by stage, so (config, seed) pairs, the newest-wins
 finished runs are all per stage, and the frames they return hold one stage (`stage` filled in
 for files written before stages).
 
-Manifest (JSON, format 1):
+Manifest (JSON, format 1; the model is `records.Manifest`):
 
     {"format": 1, "pack_id": "...", "write_id": "...", "written_at": 1714000000.123,
      "task": "linear_tracking", "optimizer": "fade", "stage": "tuning",
@@ -44,67 +44,69 @@ Manifest (JSON, format 1):
 from __future__ import annotations
 
 import dataclasses
-import json
-import sys
 import time
 import uuid
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 import pyarrow as pa
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.packs.outcome import PackOutcome
-from sweeps.store.location import Entry, StoreLocation, as_location
-from sweeps.spec import STAGES, TUNING, Pack
+from sweeps.spec import TUNING, Pack
+from sweeps.store.location import Entry, StoreLocation
+from sweeps.store.records import KINDS, DataFile, Manifest, RecordError, parse_record, write_record
 
-SCORES, CURVES = "scores", "curves"
-KINDS = (SCORES, CURVES)
+if TYPE_CHECKING:  # sweeps.packs imports torch; a store that only reads needs neither
+    from sweeps.packs.outcome import PackOutcome
+
+SCORES, CURVES = KINDS
 MANIFESTS = "manifests"
-MANIFEST_FORMAT = 1
 PARTITIONS = ("task", "optimizer")  # hive partitions: in the path, never inside a file
 HIVE_SCHEMA = {"task": pl.String, "optimizer": pl.String}
 STAGE = "stage"  # the column (and manifest key) naming a row's stage
 
 
 class StoreError(RuntimeError):
-    """A store that cannot be read as it is (a damaged manifest); `fade-sweep verify` says more."""
+    """A store that cannot be read as it is (a damaged manifest or data file); `fade-sweep verify` says more."""
 
 
 # ---------------------------------------------------------------- tables of a pack
 
 
-def _settings_columns(pack: Pack) -> dict[str, object]:
-    """Task settings as columns (`steps` is its own column already)."""
-    return {k: v for k, v in dataclasses.asdict(pack.experiment.settings).items() if k != "steps"}
+def run_keys(pack: Pack) -> pl.DataFrame:
+    """task, optimizer, config_id, settings (less `steps`, its own column), every hyperparameter
+    (null where the optimizer does not take it) and seed of every run: configs outer, seeds inner.
+    Built with polars alone (pyarrow's conversions load pandas), so readers can use it lightly."""
+    configs, seeds = pack.configs, len(pack.seeds)
+    settings = {k: v for k, v in dataclasses.asdict(pack.experiment.settings).items() if k != "steps"}
+    values = [dict(c.hyperparameters) for c in configs]
+    per_config = pl.DataFrame(
+        {
+            "task": [pack.experiment.task] * len(configs),
+            "optimizer": [pack.experiment.optimizer] * len(configs),
+            "config_id": [c.config_id for c in configs],
+            **{k: [v] * len(configs) for k, v in settings.items()},
+            **{name: pl.Series(name, [v.get(name) for v in values], pl.Float64) for name in HYPERPARAMETERS},
+        }
+    )
+    rows = per_config.gather(np.repeat(np.arange(len(configs)), seeds))
+    return rows.with_columns(seed=pl.Series(np.tile(np.asarray(pack.seeds, np.int64), len(configs))))
 
 
-def run_keys(pack: Pack, repeat: int = 1) -> dict[str, pa.Array]:
-    """task, optimizer, config_id, settings, hyperparameters and seed of every run, each row repeated."""
-    n_seeds = len(pack.seeds)
-    runs = pack.runs
-    experiment = pack.experiment
-    columns: dict[str, pa.Array] = {
-        "task": pa.array([experiment.task] * runs * repeat, pa.string()),
-        "optimizer": pa.array([experiment.optimizer] * runs * repeat, pa.string()),
-        "config_id": pa.array(np.repeat([c.config_id for c in pack.configs], n_seeds * repeat), pa.string()),
-    }
-    for key, value in _settings_columns(pack).items():
-        columns[key] = pa.array([value] * runs * repeat)
-    for name in HYPERPARAMETERS:
-        values = [dict(c.hyperparameters).get(name) for c in pack.configs]
-        columns[name] = pa.array(np.repeat(np.array(values, dtype=object), n_seeds * repeat), pa.float64())
-    columns["seed"] = pa.array(np.repeat(np.tile(pack.seeds, len(pack.configs)), repeat), pa.int64())
-    return columns
+def _arrow_keys(pack: Pack, repeat: int = 1) -> dict[str, pa.ChunkedArray]:
+    """`run_keys` as Arrow columns for a data file, each row repeated `repeat` times (curve bins)."""
+    keys = run_keys(pack)
+    table = keys.gather(np.repeat(np.arange(keys.height), repeat)).to_arrow()
+    return {f.name: table[f.name].cast(pa.string()) if pa.types.is_large_string(f.type) or pa.types.is_string_view(f.type)
+            else table[f.name] for f in table.schema}
 
 
 def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     """The pack's scores as read back (partition columns included)."""
-    columns = run_keys(pack)
+    columns = _arrow_keys(pack)
     columns["score"] = pa.array(outcome.score, pa.float64())
     columns["diverged"] = pa.array(outcome.diverged, pa.bool_())
     columns["steps"] = pa.array(np.full(pack.runs, pack.experiment.settings.steps), pa.int64())
@@ -116,7 +118,7 @@ def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
 def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     """The pack's curves as read back (partition columns included)."""
     bins = len(outcome.bin_end)
-    columns = run_keys(pack, bins)
+    columns = _arrow_keys(pack, bins)
     columns["step"] = pa.array(np.tile(outcome.bin_end, pack.runs), pa.int64())
     for name, values in outcome.curves.items():
         if values is None:
@@ -130,29 +132,13 @@ def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
     return pa.table(columns)
 
 
-# ---------------------------------------------------------------- atomic writes
+# ---------------------------------------------------------------- writes
 
 
-def write_bytes_atomic(path: str | Path | StoreLocation, data: bytes, *, durable: bool = False) -> None:
-    """Write a small file (or object) so that readers see the old or the new content, never a part.
-
-    `path` is a local path, or a StoreLocation naming the file (see location.py)."""
-    if isinstance(path, StoreLocation):
-        path.parent.write_bytes(path.name, data, durable=durable)
-        return
-    path = Path(path)
-    StoreLocation.parse(path.parent).write_bytes(path.name, data, durable=durable)
-
-
-def _target(location: StoreLocation, rel: str) -> Path | StoreLocation:
-    """What write_bytes_atomic takes for `rel` under `location`: a Path locally, a location elsewhere."""
-    return location.local_path / rel if location.local else location / rel
-
-
-def _write_data_file(table: pa.Table, location: StoreLocation, relative: str) -> dict:
+def _write_data_file(table: pa.Table, location: StoreLocation, relative: str) -> DataFile:
     """Write one data file under its final (write-once) name; returns its manifest entry."""
     size, sha256 = location.write_with(relative, lambda f: pq.write_table(table.drop_columns(list(PARTITIONS)), f))
-    return {"path": relative, "rows": table.num_rows, "bytes": size, "sha256": sha256}
+    return DataFile(path=relative, rows=table.num_rows, bytes=size, sha256=sha256)
 
 
 def new_write_id() -> str:
@@ -161,141 +147,116 @@ def new_write_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 1_000_000:06d}-{uuid.uuid4().hex[:8]}"
 
 
-def write_pack(results_dir: str | Path | StoreLocation, pack: Pack, outcome: PackOutcome) -> Path | StoreLocation:
-    """Commit a finished pack: its curves and scores files, then its manifest (the commit). Returns the manifest."""
-    results_dir = as_location(results_dir)
+def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome) -> Manifest:
+    """Commit a finished pack: its curves and scores files, then its manifest (the commit)."""
     e = pack.experiment
     write_id = new_write_id()
     stem = f"pack-{pack.pack_id}-{write_id}"
     partition = f"task={e.task}/optimizer={e.optimizer}"
     files = {
-        CURVES: _write_data_file(curves_table(pack, outcome), results_dir, f"{CURVES}/{partition}/{stem}.parquet"),
-        SCORES: _write_data_file(scores_table(pack, outcome), results_dir, f"{SCORES}/{partition}/{stem}.parquet"),
+        CURVES: _write_data_file(curves_table(pack, outcome), location, f"{CURVES}/{partition}/{stem}.parquet"),
+        SCORES: _write_data_file(scores_table(pack, outcome), location, f"{SCORES}/{partition}/{stem}.parquet"),
     }
-    manifest = {
-        "format": MANIFEST_FORMAT,
-        "pack_id": pack.pack_id,
-        "write_id": write_id,
-        "written_at": time.time(),
-        "task": e.task,
-        "optimizer": e.optimizer,
-        STAGE: pack.stage,
-        "configs": [c.config_id for c in pack.configs],
-        "seeds": [int(s) for s in pack.seeds],
-        "files": files,
-    }
-    path = _target(results_dir, f"{MANIFESTS}/{stem}.json")
-    write_bytes_atomic(path, json.dumps(manifest, indent=1).encode(), durable=True)  # the commit
-    return path
+    manifest = Manifest(
+        pack_id=pack.pack_id, write_id=write_id, written_at=time.time(), task=e.task, optimizer=e.optimizer, stage=pack.stage,
+        configs=tuple(c.config_id for c in pack.configs), seeds=tuple(int(s) for s in pack.seeds), files=files,
+        name=f"{stem}.json",
+    )
+    write_record(location, f"{MANIFESTS}/{manifest.name}", manifest, durable=True)  # the commit
+    return manifest
 
 
 # ---------------------------------------------------------------- manifests
 
 
-@dataclass(frozen=True)
-class Manifest:
-    """One committed pack write."""
-
-    name: str  # file name under manifests/
-    pack_id: str
-    write_id: str
-    written_at: float
-    task: str
-    optimizer: str
-    configs: tuple[str, ...]
-    seeds: tuple[int, ...]
-    files: dict  # kind -> {"path", "rows", "bytes", "sha256"}
-    stage: str | None = None  # None: written before stages (tuning; its files have no stage column)
-
-    @property
-    def run_stage(self) -> str:
-        return self.stage or TUNING
-
-    @property
-    def order(self) -> tuple[float, str]:
-        """Newer manifests sort later; ties broken by write id (deterministic)."""
-        return (self.written_at, self.write_id)
-
-    def pairs(self) -> list[tuple[str, int]]:
-        return [(c, s) for c in self.configs for s in self.seeds]
-
-
-def parse_manifest(name: str, raw: bytes) -> Manifest:
-    """A manifest from its JSON; ValueError (with what is wrong) if it is not one."""
-    try:
-        doc = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise ValueError(f"not valid JSON ({err})") from None
-    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT:
-        raise ValueError(f"not a format-{MANIFEST_FORMAT} manifest")
-    try:
-        files = doc["files"]
-        for kind in KINDS:
-            entry = files[kind]
-            if not (isinstance(entry["path"], str) and entry["path"].startswith(f"{kind}/") and ".." not in entry["path"]):
-                raise ValueError(f"files.{kind}.path {entry['path']!r} is not under {kind}/")
-            int(entry["rows"]), int(entry["bytes"]), str(entry["sha256"])
-        stage = doc.get(STAGE)
-        if stage is not None and stage not in STAGES:
-            raise ValueError(f"stage {stage!r} is not one of {', '.join(STAGES)}")
-        return Manifest(
-            name, str(doc["pack_id"]), str(doc["write_id"]), float(doc["written_at"]), str(doc["task"]),
-            str(doc["optimizer"]), tuple(str(c) for c in doc["configs"]), tuple(int(s) for s in doc["seeds"]), files,
-            stage,
-        )
-    except (KeyError, TypeError) as err:
-        raise ValueError(f"missing or mistyped field {err}") from None
-
-
-_MANIFEST_CACHE: dict[tuple[str, int, int], Manifest] = {}  # manifests are write-once: cache by path, mtime, size
-
-
-def _manifest_entries(results_dir: str | Path | StoreLocation) -> list[Entry]:
+def manifest_entries(location: StoreLocation) -> list[Entry]:
     """The committed manifests' entries (hidden temporary files excluded), by name."""
-    location = as_location(results_dir)
     return [e for e in location.list(MANIFESTS) if e.name.endswith(".json") and not e.name.startswith(".")]
 
 
-def read_manifests(results_dir: str | Path | StoreLocation) -> list[Manifest]:
+def parse_manifest(location: StoreLocation, entry: Entry) -> Manifest:
+    """One manifest; RecordError naming its file if it is damaged."""
+    manifest = parse_record(Manifest, location.read_bytes(entry.rel), location.url(entry.rel))
+    return manifest.model_copy(update={"name": entry.name})
+
+
+def read_manifests(location: StoreLocation) -> list[Manifest]:
     """Every committed pack write, oldest first. StoreError names a damaged manifest."""
-    location = as_location(results_dir)
-    manifests = []
-    for entry in _manifest_entries(location):
-        key = (location.path(entry.rel), entry.mtime_ns, entry.size)
-        manifest = _MANIFEST_CACHE.get(key)
-        if manifest is None:
-            try:
-                manifest = parse_manifest(entry.name, location.read_bytes(entry.rel))
-            except ValueError as err:
-                raise StoreError(
-                    f"{location.url(entry.rel)}: damaged manifest ({err}); run `fade-sweep verify {location}`"
-                ) from None
-            if len(_MANIFEST_CACHE) > 100_000:
-                _MANIFEST_CACHE.clear()
-            _MANIFEST_CACHE[key] = manifest
-        manifests.append(manifest)
+    try:
+        manifests = [parse_manifest(location, entry) for entry in manifest_entries(location)]
+    except RecordError as err:
+        raise StoreError(f"{err}; run `fade-sweep verify {location}`") from None
     return sorted(manifests, key=lambda m: m.order)
 
 
-def has_results(results_dir: str | Path | StoreLocation) -> bool:
+def runs_of(manifests: list[Manifest]) -> set[tuple[str, int]]:
+    """(config_id, seed) of every run these manifests commit."""
+    return {pair for m in manifests for pair in m.pairs()}
+
+
+# ---------------------------------------------------------------- the driver's store upkeep
+
+
+def has_results(location: StoreLocation) -> bool:
     """Whether any pack is committed."""
-    return bool(_manifest_entries(results_dir))
+    return bool(manifest_entries(location))
 
 
-def stage_manifests(results_dir: str | Path | StoreLocation, stage: str = TUNING) -> list[Manifest]:
+def stage_manifests(location: StoreLocation, stage: str = TUNING) -> list[Manifest]:
     """The committed pack writes of one stage, oldest first."""
-    return [m for m in read_manifests(results_dir) if m.run_stage == stage]
+    return [m for m in read_manifests(location) if m.run_stage == stage]
 
 
-def finished_runs(results_dir: str | Path | StoreLocation, stage: str = TUNING) -> set[tuple[str, int]]:
+def finished_runs(location: StoreLocation, stage: str = TUNING) -> set[tuple[str, int]]:
     """(config_id, seed) of every committed run of `stage` (from the manifests; no Parquet is read)."""
-    return {pair for m in stage_manifests(results_dir, stage) for pair in m.pairs()}
+    return runs_of(stage_manifests(location, stage))
 
 
-def pack_written(results_dir: str | Path | StoreLocation, pack: Pack) -> bool:
+def pack_written(location: StoreLocation, pack: Pack) -> bool:
     """Whether every run of the pack is committed (by this pack or others of its stage)."""
-    done = finished_runs(results_dir, pack.stage)
-    return all((c.config_id, s) in done for c in pack.configs for s in pack.seeds)
+    return set(pack.pairs()) <= finished_runs(location, pack.stage)
+
+
+def damage(location: StoreLocation, manifest: Manifest, kind: str) -> str | None:
+    """Why a committed file cannot be what its manifest recorded (missing, or truncated / grown:
+    its size differs), or None. A same-size change needs the hash: `fade-sweep verify`."""
+    entry = manifest.files[kind]
+    if not location.is_file(entry.path):
+        return "missing, but its manifest names it"
+    size = location.size(entry.path)
+    return None if size == entry.bytes else f"{size} bytes, but its manifest recorded {entry.bytes} (damaged)"
+
+
+def set_aside_damaged(location: StoreLocation) -> list[str]:
+    """Un-commit every pack with a missing or damaged file (only while holding the writer lock):
+    its manifest moves to history/damaged-<name>, its files become orphans, and its runs are
+    planned again. Returns the damaged files."""
+    damaged = []
+    for manifest in read_manifests(location):
+        bad = [manifest.files[k].path for k in KINDS if damage(location, manifest, k)]
+        if bad:
+            rel = f"{MANIFESTS}/{manifest.name}"
+            location.write_bytes(f"history/damaged-{manifest.name}", location.read_bytes(rel))
+            location.delete(rel)
+            damaged.extend(bad)
+    return damaged
+
+
+def orphans(location: StoreLocation, manifests: list[Manifest]) -> list[str]:
+    """Paths (relative to the store) under scores/, curves/ and manifests/ that `manifests` do not
+    commit (left by an interrupted write)."""
+    named = {m.files[k].path for m in manifests for k in KINDS}
+    found = [e.rel for kind in KINDS for e in location.list(kind, recursive=True) if e.rel not in named]
+    found.extend(e.rel for e in location.list(MANIFESTS) if e.name.startswith("."))
+    return found
+
+
+def remove_orphans(location: StoreLocation) -> list[str]:
+    """Delete the orphans (only while holding the store's writer lock); returns them as users see them."""
+    rels = orphans(location, read_manifests(location))
+    for rel in rels:
+        location.delete(rel)
+    return [location.url(r) for r in rels]
 
 
 # ---------------------------------------------------------------- what readers read
@@ -315,7 +276,7 @@ class Selection:
         return sum(len(m.configs) * len(m.seeds) for m in self.whole) + sum(len(k) for _, k in self.partial)
 
 
-def select(manifests: list[Manifest], wanted: set[tuple[str, int]] | frozenset | None = None) -> Selection:
+def select(manifests: list[Manifest], wanted: frozenset[tuple[str, int]] | None = None) -> Selection:
     """Each (config, seed) from the newest manifest holding it, and only the `wanted` ones (None: all)."""
     owner: dict[tuple[str, int], int] = {}
     for i, m in enumerate(manifests):  # oldest first: later (newer) manifests overwrite
@@ -334,32 +295,6 @@ def select(manifests: list[Manifest], wanted: set[tuple[str, int]] | frozenset |
     return Selection(tuple(whole), tuple(partial), outside, superseded)
 
 
-def damage(location: StoreLocation, manifest: Manifest, kind: str) -> str | None:
-    """Why a committed file cannot be what its manifest recorded (missing, or truncated / grown:
-    its size differs), or None. A same-size change needs the hash: `fade-sweep verify`."""
-    entry = manifest.files[kind]
-    if not location.is_file(entry["path"]):
-        return "missing, but its manifest names it"
-    size = location.size(entry["path"])
-    return None if size == entry["bytes"] else f"{size} bytes, but its manifest recorded {entry['bytes']} (damaged)"
-
-
-def set_aside_damaged(results_dir: str | Path | StoreLocation) -> list[str]:
-    """Un-commit every pack with a missing or damaged file (only while holding the writer lock):
-    its manifest moves to history/damaged-<name>, its files become orphans, and its runs are
-    planned again. Returns the damaged files."""
-    location = as_location(results_dir)
-    damaged = []
-    for manifest in read_manifests(location):
-        bad = [manifest.files[k]["path"] for k in KINDS if damage(location, manifest, k)]
-        if bad:
-            rel = f"{MANIFESTS}/{manifest.name}"
-            location.write_bytes(f"history/damaged-{manifest.name}", location.read_bytes(rel))
-            location.delete(rel)
-            damaged.extend(bad)
-    return damaged
-
-
 def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list[pl.LazyFrame]:
     """One lazy scan per task (tasks differ in their settings columns) and file schema (with or without
     the stage column), partitions from the paths.
@@ -368,7 +303,7 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
     filesystem (so the same credentials chain and endpoint), scanned lazily by polars."""
     by_task: dict[tuple[str, bool], list[str]] = {}
     for m in manifests:
-        rel = m.files[kind]["path"]
+        rel = m.files[kind].path
         if why := damage(location, m, kind):
             raise StoreError(
                 f"{location.url(rel)}: {why} ({MANIFESTS}/{m.name}); run `fade-sweep verify {location}`, and "
@@ -381,6 +316,8 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
             for key, paths in by_task.items()
         }
     else:
+        import pyarrow.dataset as ds  # imports pandas: only where an object store is read
+
         partitioning = ds.partitioning(pa.schema([("task", pa.string()), ("optimizer", pa.string())]), flavor="hive")
         frames = {
             key: pl.scan_pyarrow_dataset(ds.dataset(paths, filesystem=location.fs, format="parquet",
@@ -390,9 +327,8 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
     return [frame.with_columns(pl.lit(TUNING).alias(STAGE)) if legacy else frame for (_, legacy), frame in frames.items()]
 
 
-def scan_selection(results_dir: str | Path | StoreLocation, selection: Selection, kind: str) -> pl.LazyFrame | None:
+def scan_selection(location: StoreLocation, selection: Selection, kind: str) -> pl.LazyFrame | None:
     """A LazyFrame over the selected rows of `kind` (scores or curves); task and optimizer first. None if empty."""
-    location = as_location(results_dir)
     frames = _scan(location, list(selection.whole), kind)
     for manifest, keep in selection.partial:
         rows = pl.DataFrame({"config_id": [c for c, _ in keep], "seed": [s for _, s in keep]},
@@ -404,51 +340,3 @@ def scan_selection(results_dir: str | Path | StoreLocation, selection: Selection
     names = frame.collect_schema().names()
     return frame.select(*PARTITIONS, *(n for n in names if n not in PARTITIONS))
 
-
-def committed_files(results_dir: str | Path | StoreLocation, kind: str = SCORES) -> list[Path | str]:
-    """The data files of `kind` that manifests name (what any other reader should read): local paths,
-    or URIs on an object store."""
-    location = as_location(results_dir)
-    files = [m.files[kind]["path"] for m in read_manifests(location)]
-    return [location.local_path / f for f in files] if location.local else [location.url(f) for f in files]
-
-
-def _referenced(location: StoreLocation) -> set[str]:
-    return {m.files[k]["path"] for m in read_manifests(location) for k in KINDS}
-
-
-def orphan_entries(results_dir: str | Path | StoreLocation) -> list[str]:
-    """Paths (relative to the store) under scores/, curves/ and manifests/ that are not part of a commit
-    (left by an interrupted write)."""
-    location = as_location(results_dir)
-    named = _referenced(location)
-    found = [e.rel for kind in KINDS for e in location.list(kind, recursive=True) if e.rel not in named]
-    found.extend(e.rel for e in location.list(MANIFESTS) if e.name.startswith("."))
-    return found
-
-
-def orphans(results_dir: str | Path | StoreLocation) -> list[Path | str]:
-    """The orphans (see orphan_entries) as local paths, or URIs on an object store."""
-    location = as_location(results_dir)
-    rels = orphan_entries(location)
-    return [location.local_path / r for r in rels] if location.local else [location.url(r) for r in rels]
-
-
-def remove_orphans(results_dir: str | Path | StoreLocation) -> list[Path | str]:
-    """Delete the orphans (only while holding the store's writer lock); returns what was removed."""
-    location = as_location(results_dir)
-    rels = orphan_entries(location)
-    for rel in rels:
-        location.delete(rel)
-    return [location.local_path / r for r in rels] if location.local else [location.url(r) for r in rels]
-
-
-_REPORTED: set[tuple[str, int]] = set()
-
-
-def notice_once(results_dir: str | Path | StoreLocation, outside: int) -> None:
-    """Say once per process and store that stored runs outside the current sweep are ignored."""
-    key = (as_location(results_dir).uri, outside)
-    if outside and key not in _REPORTED:
-        _REPORTED.add(key)
-        print(f"{outside} stored runs are not in the current sweep; ignored", file=sys.stderr)

@@ -37,31 +37,16 @@ from urllib.parse import parse_qsl, urlsplit
 import pyarrow.fs as pafs
 
 from sweeps.spec import SweepError
+from sweeps.store.uris import URI_SCHEME, is_uri, redact
 
 OBJECT_SCHEMES = ("s3", "gs", "gcs")
 QUERY_KEYS = ("endpoint_override", "scheme", "region")
-SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "GOOGLE_APPLICATION_CREDENTIALS_JSON")
 CONNECT_TIMEOUT_S = 5.0
 REQUEST_TIMEOUT_S = 60.0
-_URI = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
 
 
 class StorageError(SweepError):
     """A storage target that cannot be used (unsupported URI, unreachable store, missing bucket): exit 2."""
-
-
-def is_uri(text: str | os.PathLike) -> bool:
-    return isinstance(text, str) and bool(_URI.match(text))
-
-
-def redact(text: str) -> str:
-    """`text` without secrets: the values of credential variables, query strings and user info of URIs."""
-    for name in SECRET_VARIABLES:
-        value = os.environ.get(name)
-        if value and len(value) >= 4:
-            text = text.replace(value, "***")
-    text = re.sub(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@]*@", r"\1***@", text)  # user:password@
-    return re.sub(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s?]*)\?[^\s'\"]*", r"\1?***", text)
 
 
 @dataclass(frozen=True)
@@ -125,7 +110,7 @@ class StoreLocation:
         if isinstance(target, StoreLocation):
             return target
         text = os.fspath(target) if not isinstance(target, str) else target
-        match = _URI.match(text)
+        match = URI_SCHEME.match(text)
         if not match:
             typo = re.match(r"^(s3|gs|gcs|file):/?(?!/)", text, re.IGNORECASE)
             if typo:  # `s3:/bucket` or `s3:bucket` would otherwise become a local folder named `s3:`
@@ -292,11 +277,8 @@ class StoreLocation:
         return self._call(self.fs.open_input_file, self.path(rel))
 
     def sha256(self, rel: str) -> str:
-        digest = hashlib.sha256()
         with self.open_input(rel) as f:
-            while block := f.read(1 << 22):
-                digest.update(block)
-        return digest.hexdigest()
+            return hashlib.file_digest(f, "sha256").hexdigest()
 
     def list(self, rel: str = "", recursive: bool = False) -> list[Entry]:
         """Files (objects) under `rel`, sorted by path; [] if there is none. Hidden local files included."""
@@ -365,7 +347,8 @@ class StoreLocation:
                 with open(tmp, "wb") as f:
                     write(f)
                 _fsync(tmp)
-                result = (tmp.stat().st_size, _file_sha256(tmp))
+                with open(tmp, "rb") as f:
+                    result = (tmp.stat().st_size, hashlib.file_digest(f, "sha256").hexdigest())
                 os.replace(tmp, path)
             except BaseException:
                 tmp.unlink(missing_ok=True)
@@ -442,14 +425,6 @@ def _fsync(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 22):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def as_location(target: str | os.PathLike | StoreLocation) -> StoreLocation:

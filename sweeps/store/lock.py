@@ -61,7 +61,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Self
 
+from pydantic import ValidationError
+
 from sweeps.store.location import StorageError, StoreLocation, as_location, redact
+from sweeps.store.records import LockHolder
 from sweeps.spec import SweepError
 
 LOCK_FILE = "writer.lock"
@@ -73,7 +76,7 @@ class StoreLocked(SweepError):
     """Another live process is writing this results folder."""
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -84,12 +87,12 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _read_holder(fd: int) -> dict | None:
+    """The lock file's holder (None: empty, or not a holder record: someone is still writing it)."""
     try:
         raw = os.pread(fd, 65536, 0)
-        holder = json.loads(raw) if raw.strip() else None
-    except (OSError, ValueError):
+        return LockHolder.model_validate_json(raw).model_dump(exclude_none=True) if raw.strip() else None
+    except (OSError, ValidationError):
         return None
-    return holder if isinstance(holder, dict) else None
 
 
 def describe(holder: dict | None) -> str:
@@ -106,7 +109,7 @@ def _stale(holder: dict | None, now: float | None = None) -> bool:
     if isinstance(expires, int | float) and (time.time() if now is None else now) > expires:
         return True
     return holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int) \
-        and not _pid_alive(holder["pid"])
+        and not pid_alive(holder["pid"])
 
 
 def _body(command: str) -> dict:

@@ -16,88 +16,22 @@ Format (JSON, one object):
 
 from __future__ import annotations
 
-import json
-import os
 import socket
 import time
-from dataclasses import asdict, dataclass, field, fields
-from pathlib import Path
 
-from sweeps.store.location import StoreLocation, as_location
-
-STATUS_FILE = "status.json"
+from sweeps.spec.plan import format_rate
+from sweeps.store.location import StoreLocation
+from sweeps.store.lock import pid_alive
+from sweeps.store.records import STATUS_FILE, SweepStatus, TrialStatus, read_record
 HEARTBEAT_SECONDS = 1.0  # how often a live driver refreshes updated_at (at least every few seconds)
 STALE_SECONDS = 30.0  # a heartbeat older than this, from a driver on another host, means it is gone
 
-
-@dataclass
-class TrialStatus:
-    pack_id: str
-    state: str  # pending | running | done | failed
-    run_steps_done: int = 0
-    run_steps_total: int = 0
-    node_id: str | None = None
-    pid: int | None = None
-    restored_from_step: int = 0  # > 0 when the trial continued from a checkpoint
+__all__ = ["STATUS_FILE", "SweepStatus", "TrialStatus", "driver_gone", "format_rate", "format_status", "read_status"]
 
 
-@dataclass
-class SweepStatus:
-    sweep: str
-    state: str  # running | finished | failed | interrupted
-    started_at: float
-    updated_at: float  # the heartbeat
-    run_steps_total: int
-    trials: dict[str, TrialStatus] = field(default_factory=dict)
-    driver_pid: int | None = field(default_factory=os.getpid)
-    host: str | None = field(default_factory=socket.gethostname)
-    run_steps_at_start: int = 0  # of packs finished by earlier runs of the sweep (not part of this run's rate)
-
-    @property
-    def run_steps_done(self) -> int:
-        return sum(t.run_steps_done for t in self.trials.values())
-
-    def count(self, state: str) -> int:
-        return sum(t.state == state for t in self.trials.values())
-
-    @property
-    def rate(self) -> float:
-        """Run-steps per second since this run of the sweep started."""
-        elapsed = self.updated_at - self.started_at
-        return max(0, self.run_steps_done - self.run_steps_at_start) / elapsed if elapsed > 0 else 0.0
-
-    @property
-    def nodes(self) -> set[str]:
-        return {t.node_id for t in self.trials.values() if t.node_id}
-
-    def write(self, results_dir: str | Path | StoreLocation) -> None:
-        document = {**asdict(self), "trials": [asdict(t) for t in self.trials.values()]}
-        as_location(results_dir).write_bytes(STATUS_FILE, json.dumps(document, indent=1).encode())
-
-
-def read_status(results_dir: str | Path | StoreLocation) -> SweepStatus | None:
-    try:
-        raw = json.loads(as_location(results_dir).read_bytes(STATUS_FILE))
-    except FileNotFoundError:
-        return None
-    trial_keys = {f.name for f in fields(TrialStatus)}
-    trials = {t["pack_id"]: TrialStatus(**{k: v for k, v in t.items() if k in trial_keys}) for t in raw.pop("trials")}
-    keys = {f.name for f in fields(SweepStatus)} - {"trials"}
-    known = {k: v for k, v in raw.items() if k in keys}
-    # A status.json written before driver_pid / host existed names no driver.
-    known.setdefault("driver_pid", None)
-    known.setdefault("host", None)
-    return SweepStatus(**known, trials=trials)
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
+def read_status(location: StoreLocation) -> SweepStatus | None:
+    """The store's status.json (None if absent); RecordError naming it if damaged."""
+    return read_record(location, STATUS_FILE, SweepStatus)
 
 
 def driver_gone(status: SweepStatus, now: float | None = None) -> bool:
@@ -109,15 +43,8 @@ def driver_gone(status: SweepStatus, now: float | None = None) -> bool:
         return False
     age = (time.time() if now is None else now) - status.updated_at
     if status.driver_pid and status.host == socket.gethostname():
-        return not _pid_alive(status.driver_pid)
+        return not pid_alive(status.driver_pid)
     return status.host is not None and age > STALE_SECONDS
-
-
-def format_rate(run_steps_per_second: float) -> str:
-    """12.3K or 4.56M run-steps/s: linear sweeps run millions per second, neural ones thousands."""
-    if run_steps_per_second >= 1e6:
-        return f"{run_steps_per_second / 1e6:.2f}M run-steps/s"
-    return f"{run_steps_per_second / 1e3:.1f}K run-steps/s"
 
 
 def format_status(status: SweepStatus, finished_packs: int) -> str:

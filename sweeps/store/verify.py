@@ -10,30 +10,19 @@ a summary; `verify_store` returns them for programs.
 
 from __future__ import annotations
 
-import json
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.store.location import StoreLocation, as_location
+from sweeps.spec import TUNING, SweepError
+from sweeps.store.dataset import CURVES, MANIFESTS, PARTITIONS, SCORES, manifest_entries, orphans, parse_manifest
+from sweeps.store.location import StoreLocation
+from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, read_store_record, read_sweep
+from sweeps.store.records import KINDS, Manifest, RecordError
 from sweeps.store.stages import CONFIRMATION_RECORD, read_confirmation
-from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, recorded_pairs, recorded_sweep
-from sweeps.store.dataset import (
-    CURVES,
-    KINDS,
-    MANIFESTS,
-    PARTITIONS,
-    SCORES,
-    Manifest,
-    _manifest_entries,
-    orphan_entries,
-    parse_manifest,
-)
-from sweeps.spec import TUNING, make_config
 
 KEY_TYPES = {"config_id": pa.string(), "seed": pa.int64()}
 EXPECTED_TYPES = {
@@ -49,7 +38,7 @@ class NotAStore(ValueError):
 
 @dataclass
 class Verification:
-    results_dir: Path | StoreLocation
+    location: StoreLocation
     problems: list[tuple[str, str]] = field(default_factory=list)  # (kind, line)
     notes: list[str] = field(default_factory=list)
     packs: int = 0
@@ -67,15 +56,15 @@ class Verification:
     def summary(self) -> str:
         what = f"{self.packs} packs, {self.runs} runs stored, {self.files} data files checked, {self.missing} runs missing"
         if self.clean:
-            return f"{self.results_dir}: clean ({what})"
+            return f"{self.location}: clean ({what})"
         kinds = Counter(kind for kind, _ in self.problems)
         listed = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
-        return f"{self.results_dir}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''} ({listed}); {what}"
+        return f"{self.location}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''} ({listed}); {what}"
 
 
 def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str) -> None:
     entry = m.files[kind]
-    rel = entry["path"]
+    rel = entry.path
     where = f"{MANIFESTS}/{m.name}"
     if not location.is_file(rel):
         v.add("missing file", f"{rel}: missing (named by {where})")
@@ -85,9 +74,9 @@ def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str
     if not rel.startswith(expected_partition):
         v.add("misplaced", f"{rel}: not under {expected_partition} as {where} says (task {m.task}, optimizer {m.optimizer})")
     size = location.size(rel)
-    if size != int(entry["bytes"]):
-        v.add("size mismatch", f"{rel}: {size} bytes, {where} says {entry['bytes']} (changed or truncated)")
-    elif location.sha256(rel) != entry["sha256"]:
+    if size != entry.bytes:
+        v.add("size mismatch", f"{rel}: {size} bytes, {where} says {entry.bytes} (changed or truncated)")
+    elif location.sha256(rel) != entry.sha256:
         v.add("hash mismatch", f"{rel}: sha256 differs from {where} (the file changed after it was committed)")
     try:
         with location.open_input(rel) as source:
@@ -97,8 +86,8 @@ def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str
     except Exception as err:  # noqa: BLE001 - pyarrow raises several types for damaged files
         v.add("corrupt", f"{rel}: corrupt or truncated Parquet file ({type(err).__name__}: {err})")
         return
-    if parquet.metadata.num_rows != int(entry["rows"]):
-        v.add("row count", f"{rel}: {parquet.metadata.num_rows} rows, {where} says {entry['rows']}")
+    if parquet.metadata.num_rows != entry.rows:
+        v.add("row count", f"{rel}: {parquet.metadata.num_rows} rows, {where} says {entry.rows}")
     inside = [c for c in PARTITIONS if c in schema.names]
     if inside:
         v.add("schema", f"{rel}: stores the partition column(s) {', '.join(inside)} inside (they belong in the path)")
@@ -123,42 +112,33 @@ def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str
         v.add("content", f"{rel}: runs have different numbers of curve bins")
 
 
-def verify_store(results_dir: str | Path | StoreLocation) -> Verification:
-    """Check a store; NotAStore if `results_dir` is not one."""
-    location = as_location(results_dir)
+def verify_store(location: StoreLocation) -> Verification:
+    """Check a store; NotAStore if `location` is not one."""
     location.check()
     if not any(location.exists(p) for p in (MANIFESTS, SCORES, CURVES, SWEEP_RECORD, STORE_RECORD)):
         raise NotAStore(
             f"{location}: not a results store (no {MANIFESTS}/, {SCORES}/ or {SWEEP_RECORD}); give STORAGE/<sweep name>"
         )
-    v = Verification(location.local_path if location.local else location)
-    if location.local and not isinstance(results_dir, StoreLocation):
-        v.results_dir = Path(results_dir)
-
-    if not location.is_file(STORE_RECORD):
-        v.add("record", f"{STORE_RECORD}: missing (the store does not record its dtype and package version)")
-    else:
-        try:
-            record = json.loads(location.read_bytes(STORE_RECORD))
-            if not isinstance(record, dict) or "dtype" not in record or "package_version" not in record:
-                v.add("record", f"{STORE_RECORD}: lacks dtype or package_version")
-        except ValueError as err:
-            v.add("record", f"{STORE_RECORD}: not valid JSON ({err})")
-    sweep, wanted = None, None
-    if not location.is_file(SWEEP_RECORD):
-        v.add("record", f"{SWEEP_RECORD}: missing (the store does not record its sweep; missing runs cannot be checked)")
-    else:
-        try:
-            sweep, wanted = recorded_sweep(location), recorded_pairs(location)
-        except Exception as err:  # noqa: BLE001 - a SweepError or a YAML error: either way unusable
-            v.add("record", f"{SWEEP_RECORD}: not a valid sweep ({err})")
+    v = Verification(location)
+    try:
+        if read_store_record(location) is None:
+            v.add("record", f"{STORE_RECORD}: missing (the store does not record its dtype and package version)")
+    except RecordError as err:
+        v.add("record", str(err))
+    sweep = None
+    try:
+        sweep = read_sweep(location)
+        if sweep is None:
+            v.add("record", f"{SWEEP_RECORD}: missing (the store does not record its sweep; missing runs cannot be checked)")
+    except SweepError as err:
+        v.add("record", f"{SWEEP_RECORD}: not a valid sweep ({err})")
 
     manifests = []
-    for entry in _manifest_entries(location):
+    for entry in manifest_entries(location):
         try:
-            manifests.append(parse_manifest(entry.name, location.read_bytes(entry.rel)))
-        except ValueError as err:
-            v.add("damaged manifest", f"{MANIFESTS}/{entry.name}: damaged manifest ({err})")
+            manifests.append(parse_manifest(location, entry))
+        except RecordError as err:
+            v.add("damaged manifest", str(err))
     manifests.sort(key=lambda m: m.order)
     v.packs = len(manifests)
     for m in manifests:
@@ -183,18 +163,16 @@ def verify_store(results_dir: str | Path | StoreLocation) -> Verification:
             f"{', '.join(f'{MANIFESTS}/{n}' for n in names)}; reads use the newest, {MANIFESTS}/{names[-1]}",
         )
 
-    for rel in orphan_entries(location):
+    for rel in orphans(location, manifests):
         v.add("orphan", f"{rel}: orphan (no manifest names it; `fade-sweep run --resume` removes it)")
 
-    if sweep is not None and wanted is not None:
-        outside = sum(1 for pair in holders if pair not in wanted)
+    if sweep is not None:
+        outside = sum(1 for pair in holders if pair not in sweep.pairs)
         if outside:
             v.notes.append(f"{outside} stored runs are not in the current sweep; ignored")
         lacking: Counter = Counter()
         for e in sweep.experiments:
-            for values in e.configs():
-                config_id = make_config(e, values).config_id
-                lacking[(e.task, e.optimizer)] += sum((config_id, s) not in holders for s in sweep.seeds)
+            lacking[(e.task, e.optimizer)] += sum((c.config_id, s) not in holders for c in e.cells for s in sweep.seeds)
         v.missing = sum(lacking.values())
         for (task, optimizer), n in sorted(lacking.items()):
             if n:

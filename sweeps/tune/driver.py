@@ -21,7 +21,6 @@ from cluster.connect import connect
 from cluster.placement import parallel_slots
 from cluster.storage import check_storage
 from sweeps.analysis.confirm import selected_configs
-from sweeps.analysis.queries import missing_runs, scores
 from sweeps.spec import (
     CONFIRMATION,
     TUNING,
@@ -36,8 +35,9 @@ from sweeps.spec import (
 )
 from sweeps.store.dataset import finished_runs, has_results, remove_orphans, set_aside_damaged
 from sweeps.store.location import StoreLocation
+from sweeps.store.store import Store
 from sweeps.store.lock import refuse_if_locked, store_lock
-from sweeps.store.record import check_and_record, read_store_record, recorded_sweep, sweep_pairs
+from sweeps.store.record import check_and_record, sweep_pairs
 from sweeps.store.stages import ConfirmationRecord, read_confirmation, write_confirmation
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
@@ -154,22 +154,22 @@ def _refuse_overwrite(sweep: Sweep, results_dir: StoreLocation, resume: bool) ->
         )
 
 
-def confirmation_record(results_dir: str | Path | StoreLocation, seeds: int | tuple[int, ...], stat: str = "mean") -> ConfirmationRecord:
+def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = "mean") -> ConfirmationRecord:
     """What the confirmation stage of a finished grid runs: the configuration `stat` selects per
     (setting, method) on the tuning seeds, on `seeds` fresh seeds (or the seeds listed).
 
     SweepError (exit 2): no recorded sweep, tuning runs missing, or listed seeds that are tuning seeds."""
-    sweep = recorded_sweep(results_dir)
+    sweep = store.sweep
     if sweep is None:
-        raise SweepError(f"{results_dir}: no recorded sweep (sweep.yaml); run the sweep first")
-    lacking = missing_runs(results_dir).height
+        raise SweepError(f"{store.location}: no recorded sweep (sweep.yaml); run the sweep first")
+    lacking = store.missing_runs().height
     if lacking:
-        raise SweepError(f"{results_dir}: {lacking} tuning runs have no result; finish the grid first (`fade-sweep run ... --resume`)")
+        raise SweepError(f"{store.location}: {lacking} tuning runs have no result; finish the grid first (`fade-sweep run ... --resume`)")
     try:
         fresh = confirmation_seeds(sweep.seeds, list(seeds) if isinstance(seeds, tuple) else seeds)
     except ValueError as err:
         raise SweepError(f"--seeds: {err}") from None
-    chosen = selected_configs(scores(results_dir), stat)
+    chosen = selected_configs(store.scan("scores"), stat)
     return ConfirmationRecord(stat, fresh, sweep.seeds, tuple(chosen.to_dicts()))
 
 
@@ -183,9 +183,10 @@ def confirm_sweep(results_dir: str | Path | StoreLocation, seeds: int | tuple[in
     results_dir = StoreLocation.parse(results_dir)
     results_dir.check()
     refuse_if_locked(results_dir)
-    record = confirmation_record(results_dir, seeds, stat)
-    sweep = recorded_sweep(results_dir)
-    dtype = (read_store_record(results_dir) or {}).get("dtype", options.dtype)
+    store = Store.open(results_dir)
+    record = confirmation_record(store, seeds, stat)
+    sweep = store.sweep
+    dtype = store.record.dtype if store.record is not None else options.dtype
     options = dataclasses.replace(options, dtype=dtype)
     resources = options.resources or sweep.resources
     check_task_data(sweep)

@@ -14,36 +14,30 @@ import json
 from pathlib import Path
 from typing import Callable
 
-from sweeps.spec import TUNING, Config, Experiment, Pack, Sweep, make_config
+from sweeps.spec import TUNING, Config, Experiment, Pack, Sweep
 from sweeps.store.location import StoreLocation
+from sweeps.store.records import PACKS_FILE, PackConfig, PackEntry, PacksRecord, RecordError, read_record
 from sweeps.packs.runner import CHECKPOINT_FILE, CHECKPOINT_META
 
-PACKS_RECORD = "packs.json"  # inside a Tune experiment: what its pack ids mean (JSON, never a pickle)
-PACKS_RECORD_FORMAT = 1
 TUNE_PREFIX = "tune-"
 
 Runs = set[tuple[str, int]]
 
 
-def _pack_record(pack: Pack) -> dict:
+def _pack_entry(pack: Pack) -> PackEntry:
     e = pack.experiment
-    return {
-        "experiment": {
-            "task": e.task,
-            "settings": dataclasses.asdict(e.settings),
-            "optimizer": e.optimizer,
-            "grid": {name: list(values) for name, values in e.grid},
-        },
-        "stage": pack.stage,
-        "configs": [{"config_id": c.config_id, "hyperparameters": dict(c.hyperparameters)} for c in pack.configs],
-        "seeds": list(pack.seeds),
-    }
+    return PackEntry(
+        experiment={"task": e.task, "settings": dataclasses.asdict(e.settings), "optimizer": e.optimizer,
+                    "grid": {name: list(values) for name, values in e.grid}},
+        stage=pack.stage,
+        configs=[PackConfig(config_id=c.config_id, hyperparameters=dict(c.hyperparameters)) for c in pack.configs],
+        seeds=list(pack.seeds),
+    )
 
 
-def packs_document(sweep: Sweep, packs: list[Pack]) -> bytes:
-    """The packs record of a new Tune experiment."""
-    document = {"format": PACKS_RECORD_FORMAT, "sweep": sweep.name, "packs": {p.pack_id: _pack_record(p) for p in packs}}
-    return json.dumps(document, indent=1, default=str).encode()
+def packs_record(sweep: Sweep, packs: list[Pack]) -> PacksRecord:
+    """The packs record of a new Tune experiment (written as tune-*/packs.json)."""
+    return PacksRecord(sweep=sweep.name, packs={p.pack_id: _pack_entry(p) for p in packs})
 
 
 def experiments(location: StoreLocation) -> list[str]:
@@ -53,12 +47,7 @@ def experiments(location: StoreLocation) -> list[str]:
 
 def config_index(sweep: Sweep) -> dict[str, tuple[Experiment, Config]]:
     """config id -> (experiment, config) for every grid cell of the sweep."""
-    index = {}
-    for experiment in sweep.experiments:
-        for values in experiment.configs():
-            config = make_config(experiment, values)
-            index[config.config_id] = (experiment, config)
-    return index
+    return {config.config_id: (experiment, config) for experiment in sweep.experiments for config in experiment.cells}
 
 
 def recorded_packs(results_dir: str | Path | StoreLocation, sweep: Sweep, stage: str = TUNING,
@@ -74,30 +63,24 @@ def recorded_packs(results_dir: str | Path | StoreLocation, sweep: Sweep, stage:
     location = StoreLocation.parse(results_dir)
     packs: dict[str, Pack] = {}
     for experiment_name in experiments(location):
-        rel = f"{experiment_name}/{PACKS_RECORD}"
+        rel = f"{experiment_name}/{PACKS_FILE}"
         try:
-            entries = json.loads(location.read_bytes(rel))["packs"].items()
-        except FileNotFoundError:
-            continue
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            record = read_record(location, rel, PacksRecord)
+        except (OSError, RecordError):
             if notify:
                 notify(f"{location.url(rel)}: unreadable pack record; its packs are planned afresh")
             continue
-        for pack_id, entry in entries:
+        for pack_id, entry in ({} if record is None else record.packs).items():
             pack = _rebuilt(entry, index, allowed, stage)
             if pack is not None and pack.pack_id == pack_id:
                 packs[pack_id] = pack
     return packs
 
 
-def _rebuilt(entry: dict, index: dict[str, tuple[Experiment, Config]], allowed: set[int], stage: str) -> Pack | None:
-    try:
-        ids = [c["config_id"] for c in entry["configs"]]
-        pack_seeds = tuple(int(s) for s in entry["seeds"])
-        recorded_stage = entry.get("stage", TUNING)
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return None
-    if recorded_stage != stage or not ids or any(i not in index for i in ids) or not set(pack_seeds) <= allowed:
+def _rebuilt(entry: PackEntry, index: dict[str, tuple[Experiment, Config]], allowed: set[int], stage: str) -> Pack | None:
+    ids = [c.config_id for c in entry.configs]
+    pack_seeds = tuple(entry.seeds)
+    if entry.stage != stage or not ids or any(i not in index for i in ids) or not set(pack_seeds) <= allowed:
         return None
     if len({id(index[i][0]) for i in ids}) != 1:
         return None

@@ -22,7 +22,8 @@ from sweeps.store.dataset import finished_runs
 from sweeps.store.location import StoreLocation
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
-from sweeps.tune.resume import PACKS_RECORD, TUNE_PREFIX, packs_document
+from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
+from sweeps.tune.resume import TUNE_PREFIX, packs_record
 from sweeps.tune.trainable import pack_trainable
 from tasks import get_task
 
@@ -78,7 +79,7 @@ def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions
     )
 
 
-def _new_experiment(results_dir: StoreLocation, document: bytes) -> str:
+def _new_experiment(results_dir: StoreLocation, record: PacksRecord) -> str:
     """A new tune-<time> experiment holding its packs record (the writer lock is held: no race)."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):
@@ -90,7 +91,7 @@ def _new_experiment(results_dir: StoreLocation, document: bytes) -> str:
                 continue
         elif results_dir.exists(name):
             continue
-        results_dir.write_bytes(f"{name}/{PACKS_RECORD}", document)
+        write_record(results_dir, f"{name}/{PACKS_FILE}", record)
         return name
     raise RuntimeError(f"cannot create a new Tune experiment folder in {results_dir}")
 
@@ -157,7 +158,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], resu
     unless all finish."""
     _quiet_tune()
     results_dir.makedirs()
-    name = _new_experiment(results_dir, packs_document(sweep, packs))
+    name = _new_experiment(results_dir, packs_record(sweep, packs))
     by_id = {p.pack_id: p for p in packs}
     stage = packs[0].stage
     label = sweep.name if stage == TUNING else f"{sweep.name} ({stage})"

@@ -21,8 +21,8 @@ import numba
 import torch
 
 from sweeps.packs import make_runner
-from sweeps.store.status import format_rate
 from sweeps.spec import Experiment, Pack, PackResources, Sweep, make_config, plan_packs
+from sweeps.spec.plan import format_rate
 from tasks import get_task
 
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}

@@ -1,0 +1,255 @@
+"""The store's small JSON records as validated models, each read and written in ONE place.
+
+    manifests/<name>.json   Manifest: one committed pack write (dataset.py has the commit rule)
+    store.json              StoreRecord: format, dtype, package version, sweep history (record.py)
+    writer.lock             LockHolder: who writes the store (lock.py)
+    status.json             SweepStatus: the driver's live status (status.py)
+    tune-*/packs.json       PacksRecord: what a Tune experiment's pack ids mean (written and read by the
+                            driver: write_record(location, f"{experiment}/{PACKS_FILE}", record))
+
+`read_record` and `write_record` are the only code that turns these files into objects and
+back. A record that is not valid JSON or does not fit its model is a `RecordError` naming
+the file and the first field at fault; nothing executable is ever read (plain JSON only).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import socket
+from dataclasses import field
+from typing import Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    field_serializer,
+    field_validator,
+    model_validator,
+)
+from pydantic.dataclasses import dataclass
+
+from sweeps.store.location import StoreLocation
+
+STATUS_FILE = "status.json"
+PACKS_FILE = "packs.json"  # inside each Tune experiment folder (tune-*/)
+MANIFEST_FORMAT = 1
+STORE_FORMAT = 1
+PACKS_FORMAT = 1
+KINDS = ("scores", "curves")  # the two data files of a pack
+
+
+class RecordError(RuntimeError):
+    """A record that cannot be read as what it should be; the message names the file."""
+
+
+class _Record(BaseModel):
+    """Unknown keys are kept (a newer writer may add some) and written back unchanged."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class DataFile(BaseModel):
+    """One data file of a pack, as its manifest records it."""
+
+    path: str
+    rows: int
+    bytes: int
+    sha256: str
+
+
+class Manifest(_Record):
+    """One committed pack write: its runs (every config x every seed) and its two data files."""
+
+    format: Literal[1] = MANIFEST_FORMAT
+    pack_id: str
+    write_id: str
+    written_at: float
+    task: str
+    optimizer: str
+    configs: tuple[str, ...]
+    seeds: tuple[int, ...]
+    files: dict[Literal["scores", "curves"], DataFile]
+    stage: Literal["tuning", "confirmation"] | None = None  # None: written before stages (tuning; no stage column)
+    name: str = Field("", exclude=True)  # its file name under manifests/ (not stored in it)
+
+    @field_validator("files")
+    @classmethod
+    def _both_kinds_in_place(cls, files: dict[str, DataFile]) -> dict[str, DataFile]:
+        for kind in KINDS:
+            if kind not in files:
+                raise ValueError(f"no {kind} file")
+            path = files[kind].path
+            if not path.startswith(f"{kind}/") or ".." in path:
+                raise ValueError(f"{kind} path {path!r} is not under {kind}/")
+        return files
+
+    @property
+    def run_stage(self) -> str:
+        return self.stage or "tuning"
+
+    @property
+    def order(self) -> tuple[float, str]:
+        """Newer manifests sort later; ties broken by write id (deterministic)."""
+        return (self.written_at, self.write_id)
+
+    def pairs(self) -> list[tuple[str, int]]:
+        return [(c, s) for c in self.configs for s in self.seeds]
+
+
+class StoreRecord(_Record):
+    """store.json: what the store holds runs of, and the sweep records it kept."""
+
+    format: int = STORE_FORMAT
+    dtype: str
+    package_version: str
+    created_at: float
+    created_by_version: str = "unknown"
+    updated_at: float
+    sweep_sha256: str = ""
+    history: list[str] = []
+
+
+class LockHolder(_Record):
+    """writer.lock's body: the writing process; on object stores also the lease (owner, expiry)."""
+
+    pid: int | None = None
+    host: str | None = None
+    started_at: float | None = None
+    started: str | None = None
+    command: str = ""
+    owner: str | None = None
+    lease_seconds: float | None = None
+    renewed_at: float | None = None
+    expires_at: float | None = None
+
+
+@dataclass
+class TrialStatus:
+    """One pack's trial as status.json shows it."""
+
+    pack_id: str
+    state: str  # pending | running | done | failed
+    run_steps_done: int = 0
+    run_steps_total: int = 0
+    node_id: str | None = None
+    pid: int | None = None
+    restored_from_step: int = 0  # > 0 when the trial continued from a checkpoint
+
+
+@dataclass
+class SweepStatus:
+    """status.json: the driver's live view of a sweep (trials are a list there, by pack id here).
+    A plain (validated) dataclass: the driver's progress callback updates it in place."""
+
+    sweep: str
+    state: str  # running | finished | failed | interrupted
+    started_at: float
+    updated_at: float  # the heartbeat
+    run_steps_total: int
+    trials: dict[str, TrialStatus] = field(default_factory=dict)
+    driver_pid: int | None = field(default_factory=os.getpid)
+    host: str | None = field(default_factory=socket.gethostname)
+    run_steps_at_start: int = 0  # of packs finished by earlier runs of the sweep (not part of this run's rate)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _older_file_names_no_driver(cls, data: Any) -> Any:
+        """A status.json written before driver_pid / host existed names no driver (not the reader)."""
+        if isinstance(data, dict):
+            data = {"driver_pid": None, "host": None, **data}
+        return data
+
+    @field_validator("trials", mode="before")
+    @classmethod
+    def _by_pack_id(cls, trials: Any) -> Any:
+        return {t["pack_id"]: t for t in trials} if isinstance(trials, list) else trials
+
+    @field_serializer("trials")
+    def _as_list(self, trials: dict[str, TrialStatus]) -> list[TrialStatus]:
+        return list(trials.values())
+
+    @property
+    def run_steps_done(self) -> int:
+        return sum(t.run_steps_done for t in self.trials.values())
+
+    def count(self, state: str) -> int:
+        return sum(t.state == state for t in self.trials.values())
+
+    @property
+    def rate(self) -> float:
+        """Run-steps per second since this run of the sweep started."""
+        elapsed = self.updated_at - self.started_at
+        return max(0, self.run_steps_done - self.run_steps_at_start) / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def nodes(self) -> set[str]:
+        return {t.node_id for t in self.trials.values() if t.node_id}
+
+    def write(self, location: StoreLocation) -> None:
+        write_record(location, STATUS_FILE, self)
+
+
+class PackConfig(_Record):
+    config_id: str
+    hyperparameters: dict[str, float] = {}
+
+
+class PackEntry(_Record):
+    """One pack of packs.json: its configs and seeds (`experiment` is informative only: a resume
+    rebuilds every pack from the current sweep)."""
+
+    experiment: dict[str, Any] = {}
+    stage: Literal["tuning", "confirmation"] = "tuning"  # absent in records written before stages: tuning
+    configs: list[PackConfig]
+    seeds: list[int]
+
+
+class PacksRecord(_Record):
+    """tune-*/packs.json: the packs a Tune experiment ran, by pack id; a resume rebuilds each from
+    the current sweep and keeps it only if the rebuilt pack has the recorded id."""
+
+    format: int = PACKS_FORMAT
+    sweep: str
+    packs: dict[str, PackEntry]
+
+
+Model = TypeVar("Model")
+
+
+@functools.cache
+def _adapter(model: type) -> TypeAdapter:
+    return TypeAdapter(model)
+
+
+def parse_record(model: type[Model], raw: bytes, where: str) -> Model:
+    """`raw` as a `model`; RecordError naming `where` and what is wrong."""
+    try:
+        return _adapter(model).validate_json(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        field_name = ".".join(str(p) for p in first["loc"]) or "the document"
+        reason = "not valid JSON" if first["type"] == "json_invalid" else f"{field_name}: {first['msg']}"
+        raise RecordError(f"{where}: damaged {model.__name__} record ({reason})") from None
+
+
+def record_json(record: Any) -> bytes:
+    """`record` as the JSON its file holds."""
+    return _adapter(type(record)).dump_json(record, indent=1)
+
+
+def read_record(location: StoreLocation, rel: str, model: type[Model]) -> Model | None:
+    """The record `rel` under `location` (None if absent); RecordError if it is damaged."""
+    try:
+        raw = location.read_bytes(rel)
+    except FileNotFoundError:
+        return None
+    return parse_record(model, raw, location.url(rel))
+
+
+def write_record(location: StoreLocation, rel: str, record: Any, *, durable: bool = False) -> None:
+    """Write `record` as `rel` atomically (readers see the old or the new one, never a part)."""
+    location.write_bytes(rel, record_json(record), durable=durable)
