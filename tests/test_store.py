@@ -22,7 +22,7 @@ from sweeps import results
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
-from sweeps.store import Store, StoreError, StoreLocation, dataset
+from sweeps.store import Store, StoreError, StoreLocation, dataset, manifests
 from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
 from sweeps.store.record import check_and_record
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
@@ -153,11 +153,11 @@ def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypat
     assert len(list((results_dir / "scores").rglob("*.parquet"))) == 2
     assert results.scores(results_dir).collect()["optimizer"].unique().to_list() == ["sgd"]
     assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
-    assert dataset.finished_runs(location) == {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
-    assert not dataset.pack_written(location, fade)
+    assert Store(location).finished_runs() == {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
+    assert not Store(location).pack_written(fade)
     orphans = Store(location).orphans()
     assert sorted(Path(p).parent.name for p in orphans) == ["optimizer=fade", "optimizer=fade"]
-    assert dataset.remove_orphans(location) == [str(results_dir / p) for p in orphans] and Store(location).orphans() == []
+    assert Store(location).tidy() == ([], [str(results_dir / p) for p in orphans]) and Store(location).orphans() == []
     assert all(not (results_dir / p).exists() for p in orphans)
 
 
@@ -185,6 +185,25 @@ def test_a_pack_written_twice_counts_each_run_once_newest_wins(full):
     assert results.best_table(full).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
 
 
+def test_committed_files_leave_out_a_superseded_copy(full, capsys):
+    """A pack written again (a retry, a resume) supersedes its older copy: outside readers are given the
+    newest file only, and count each run once; verify names the copy; the Store's frames agree."""
+    (sgd,) = _packs(optimizers=("sgd",))
+    first = Store.open(full)
+    old = next(m for m in first.manifests if m.optimizer == "sgd")
+    newest = first.write_pack(sgd, _outcome(sgd, offset=100.0))
+    store = Store.open(full)
+    files = store.committed_files("scores")
+    assert len(store.manifests) == 3 and len(files) == 2
+    assert str(full / old.files["scores"].path) not in files and str(full / newest.files["scores"].path) in files
+    assert [str(full / m.files["curves"].path) in store.committed_files("curves") for m in (old, newest)] == [False, True]
+    outside = pl.read_parquet(files, hive_partitioning=True)
+    assert outside.height == RUNS and outside.select("config_id", "seed").n_unique() == RUNS
+    assert outside.sort("config_id", "seed").equals(store.scan("scores").collect().select(outside.columns).sort("config_id", "seed"))
+    code, out = _verify(full, capsys)
+    assert code == 1 and f"reads use the newest, manifests/{newest.name}" in out
+
+
 def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
     results_dir = tmp_path / "db"
     store = Store.open(results_dir)
@@ -195,6 +214,7 @@ def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
     store.write_pack(second, _outcome(second, offset=50.0))  # the second config again
     frame = results.scores(results_dir).collect().sort("config_id", "seed")
     assert frame.height == 2 * SEEDS
+    assert len(store.committed_files()) == 2  # the first file still commits the first config: listed
     by_config = dict(frame.group_by("config_id").agg(pl.col("score").min()).iter_rows())
     assert by_config[sgd.configs[0].config_id] == 0.0 and by_config[sgd.configs[1].config_id] == 50.0
     assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
@@ -474,7 +494,7 @@ def test_a_truncated_committed_file_is_named_by_readers_and_set_aside_on_resume(
     victim.write_bytes(data[:100])
     with pytest.raises(StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
         results.scores(full).collect()
-    assert dataset.set_aside_damaged(StoreLocation.parse(full)) == [rel]
+    assert manifests.set_aside_damaged(StoreLocation.parse(full), Store.open(full).manifests) == [rel]
     assert 0 < results.scores(full).collect().height < runs_before  # that pack is no longer committed
     assert list((full / "history").glob("damaged-*.json")), "the manifest is kept, not lost"
     assert rel in Store.open(full).orphans()
@@ -525,6 +545,16 @@ def test_a_store_opened_once_serves_a_whole_report(full, tmp_path, monkeypatch):
     assert reads == {"manifests": 2, "sweep": 2}
 
 
+def _confirmation(store: Store):
+    """A confirmation stage of two selected configurations on two fresh seeds, recorded in `store`."""
+    from sweeps.store.records import ConfirmationRecord
+
+    chosen = store.scan("scores").select("task", "optimizer", "config_id", "alpha").unique("optimizer").sort("optimizer")
+    record = ConfirmationRecord(stat="median", seeds=(7, 8), tuning_seeds=tuple(range(SEEDS)), selected=chosen.collect().to_dicts())
+    store.record_confirmation(record)
+    return record
+
+
 def test_records_round_trip(full):
     from sweeps.store.records import LockHolder, Manifest, PacksRecord, SweepStatus, TrialStatus, parse_record, record_json
 
@@ -541,11 +571,16 @@ def test_records_round_trip(full):
     for record in (store.record, LockHolder(pid=1, host="h", command="x"),
                    PacksRecord(sweep="db", packs={"p": {"configs": [{"config_id": "c"}], "seeds": [0, 1]}})):
         assert parse_record(type(record), record_json(record), "r") == record
+    record = _confirmation(store)
+    again = Store.open(full).confirmation
+    assert again == record and again.selected[0].model_extra["task"] == "linear_tracking"  # extra columns kept
+    assert again.pairs() == {(row.config_id, s) for row in record.selected for s in (7, 8)}
+    assert json.loads((full / "confirmation.json").read_text())["selected"][0]["alpha"] == record.selected[0].alpha
     older = {"sweep": "s", "state": "running", "started_at": 1.0, "updated_at": 2.0, "run_steps_total": 1, "trials": []}
     assert parse_record(SweepStatus, json.dumps(older).encode(), "s").driver_pid is None  # names no driver, not the reader
 
 
-@pytest.mark.parametrize("record", ["manifest", "store.json", "status.json"])
+@pytest.mark.parametrize("record", ["manifest", "store.json", "status.json", "confirmation.json"])
 def test_a_damaged_record_is_an_error_naming_its_file(full, record, capsys):
     from sweeps.store import RecordError
     from sweeps.store.records import SweepStatus
@@ -561,11 +596,18 @@ def test_a_damaged_record_is_an_error_naming_its_file(full, record, capsys):
     victim = full / record
     if record == "status.json":
         SweepStatus("db", "running", 1.0, 2.0, 100).write(StoreLocation.parse(full))
+    if record == "confirmation.json":
+        _confirmation(Store.open(full))
     victim.write_text(victim.read_text()[:40])
+    read = {"status.json": Store.status, "store.json": lambda s: s.record, "confirmation.json": lambda s: s.confirmation}
     with pytest.raises(RecordError, match=rf"^{victim}: damaged \w+ record \(not valid JSON\)$"):
-        Store.open(full).status() if record == "status.json" else Store.open(full).record
+        read[record](Store.open(full))
     capsys.readouterr()
     assert main(["status" if record == "status.json" else "verify", str(full)]) == 1
+    if record == "confirmation.json":  # valid JSON, but not the record: the field at fault is named
+        victim.write_text(json.dumps({"format": 1, "stat": "mean", "seeds": [9], "tuning_seeds": [0], "selected": [{}]}))
+        with pytest.raises(RecordError, match=rf"^{victim}: damaged ConfirmationRecord record \(selected\.0\.optimizer: Field required\)$"):
+            Store.open(full).confirmation
     captured = capsys.readouterr()
     assert f"{victim}: damaged" in captured.out + captured.err
 
