@@ -11,6 +11,8 @@ that another process (a Ray worker, a submitted job) can rebuild the same locati
 Objects are written in one request (a PUT, or a multipart upload completed at close): on
 S3 and GCS an object appears whole or not at all. `s3_client` gives boto3 for the conditional
 writes pyarrow cannot send (S3 `If-None-Match` / `If-Match`): the writer lease's building block.
+
+pyarrow loads with the first object-store URI parsed: a local store's light commands do without it.
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ import hashlib
 import io
 import os
 from dataclasses import replace
-from typing import Any, BinaryIO, Callable, ClassVar, Self
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ClassVar, Self
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
-import pyarrow.fs as pafs
-
 from sweeps.store.uris import Entry, StorageError, reason, redact
+
+if TYPE_CHECKING:
+    import pyarrow.fs as pafs
 
 OBJECT_SCHEMES = ("s3", "gs", "gcs")
 QUERY_KEYS = ("endpoint_override", "scheme", "region")
@@ -46,6 +49,8 @@ def _endpoint(query: dict[str, str]) -> tuple[str | None, str | None]:
 
 @functools.lru_cache(maxsize=32)
 def _s3_filesystem(bucket: str, endpoint: str | None, scheme: str | None, region: str | None) -> pafs.FileSystem:
+    import pyarrow.fs as pafs
+
     if not region and not endpoint:
         try:
             region = pafs.resolve_s3_region(bucket)
@@ -65,6 +70,8 @@ def _s3_filesystem(bucket: str, endpoint: str | None, scheme: str | None, region
 def object_filesystem(scheme: str, parts: SplitResult, shown: str) -> tuple[pafs.FileSystem, str, str]:
     """(filesystem, bucket/prefix, "?query" as given) of an object-store URI; StorageError (naming
     `shown`, the URI without secrets) for credentials, a fragment, unknown query keys or no bucket."""
+    import pyarrow.fs as pafs
+
     if "@" in parts.netloc or parts.password:
         raise StorageError(
             f"storage {shown}: credentials do not belong in the URI; use the environment, config files or an instance role"
@@ -137,7 +144,7 @@ class ObjectPrefix:
             info = self.fs.get_file_info(self.bucket)
         except OSError as err:
             raise StorageError(f"storage {self.display}: cannot reach the object store ({reason(err)})") from None
-        if info.type == pafs.FileType.NotFound:
+        if info.type.name == "NotFound":
             raise StorageError(f"storage {self.display}: bucket {self.bucket} does not exist (or these credentials cannot see it)")
 
     # ------------------------------------------------------------ reading
@@ -146,18 +153,18 @@ class ObjectPrefix:
         return self._call(self.fs.get_file_info, self.path(rel))
 
     def exists(self, rel: str = "") -> bool:
-        return self.info(rel).type != pafs.FileType.NotFound
+        return self.info(rel).type.name != "NotFound"  # pyarrow's FileType, by name
 
     def is_file(self, rel: str) -> bool:
-        return self.info(rel).type == pafs.FileType.File
+        return self.info(rel).type.name == "File"
 
     def is_dir(self, rel: str = "") -> bool:
         """A prefix with at least one object under it."""
-        return self.info(rel).type == pafs.FileType.Directory
+        return self.info(rel).type.name == "Directory"
 
     def size(self, rel: str) -> int:
         info = self.info(rel)
-        if info.type != pafs.FileType.File:
+        if info.type.name != "File":
             raise FileNotFoundError(self.url(rel))
         return info.size
 
@@ -179,17 +186,15 @@ class ObjectPrefix:
 
     def list(self, rel: str = "", recursive: bool = False) -> list[Entry]:
         """Objects under `rel`, sorted by path; [] if there is none."""
-        infos = self._call(self.fs.get_file_info, pafs.FileSelector(self.path(rel), recursive=recursive, allow_not_found=True))
         prefix = self.base + "/"
         return sorted(
-            (Entry(i.path[len(prefix):], i.size or 0, i.mtime_ns or 0) for i in infos if i.type == pafs.FileType.File),
+            (Entry(i.path[len(prefix):], i.size or 0, i.mtime_ns or 0) for i in self._under(rel, recursive) if i.type.name == "File"),
             key=lambda e: e.rel,
         )
 
     def children(self, rel: str = "") -> list[str]:
         """Names of the prefixes directly under `rel`, sorted."""
-        infos = self._call(self.fs.get_file_info, pafs.FileSelector(self.path(rel), recursive=False, allow_not_found=True))
-        return sorted(i.base_name for i in infos if i.type == pafs.FileType.Directory)
+        return sorted(i.base_name for i in self._under(rel, False) if i.type.name == "Directory")
 
     # ------------------------------------------------------------ writing
 
@@ -222,7 +227,7 @@ class ObjectPrefix:
         """A boto3 client on this location's S3 endpoint, region and credential chain, for what pyarrow
         cannot send: conditional writes (If-None-Match / If-Match, the writer lease). None where the
         store is not S3 or boto3 is not installed."""
-        if not isinstance(self.fs, pafs.S3FileSystem):
+        if self.fs.type_name != "s3":
             return None
         try:
             import boto3
@@ -238,6 +243,12 @@ class ObjectPrefix:
         )
 
     # ------------------------------------------------------------ helpers
+
+    def _under(self, rel: str, recursive: bool) -> list[pafs.FileInfo]:
+        """What lies under the prefix `rel` (every level if `recursive`); [] if nothing."""
+        from pyarrow.fs import FileSelector
+
+        return self._call(self.fs.get_file_info, FileSelector(self.path(rel), recursive=recursive, allow_not_found=True))
 
     def _put(self, rel: str, data: bytes) -> None:
         try:
