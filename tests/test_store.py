@@ -23,6 +23,7 @@ from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
 from sweeps.store import Store, StoreError, StoreLocation, dataset, manifests
+from sweeps.store import store as store_module
 from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
 from sweeps.store.record import check_and_record
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
@@ -406,6 +407,45 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
     assert any("Removed 1 orphan files of interrupted writes" in line for line in notices)  # a notice, never a print
 
 
+def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, monkeypatch):
+    """From `run_sweep(sweep, "STORAGE")` to the Tune experiment: the user's string becomes a location once,
+    and resume and the Tune wiring get the driver's Store (whose manifests were read once, under the lock)."""
+    from sweeps.tune import driver
+
+    _build(tmp_path / "db", optimizers=("sgd",))
+    real_parse, real_read = StoreLocation.parse.__func__, store_module.read_manifests
+    conversions, reads, handed = [], [], {}
+
+    def parse(cls, target):
+        if not isinstance(target, StoreLocation):
+            conversions.append(target)
+        return real_parse(cls, target)
+
+    def run_packs(sweep, packs, resume_from, store, *args, **kwargs):
+        handed["store"] = store
+        raise ReachedTune
+
+    class ReachedTune(Exception):
+        pass
+
+    def recorded(store, *args, **kwargs):
+        handed["resume"] = store
+        return {}
+
+    monkeypatch.setattr(StoreLocation, "parse", classmethod(parse))
+    monkeypatch.setattr(store_module, "read_manifests", lambda location: reads.append(location) or real_read(location))
+    monkeypatch.setattr(driver, "connect", lambda *a, **k: None)
+    monkeypatch.setattr(driver, "parallel_slots", lambda resources: 1)
+    monkeypatch.setattr(driver, "check_storage", lambda results_dir: None)
+    monkeypatch.setattr(driver, "recorded_packs", recorded)
+    monkeypatch.setattr(driver, "run_packs", run_packs)
+    with pytest.raises(ReachedTune):
+        driver.run_sweep(parse_sweep(SWEEP, "test"), str(tmp_path), resume=True)
+    assert conversions == [str(tmp_path)]
+    assert handed["store"] is handed["resume"] and handed["store"].location.base == str(tmp_path / "db")
+    assert len(reads) == 2  # under the lock, and again after tidying (which may set packs aside)
+
+
 # ---------------------------------------------------------------- tables say what is missing
 
 
@@ -526,7 +566,6 @@ def test_submit_refuses_a_results_folder_being_written_before_any_job(full, caps
 def test_a_store_opened_once_serves_a_whole_report(full, tmp_path, monkeypatch):
     """The manifests and the recorded sweep are read once per open, however many tables and figures."""
     from sweeps.analysis.report import write_report
-    from sweeps.store import store as store_module
 
     reads = {"manifests": 0, "sweep": 0}
 

@@ -47,9 +47,9 @@ __all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", 
 def results_dir_for(sweep: Sweep, storage: str | Path | StoreLocation) -> StoreLocation:
     """<storage>/<sweep name>: a local folder (made absolute), or a prefix of an object store (s3://, gs://).
     A URI is never taken for a local path: one the store cannot serve is a StorageError (exit 2)."""
-    location = StoreLocation.parse(storage)
+    location = StoreLocation.parse(storage)  # the one conversion of the user's string
     if location.local:
-        location = StoreLocation.parse(Path(location.base).expanduser().absolute())
+        location = dataclasses.replace(location, display=location.base)  # messages name the absolute folder
     return location / sweep.name
 
 
