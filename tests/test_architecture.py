@@ -140,7 +140,7 @@ HEAVY = ("ray", "torch", "numba", "pandas")
 # Lighter still where a command has no use for them: no frames outside table and report, no Parquet
 # outside verify (a local store; an object store's URI loads pyarrow.fs).
 UNNEEDED = {"help": ("polars", "pyarrow"), "presets": ("polars", "pyarrow"), "validation": ("polars", "pyarrow"),
-            "status": ("polars", "pyarrow"), "verify": ("polars",), "table": (), "report": ()}
+            "status": ("polars", "pyarrow"), "verify": ("polars",), "table": ("pyarrow",), "report": ()}
 _PROBE = """
 import contextlib, io, json, sys
 from sweeps.cli import main

@@ -22,7 +22,7 @@ from sweeps import results
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
-from sweeps.store import Store, StoreError, StoreLocation, dataset, manifests
+from sweeps.store import Store, StoreError, StoreLocation, commit, manifests
 from sweeps.store import store as store_module
 from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
 from sweeps.store.record import check_and_record
@@ -139,14 +139,14 @@ def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypat
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
     (fade,) = _packs(optimizers=("fade",))
     location = StoreLocation.parse(results_dir)
-    real = dataset.write_record
+    real = commit.write_record
 
     def crash_before_commit(where, rel, record, **kw):
-        if rel.startswith(f"{dataset.MANIFESTS}/"):
+        if rel.startswith(f"{commit.MANIFESTS}/"):
             raise OSError("killed before the manifest")
         return real(where, rel, record, **kw)
 
-    monkeypatch.setattr(dataset, "write_record", crash_before_commit)
+    monkeypatch.setattr(commit, "write_record", crash_before_commit)
     with pytest.raises(OSError, match="killed before the manifest"):
         Store(location).write_pack(fade, _outcome(fade))
     monkeypatch.undo()

@@ -1,4 +1,4 @@
-"""The Parquet data of interface.md: the data files of a pack, written and scanned.
+"""The Parquet data of interface.md: its layout, the key columns of a pack's runs, and the scans readers read.
 
 Layout under RESULTS_DIR (= <storage>/<sweep name>):
 
@@ -23,37 +23,28 @@ readers here select manifests by stage, so (config, seed) pairs, the newest-wins
 finished runs are all per stage, and the frames they return hold one stage (`stage` filled in
 for files written before stages).
 
-Writes follow the commit rule of manifests.py: data files first, the manifest last.
+Reading needs polars alone (pyarrow only for an object store); writing a pack is commit.py's.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
-import uuid
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
-import pyarrow as pa
-import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.spec import TUNING, Pack, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import MANIFESTS, Selection, StoreError, damage
-from sweeps.store.records import KINDS, PARTITIONS, DataFile, Manifest, write_record
+from sweeps.store.records import PARTITIONS, Manifest
 
-if TYPE_CHECKING:  # sweeps.packs imports torch; a store that only reads needs neither
-    from sweeps.packs.outcome import PackOutcome
-
-SCORES, CURVES = KINDS
 HIVE_SCHEMA = {"task": pl.String, "optimizer": pl.String}
 KEYS_SCHEMA = {"config_id": pl.String, "seed": pl.Int64}
 STAGE = "stage"  # the column (and manifest key) naming a row's stage
 
 
-# ---------------------------------------------------------------- tables of a pack
+# ---------------------------------------------------------------- the runs of a pack
 
 
 def run_keys(pack: Pack) -> pl.DataFrame:
@@ -74,76 +65,6 @@ def run_keys(pack: Pack) -> pl.DataFrame:
     )
     rows = per_config.gather(np.repeat(np.arange(len(configs)), seeds))
     return rows.with_columns(seed=pl.Series(np.tile(np.asarray(pack.seeds, np.int64), len(configs))))
-
-
-def _arrow_keys(pack: Pack, repeat: int = 1) -> dict[str, pa.ChunkedArray]:
-    """`run_keys` as Arrow columns for a data file, each row repeated `repeat` times (curve bins)."""
-    keys = run_keys(pack)
-    table = keys.gather(np.repeat(np.arange(keys.height), repeat)).to_arrow()
-    return {f.name: table[f.name].cast(pa.string()) if pa.types.is_large_string(f.type) or pa.types.is_string_view(f.type)
-            else table[f.name] for f in table.schema}
-
-
-def scores_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
-    """The pack's scores as read back (partition columns included)."""
-    columns = _arrow_keys(pack)
-    columns["score"] = pa.array(outcome.score, pa.float64())
-    columns["diverged"] = pa.array(outcome.diverged, pa.bool_())
-    columns["steps"] = pa.array(np.full(pack.runs, pack.experiment.settings.steps), pa.int64())
-    columns["wall_seconds"] = pa.array(np.full(pack.runs, outcome.wall_seconds), pa.float64())
-    columns[STAGE] = pa.array([pack.stage] * pack.runs, pa.string())
-    return pa.table(columns)
-
-
-def curves_table(pack: Pack, outcome: PackOutcome) -> pa.Table:
-    """The pack's curves as read back (partition columns included)."""
-    bins = len(outcome.bin_end)
-    columns = _arrow_keys(pack, bins)
-    columns["step"] = pa.array(np.tile(outcome.bin_end, pack.runs), pa.int64())
-    for name, values in outcome.curves.items():
-        if values is None:
-            columns[name] = pa.nulls(pack.runs * bins, pa.float64())
-        elif values.ndim == 3:  # one value per output: a fixed-size list column
-            flat = pa.array(values.reshape(-1), pa.float64())
-            columns[name] = pa.FixedSizeListArray.from_arrays(flat, values.shape[2])
-        else:
-            columns[name] = pa.array(values.reshape(-1), pa.float64())
-    columns[STAGE] = pa.array([pack.stage] * pack.runs * bins, pa.string())
-    return pa.table(columns)
-
-
-# ---------------------------------------------------------------- writes
-
-
-def _write_data_file(table: pa.Table, location: StoreLocation, relative: str) -> DataFile:
-    """Write one data file under its final (write-once) name; returns its manifest entry."""
-    size, sha256 = location.write_with(relative, lambda f: pq.write_table(table.drop_columns(list(PARTITIONS)), f))
-    return DataFile(path=relative, rows=table.num_rows, bytes=size, sha256=sha256)
-
-
-def new_write_id() -> str:
-    """Unique and time-ordered: <UTC time to the microsecond>-<random>."""
-    now = time.time()
-    return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 1_000_000:06d}-{uuid.uuid4().hex[:8]}"
-
-
-def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome) -> Manifest:
-    """Commit a finished pack: its curves and scores files, then its manifest (the commit)."""
-    e = pack.experiment
-    write_id = new_write_id()
-    stem = f"pack-{pack.pack_id}-{write_id}"
-    partition = f"task={e.task}/optimizer={e.optimizer}"
-    files = {
-        CURVES: _write_data_file(curves_table(pack, outcome), location, f"{CURVES}/{partition}/{stem}.parquet"),
-        SCORES: _write_data_file(scores_table(pack, outcome), location, f"{SCORES}/{partition}/{stem}.parquet"),
-    }
-    manifest = Manifest(
-        pack_id=pack.pack_id, write_id=write_id, written_at=time.time(), task=e.task, optimizer=e.optimizer, stage=pack.stage,
-        configs=tuple(c.config_id for c in pack.configs), seeds=tuple(int(s) for s in pack.seeds), files=files,
-        name=f"{stem}.json",
-    )
-    write_record(location, f"{MANIFESTS}/{manifest.name}", manifest, durable=True)  # the commit
-    return manifest
 
 
 # ---------------------------------------------------------------- what readers read
@@ -170,6 +91,7 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
             for key, paths in by_task.items()
         }
     else:
+        import pyarrow as pa
         import pyarrow.dataset as ds  # imports pandas: only where an object store is read
 
         partitioning = ds.partitioning(pa.schema([("task", pa.string()), ("optimizer", pa.string())]), flavor="hive")

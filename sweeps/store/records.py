@@ -1,6 +1,6 @@
 """The store's small JSON records as validated models, each read and written in ONE place.
 
-    manifests/<name>.json   Manifest: one committed pack write (dataset.py has the commit rule)
+    manifests/<name>.json   Manifest: one committed pack write (manifests.py has the commit rule)
     store.json              StoreRecord: format, dtype, package version, sweep history (record.py)
     writer.lock             LockHolder: who writes the store (lock.py)
     status.json             SweepStatus: the driver's live status (status.py)

@@ -16,8 +16,9 @@ tables and figures are made from them. A Store sees the store as it was when fir
 (manifests are write-once; `reopened()` sees later commits by other processes); its own
 writes are added to what it holds, and taking the writer lock reads everything again.
 
-Polars and the Parquet code load with the first frame: `fade-sweep status` reads records and
-manifests only, and `verify` loads pyarrow, not polars.
+Polars loads with the first frame and pyarrow with the first write (or object-store URI):
+`fade-sweep status` reads records and manifests only, `verify` loads pyarrow but not polars,
+and `table` and `report` on a local store load polars but not pyarrow.
 """
 
 from __future__ import annotations
@@ -155,7 +156,7 @@ class Store:
         """The committed rows of `kind` and `stage` (tuning: the grid; confirmation: the selected configurations
         on fresh seeds): one per (config, seed) for scores, per (config, seed, bin) for curves; task and
         optimizer (the hive partitions) first. FileNotFoundError when there are none."""
-        from sweeps.store.dataset import scan_selection  # polars and pyarrow: with the first frame
+        from sweeps.store.dataset import scan_selection  # polars: with the first frame
 
         frame = scan_selection(self.location, self.selection(all_runs, stage), kind)
         if frame is None:
@@ -232,8 +233,8 @@ class Store:
         return damaged, committed.remove_orphans(self.location, self.manifests)
 
     def write_pack(self, pack: Pack, outcome: PackOutcome) -> Manifest:
-        """Commit a finished pack (dataset.write_pack); this Store counts it from now on."""
-        from sweeps.store.dataset import write_pack
+        """Commit a finished pack (commit.write_pack); this Store counts it from now on."""
+        from sweeps.store.commit import write_pack  # pyarrow: only a writer loads it
 
         manifest = write_pack(self.location, pack, outcome)
         if "manifests" in self.__dict__:
