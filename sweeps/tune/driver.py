@@ -3,10 +3,11 @@
 `run_sweep` runs the grid (the tuning stage): every (config, seed) of the sweep without a
 score. `confirm_sweep` runs the confirmation stage: each method's configuration selected on
 the tuning seeds, again on fresh seeds (records.ConfirmationRecord). Both go through the same
-steps, each through the one `Store` of the results folder: check the store and refuse a second writer before Ray starts, connect, take the
-writer lock, set aside damaged packs and remove orphans, continue interrupted packs from
-their checkpoints (resume.py), plan the rest (sweeps.spec.plan) and run every pack as one
-new Tune experiment (wiring.py). Notices go to `ExecutionOptions.notify`; nothing here prints.
+steps, all through the one `Store` of the results folder: check the store and refuse a
+second writer before Ray starts, connect, take the writer lock, set aside damaged packs and
+remove orphans, continue interrupted packs from their checkpoints (resume.py), plan the rest
+(sweeps.spec.plan) and run every pack as one new Tune experiment (wiring.py). Notices go to
+`ExecutionOptions.notify`; nothing here prints.
 """
 
 from __future__ import annotations
