@@ -112,13 +112,13 @@ def test_the_known_selection_is_confirmed_on_fresh_disjoint_seeds(confirmed):
     results_dir, _ = confirmed
     record = Store.open(results_dir).confirmation
     assert record.seeds == (3, 4) and record.tuning_seeds == (0, 1, 2) and record.stat == "mean"
-    sgd = [row for row in record.selected if row["optimizer"] == "sgd"]
-    assert sorted(row["noise"] for row in sgd) == [0.0, 1.0] and {row["alpha"] for row in sgd} == {0.05}
+    sgd = [row for row in record.selected if row.optimizer == "sgd"]
+    assert sorted(row.noise for row in sgd) == [0.0, 1.0] and {row.alpha for row in sgd} == {0.05}
     runs = _confirmation_scores(results_dir)
     assert set(runs["seed"]) == {3, 4} and not set(runs["seed"]) & set(results.scores(results_dir).collect()["seed"])
     assert runs.height == len(record.selected) * 2 == 8 and runs.select("config_id", "seed").unique().height == 8
     assert set(runs["stage"]) == {"confirmation"} and set(results.scores(results_dir).collect()["stage"]) == {"tuning"}
-    reference = _reference(KNOWN, [row["config_id"] for row in record.selected], record.seeds)
+    reference = _reference(KNOWN, [row.config_id for row in record.selected], record.seeds)
     for row in runs.iter_rows(named=True):
         assert row["score"] == pytest.approx(reference[(row["config_id"], row["seed"])], rel=SAME_RUN, abs=0)  # as alone
 
@@ -212,7 +212,7 @@ def test_resume_after_an_interrupt_in_the_confirmation_stage_is_exact(tmp_path):
     runs = _confirmation_scores(results_dir)
     assert runs.height == 2 * SLOW_PACKS and runs.select("config_id", "seed").unique().height == runs.height
     record = Store.open(results_dir).confirmation
-    reference = _reference(SLOW, [row["config_id"] for row in record.selected], record.seeds)
+    reference = _reference(SLOW, [row.config_id for row in record.selected], record.seeds)
     for row in runs.iter_rows(named=True):
         assert row["score"] == pytest.approx(reference[(row["config_id"], row["seed"])], rel=SAME_RUN, abs=0)
     assert Store.open(results_dir).verify().clean

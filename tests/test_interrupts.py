@@ -142,9 +142,9 @@ def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scor
     sweep = parse_sweep(SWEEP, "test")
 
     def checkpointed_unfinished() -> bool:
-        done, packs = Store.open(original).finished_runs(), recorded_packs(original, sweep)
+        done, packs = Store.open(original).finished_runs(), recorded_packs(Store.open(original), sweep)
         return any(pid in packs and not all((c.config_id, s) in done for c in packs[pid].configs for s in packs[pid].seeds)
-                   for pid in newest_checkpoints(original, "float64"))
+                   for pid in newest_checkpoints(Store.open(original), "float64"))
 
     def checkpointed_and_more_done():
         # one more pack in the store, and an unfinished one with a checkpoint on disk

@@ -29,7 +29,7 @@ boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
 
 from sweeps import results  # noqa: E402
-from sweeps.store import StoreLocation, dataset  # noqa: E402
+from sweeps.store import Store, StoreLocation  # noqa: E402
 from sweeps.cli import main  # noqa: E402
 from sweeps.spec import parse_sweep  # noqa: E402
 from tests.helpers import scores_in_process
@@ -170,7 +170,7 @@ def test_readers_and_commands_work_from_the_uri(tiny_runs, s3, tmp_path, capsys)
     import pyarrow.dataset as ds
 
     location = StoreLocation.parse(uri)
-    committed = [location.path(m.files["scores"].path) for m in dataset.read_manifests(location)]
+    committed = [location.path(m.files["scores"].path) for m in Store(location).manifests]
     table = ds.dataset(committed, filesystem=location.fs, format="parquet").to_table()
     assert table.num_rows == TINY_RUNS
     options = {"aws_endpoint_url": os.environ["AWS_ENDPOINT_URL"], "aws_region": "us-east-1", "aws_allow_http": "true"}
@@ -198,7 +198,7 @@ def test_the_confirmation_stage_on_the_bucket_equals_a_local_one(tiny_runs, s3, 
 
 def _packs_in_store(uri: str) -> int:
     try:
-        return len(dataset.finished_runs(StoreLocation.parse(uri))) // 2
+        return len(Store.open(uri).finished_runs()) // 2
     except Exception:  # noqa: BLE001 - mid-write
         return 0
 
@@ -320,18 +320,18 @@ def leases(s3, monkeypatch):
     interruption a lost lease raises is recorded in an event instead of hitting pytest."""
     import _thread
 
-    from sweeps.store import lock
+    from sweeps.store import lease
 
     interrupted = threading.Event()
     monkeypatch.setattr(_thread, "interrupt_main", lambda *a: interrupted.set())
     made = []
 
-    def lease(interval: float = 3600.0) -> lock._Lease:
-        made.append(lock._Lease(lock.as_location(LEASE_URI), "fade-sweep run lease-test"))
+    def new_lease(interval: float = 3600.0) -> lease.Lease:
+        made.append(lease.Lease(StoreLocation.parse(LEASE_URI), "fade-sweep run lease-test"))
         made[-1].interval = interval
         return made[-1]
 
-    yield lease, interrupted
+    yield new_lease, interrupted
     for each in made:
         each.release()
     s3.delete_object(Bucket=BUCKET, Key=LEASE_KEY)

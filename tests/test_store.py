@@ -22,7 +22,8 @@ from sweeps import results
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
-from sweeps.store import Store, StoreError, StoreLocation, dataset
+from sweeps.store import Store, StoreError, StoreLocation, commit, manifests
+from sweeps.store import store as store_module
 from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
 from sweeps.store.record import check_and_record
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
@@ -138,14 +139,14 @@ def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypat
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
     (fade,) = _packs(optimizers=("fade",))
     location = StoreLocation.parse(results_dir)
-    real = dataset.write_record
+    real = commit.write_record
 
     def crash_before_commit(where, rel, record, **kw):
-        if rel.startswith(f"{dataset.MANIFESTS}/"):
+        if rel.startswith(f"{commit.MANIFESTS}/"):
             raise OSError("killed before the manifest")
         return real(where, rel, record, **kw)
 
-    monkeypatch.setattr(dataset, "write_record", crash_before_commit)
+    monkeypatch.setattr(commit, "write_record", crash_before_commit)
     with pytest.raises(OSError, match="killed before the manifest"):
         Store(location).write_pack(fade, _outcome(fade))
     monkeypatch.undo()
@@ -153,11 +154,11 @@ def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypat
     assert len(list((results_dir / "scores").rglob("*.parquet"))) == 2
     assert results.scores(results_dir).collect()["optimizer"].unique().to_list() == ["sgd"]
     assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
-    assert dataset.finished_runs(location) == {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
-    assert not dataset.pack_written(location, fade)
+    assert Store(location).finished_runs() == {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
+    assert not Store(location).pack_written(fade)
     orphans = Store(location).orphans()
     assert sorted(Path(p).parent.name for p in orphans) == ["optimizer=fade", "optimizer=fade"]
-    assert dataset.remove_orphans(location) == [str(results_dir / p) for p in orphans] and Store(location).orphans() == []
+    assert Store(location).tidy() == ([], [str(results_dir / p) for p in orphans]) and Store(location).orphans() == []
     assert all(not (results_dir / p).exists() for p in orphans)
 
 
@@ -185,6 +186,25 @@ def test_a_pack_written_twice_counts_each_run_once_newest_wins(full):
     assert results.best_table(full).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
 
 
+def test_committed_files_leave_out_a_superseded_copy(full, capsys):
+    """A pack written again (a retry, a resume) supersedes its older copy: outside readers are given the
+    newest file only, and count each run once; verify names the copy; the Store's frames agree."""
+    (sgd,) = _packs(optimizers=("sgd",))
+    first = Store.open(full)
+    old = next(m for m in first.manifests if m.optimizer == "sgd")
+    newest = first.write_pack(sgd, _outcome(sgd, offset=100.0))
+    store = Store.open(full)
+    files = store.committed_files("scores")
+    assert len(store.manifests) == 3 and len(files) == 2
+    assert str(full / old.files["scores"].path) not in files and str(full / newest.files["scores"].path) in files
+    assert [str(full / m.files["curves"].path) in store.committed_files("curves") for m in (old, newest)] == [False, True]
+    outside = pl.read_parquet(files, hive_partitioning=True)
+    assert outside.height == RUNS and outside.select("config_id", "seed").n_unique() == RUNS
+    assert outside.sort("config_id", "seed").equals(store.scan("scores").collect().select(outside.columns).sort("config_id", "seed"))
+    code, out = _verify(full, capsys)
+    assert code == 1 and f"reads use the newest, manifests/{newest.name}" in out
+
+
 def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
     results_dir = tmp_path / "db"
     store = Store.open(results_dir)
@@ -195,6 +215,7 @@ def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
     store.write_pack(second, _outcome(second, offset=50.0))  # the second config again
     frame = results.scores(results_dir).collect().sort("config_id", "seed")
     assert frame.height == 2 * SEEDS
+    assert len(store.committed_files()) == 2  # the first file still commits the first config: listed
     by_config = dict(frame.group_by("config_id").agg(pl.col("score").min()).iter_rows())
     assert by_config[sgd.configs[0].config_id] == 0.0 and by_config[sgd.configs[1].config_id] == 50.0
     assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
@@ -386,6 +407,45 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
     assert any("Removed 1 orphan files of interrupted writes" in line for line in notices)  # a notice, never a print
 
 
+def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, monkeypatch):
+    """From `run_sweep(sweep, "STORAGE")` to the Tune experiment: the user's string becomes a location once,
+    and resume and the Tune wiring get the driver's Store (whose manifests were read once, under the lock)."""
+    from sweeps.tune import driver
+
+    _build(tmp_path / "db", optimizers=("sgd",))
+    real_parse, real_read = StoreLocation.parse.__func__, store_module.read_manifests
+    conversions, reads, handed = [], [], {}
+
+    def parse(cls, target):
+        if not isinstance(target, StoreLocation):
+            conversions.append(target)
+        return real_parse(cls, target)
+
+    def run_packs(sweep, packs, resume_from, store, *args, **kwargs):
+        handed["store"] = store
+        raise ReachedTune
+
+    class ReachedTune(Exception):
+        pass
+
+    def recorded(store, *args, **kwargs):
+        handed["resume"] = store
+        return {}
+
+    monkeypatch.setattr(StoreLocation, "parse", classmethod(parse))
+    monkeypatch.setattr(store_module, "read_manifests", lambda location: reads.append(location) or real_read(location))
+    monkeypatch.setattr(driver, "connect", lambda *a, **k: None)
+    monkeypatch.setattr(driver, "parallel_slots", lambda resources: 1)
+    monkeypatch.setattr(driver, "check_storage", lambda results_dir: None)
+    monkeypatch.setattr(driver, "recorded_packs", recorded)
+    monkeypatch.setattr(driver, "run_packs", run_packs)
+    with pytest.raises(ReachedTune):
+        driver.run_sweep(parse_sweep(SWEEP, "test"), str(tmp_path), resume=True)
+    assert conversions == [str(tmp_path)]
+    assert handed["store"] is handed["resume"] and handed["store"].location.base == str(tmp_path / "db")
+    assert len(reads) == 2  # under the lock, and again after tidying (which may set packs aside)
+
+
 # ---------------------------------------------------------------- tables say what is missing
 
 
@@ -474,7 +534,7 @@ def test_a_truncated_committed_file_is_named_by_readers_and_set_aside_on_resume(
     victim.write_bytes(data[:100])
     with pytest.raises(StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
         results.scores(full).collect()
-    assert dataset.set_aside_damaged(StoreLocation.parse(full)) == [rel]
+    assert manifests.set_aside_damaged(StoreLocation.parse(full), Store.open(full).manifests) == [rel]
     assert 0 < results.scores(full).collect().height < runs_before  # that pack is no longer committed
     assert list((full / "history").glob("damaged-*.json")), "the manifest is kept, not lost"
     assert rel in Store.open(full).orphans()
@@ -506,7 +566,6 @@ def test_submit_refuses_a_results_folder_being_written_before_any_job(full, caps
 def test_a_store_opened_once_serves_a_whole_report(full, tmp_path, monkeypatch):
     """The manifests and the recorded sweep are read once per open, however many tables and figures."""
     from sweeps.analysis.report import write_report
-    from sweeps.store import store as store_module
 
     reads = {"manifests": 0, "sweep": 0}
 
@@ -525,6 +584,16 @@ def test_a_store_opened_once_serves_a_whole_report(full, tmp_path, monkeypatch):
     assert reads == {"manifests": 2, "sweep": 2}
 
 
+def _confirmation(store: Store):
+    """A confirmation stage of two selected configurations on two fresh seeds, recorded in `store`."""
+    from sweeps.store.records import ConfirmationRecord
+
+    chosen = store.scan("scores").select("task", "optimizer", "config_id", "alpha").unique("optimizer").sort("optimizer")
+    record = ConfirmationRecord(stat="median", seeds=(7, 8), tuning_seeds=tuple(range(SEEDS)), selected=chosen.collect().to_dicts())
+    store.record_confirmation(record)
+    return record
+
+
 def test_records_round_trip(full):
     from sweeps.store.records import LockHolder, Manifest, PacksRecord, SweepStatus, TrialStatus, parse_record, record_json
 
@@ -541,11 +610,16 @@ def test_records_round_trip(full):
     for record in (store.record, LockHolder(pid=1, host="h", command="x"),
                    PacksRecord(sweep="db", packs={"p": {"configs": [{"config_id": "c"}], "seeds": [0, 1]}})):
         assert parse_record(type(record), record_json(record), "r") == record
+    record = _confirmation(store)
+    again = Store.open(full).confirmation
+    assert again == record and again.selected[0].model_extra["task"] == "linear_tracking"  # extra columns kept
+    assert again.pairs() == {(row.config_id, s) for row in record.selected for s in (7, 8)}
+    assert json.loads((full / "confirmation.json").read_text())["selected"][0]["alpha"] == record.selected[0].alpha
     older = {"sweep": "s", "state": "running", "started_at": 1.0, "updated_at": 2.0, "run_steps_total": 1, "trials": []}
     assert parse_record(SweepStatus, json.dumps(older).encode(), "s").driver_pid is None  # names no driver, not the reader
 
 
-@pytest.mark.parametrize("record", ["manifest", "store.json", "status.json"])
+@pytest.mark.parametrize("record", ["manifest", "store.json", "status.json", "confirmation.json"])
 def test_a_damaged_record_is_an_error_naming_its_file(full, record, capsys):
     from sweeps.store import RecordError
     from sweeps.store.records import SweepStatus
@@ -561,11 +635,18 @@ def test_a_damaged_record_is_an_error_naming_its_file(full, record, capsys):
     victim = full / record
     if record == "status.json":
         SweepStatus("db", "running", 1.0, 2.0, 100).write(StoreLocation.parse(full))
+    if record == "confirmation.json":
+        _confirmation(Store.open(full))
     victim.write_text(victim.read_text()[:40])
+    read = {"status.json": Store.status, "store.json": lambda s: s.record, "confirmation.json": lambda s: s.confirmation}
     with pytest.raises(RecordError, match=rf"^{victim}: damaged \w+ record \(not valid JSON\)$"):
-        Store.open(full).status() if record == "status.json" else Store.open(full).record
+        read[record](Store.open(full))
     capsys.readouterr()
     assert main(["status" if record == "status.json" else "verify", str(full)]) == 1
+    if record == "confirmation.json":  # valid JSON, but not the record: the field at fault is named
+        victim.write_text(json.dumps({"format": 1, "stat": "mean", "seeds": [9], "tuning_seeds": [0], "selected": [{}]}))
+        with pytest.raises(RecordError, match=rf"^{victim}: damaged ConfirmationRecord record \(selected\.0\.optimizer: Field required\)$"):
+            Store.open(full).confirmation
     captured = capsys.readouterr()
     assert f"{victim}: damaged" in captured.out + captured.err
 

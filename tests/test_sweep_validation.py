@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps.cli import _parser, main
+from sweeps.cli import main
+from sweeps.cli.parser import build_parser
 from sweeps.spec import SweepError, load_sweep, parse_sweep
 from sweeps.spec.sweepfile import MAX_CURVE_ROWS, MAX_RUN_STEPS, MAX_RUNS
 
@@ -300,7 +301,7 @@ def test_cli_numbers_are_range_checked(tmp_path, capsys, option, value, message)
 
 
 def test_cli_numbers_accept_their_bounds():
-    args = _parser().parse_args(
+    args = build_parser().parse_args(
         ["run", "x", "--max-failures", "0", "--checkpoint-every", "0", "--gpus-per-pack", "0", "--num-cpus", "1",
          "--chunk-steps", "1", "--runs-per-pack", "1", "--cpus-per-pack", "0.5"]
     )

@@ -59,7 +59,8 @@ import warnings
 
 import numpy as np
 
-STATS = ("mean", "median", "iqm")  # the statistics `--stat` may choose
+from sweeps.analysis import STATS
+
 BOOTSTRAP_RESAMPLES = 2000
 BOOTSTRAP_SEED = 20240607
 CI_LEVEL = 0.95

@@ -13,7 +13,7 @@ import importlib
 
 _NAMES = {
     "Store": "sweeps.store.store",
-    "StoreError": "sweeps.store.dataset",
+    "StoreError": "sweeps.store.manifests",
     "RecordError": "sweeps.store.records",
     "StorageError": "sweeps.store.location",
     "StoreLocation": "sweeps.store.location",

@@ -25,9 +25,9 @@ from importlib import metadata
 
 import yaml
 
-from sweeps.spec import LOCATION_SETTINGS, Sweep, SweepError, parse_sweep_text
-from sweeps.store.dataset import finished_runs
+from sweeps.spec import LOCATION_SETTINGS, TUNING, Sweep, SweepError, parse_sweep_text
 from sweeps.store.location import StoreLocation
+from sweeps.store.manifests import read_manifests, runs_of
 from sweeps.store.records import StoreRecord, read_record, write_record
 
 SWEEP_RECORD = "sweep.yaml"
@@ -63,11 +63,6 @@ def read_sweep(location: StoreLocation) -> Sweep | None:
     except FileNotFoundError:
         return None
     return parse_sweep_text(text, location.url(SWEEP_RECORD))
-
-
-def sweep_pairs(sweep: Sweep) -> set[tuple[str, int]]:
-    """The sweep's (config_id, seed) pairs as a set (what the driver intersects the store's with)."""
-    return set(sweep.pairs)
 
 
 def _identity(settings) -> dict:
@@ -107,7 +102,7 @@ def check_and_record(location: StoreLocation, sweep: Sweep, dtype: str) -> list[
     """
     store = read_store_record(location)
     old = read_sweep(location)
-    stored = finished_runs(location)
+    stored = runs_of([m for m in read_manifests(location) if m.run_stage == TUNING])
     notices = []
     if stored and store is not None and store.dtype != dtype:
         raise SweepError(

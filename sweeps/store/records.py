@@ -1,9 +1,10 @@
 """The store's small JSON records as validated models, each read and written in ONE place.
 
-    manifests/<name>.json   Manifest: one committed pack write (dataset.py has the commit rule)
+    manifests/<name>.json   Manifest: one committed pack write (manifests.py has the commit rule)
     store.json              StoreRecord: format, dtype, package version, sweep history (record.py)
     writer.lock             LockHolder: who writes the store (lock.py)
     status.json             SweepStatus: the driver's live status (status.py)
+    confirmation.json       ConfirmationRecord: what the confirmation stage runs (Store.record_confirmation)
     tune-*/packs.json       PacksRecord: what a Tune experiment's pack ids mean (written and read by the
                             driver: write_record(location, f"{experiment}/{PACKS_FILE}", record))
 
@@ -35,11 +36,14 @@ from pydantic.dataclasses import dataclass
 from sweeps.store.location import StoreLocation
 
 STATUS_FILE = "status.json"
+CONFIRMATION_FILE = "confirmation.json"
 PACKS_FILE = "packs.json"  # inside each Tune experiment folder (tune-*/)
 MANIFEST_FORMAT = 1
 STORE_FORMAT = 1
 PACKS_FORMAT = 1
+CONFIRMATION_FORMAT = 1
 KINDS = ("scores", "curves")  # the two data files of a pack
+PARTITIONS = ("task", "optimizer")  # hive partitions of the data files: in the path, never inside a file
 
 
 class RecordError(RuntimeError):
@@ -215,6 +219,35 @@ class PacksRecord(_Record):
     format: int = PACKS_FORMAT
     sweep: str
     packs: dict[str, PackEntry]
+
+
+class SelectedConfig(_Record):
+    """One configuration the confirmation stage runs, as the tuning scores name it: optimizer and
+    config id, and (kept as extra keys) its setting columns and hyperparameters (null where the
+    optimizer takes none)."""
+
+    optimizer: str
+    config_id: str
+
+
+class ConfirmationRecord(_Record):
+    """confirmation.json: the confirmation stage, which re-runs each method's configuration selected
+    by `stat` on `tuning_seeds` (`selected`, one per setting and method) on the fresh `seeds`.
+
+    A store holds two stages of runs (sweeps.spec.STAGES): the sweep's grid on its seeds (tuning)
+    and this one. Every manifest names its stage and readers ask for one, so the tuning tables
+    never see a confirmation row. The record only selects: the driver rebuilds each
+    configuration from the recorded sweep by its id."""
+
+    format: Literal[1] = CONFIRMATION_FORMAT
+    stat: str
+    seeds: tuple[int, ...]
+    tuning_seeds: tuple[int, ...]
+    selected: tuple[SelectedConfig, ...]
+
+    def pairs(self) -> frozenset[tuple[str, int]]:
+        """The (config_id, seed) runs of the stage."""
+        return frozenset((row.config_id, s) for row in self.selected for s in self.seeds)
 
 
 Model = TypeVar("Model")

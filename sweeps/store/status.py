@@ -21,7 +21,7 @@ import time
 
 from sweeps.spec.plan import format_rate
 from sweeps.store.location import StoreLocation
-from sweeps.store.lock import pid_alive
+from sweeps.store.holder import pid_alive
 from sweeps.store.records import STATUS_FILE, SweepStatus, TrialStatus, read_record
 HEARTBEAT_SECONDS = 1.0  # how often a live driver refreshes updated_at (at least every few seconds)
 STALE_SECONDS = 30.0  # a heartbeat older than this, from a driver on another host, means it is gone

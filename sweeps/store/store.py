@@ -1,53 +1,60 @@
-"""`Store`: a results store opened once, the one object readers (and the tables, the report, the
-light commands) go through.
+"""`Store`: a results store opened once, the one object readers (the tables, the report, the light
+commands) and the driver go through.
 
     store = Store.open("results/linear-demo")         # or "s3://bucket/prefix/linear-demo"
     store.sweep                                       # the recorded sweep (sweep.yaml), config ids resolved once
     scores = store.scan("scores")                     # LazyFrame: committed rows, each (config, seed) once,
     curves = store.scan("curves")                     #   only the recorded sweep's pairs
     store.missing_runs()                              # the sweep's runs with no committed result
-    store.scan("scores", stage="confirmation")        # the confirmation stage's rows (stages.py); default tuning
+    store.scan("scores", stage="confirmation")        # the confirmation stage's rows; default tuning
     store.verify(); store.status()                    # integrity check; status.json
+    with store.writing(): store.record_sweep(...); store.tidy(); store.write_pack(...)   # the driver
 
 Opening converts the target (a path, a URI, or a `StoreLocation`) once and touches nothing;
 each record is read on first use and kept: the manifests once per open, however many frames,
 tables and figures are made from them. A Store sees the store as it was when first read
-(manifests are write-once; open a new Store to see later commits); its own `write_pack`s are
-added to what it holds.
+(manifests are write-once; `reopened()` sees later commits by other processes); its own
+writes are added to what it holds, and taking the writer lock reads everything again.
+
+Polars loads with the first frame and pyarrow with the first write (or object-store URI):
+`fade-sweep status` reads records and manifests only, `verify` loads pyarrow but not polars,
+and `table` and `report` on a local store load polars but not pyarrow.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
-import polars as pl
-
-from sweeps.spec import CONFIRMATION, TUNING, Pack, Sweep
-from sweeps.store import dataset
-from sweeps.store.dataset import (
-    Selection,
-    manifest_entries,
-    read_manifests,
-    run_keys,
-    runs_of,
-    scan_selection,
-    select,
-)
+from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep
+from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
-from sweeps.store.record import read_store_record, read_sweep
-from sweeps.store.records import Manifest, StoreRecord, SweepStatus
-from sweeps.store.stages import ConfirmationRecord, read_confirmation
+from sweeps.store.lock import refuse_if_locked, store_lock
+from sweeps.store.manifests import Selection, manifest_entries, read_manifests, runs_of, select
+from sweeps.store.record import check_and_record, read_store_record, read_sweep
+from sweeps.store.records import (
+    CONFIRMATION_FILE,
+    ConfirmationRecord,
+    Manifest,
+    StoreRecord,
+    SweepStatus,
+    read_record,
+    write_record,
+)
 from sweeps.store.status import read_status
-from sweeps.store.verify import Verification, verify_store
 
 if TYPE_CHECKING:
+    import polars as pl
+
     from sweeps.packs.outcome import PackOutcome
+    from sweeps.store.verify import Verification
 
 Kind = Literal["scores", "curves"]
-KEYS_SCHEMA = {"config_id": pl.String, "seed": pl.Int64}
+_READ_ONCE = ("manifests", "sweep", "record", "confirmation")  # the cached properties
 
 
 class Store:
@@ -59,12 +66,24 @@ class Store:
         self._expected: dict[str, pl.DataFrame] = {}
 
     @classmethod
-    def open(cls, target: str | os.PathLike | StoreLocation) -> Store:
-        """The store at a local path or URI; StorageError (exit 2) for a URI the store cannot serve."""
-        return cls(StoreLocation.parse(target))
+    def open(cls, target: str | os.PathLike | StoreLocation | Store) -> Store:
+        """The store at a local path or URI (a Store is returned as it is); StorageError (exit 2) for a
+        URI the store cannot serve."""
+        return target if isinstance(target, Store) else cls(StoreLocation.parse(target))
+
+    def reopened(self) -> Store:
+        """A new Store on the same location: it sees what other processes committed since."""
+        return Store(self.location)
 
     def __repr__(self) -> str:
         return f"Store({self.location.display!r})"
+
+    def _forget(self) -> None:
+        """Drop what was read: the files changed under this Store (it took the lock, or tidied)."""
+        for name in _READ_ONCE:
+            self.__dict__.pop(name, None)
+        self._selections.clear()
+        self._expected.clear()
 
     # ------------------------------------------------------------ records, read once
 
@@ -85,8 +104,9 @@ class Store:
 
     @cached_property
     def confirmation(self) -> ConfirmationRecord | None:
-        """confirmation.json: the confirmation stage's selected configurations and fresh seeds (None: no stage)."""
-        return read_confirmation(self.location)
+        """confirmation.json: the confirmation stage's selected configurations and fresh seeds (None: no
+        stage); RecordError naming the file if it is damaged."""
+        return read_record(self.location, CONFIRMATION_FILE, ConfirmationRecord)
 
     def status(self) -> SweepStatus | None:
         """status.json as it is now (the driver rewrites it every second: never kept)."""
@@ -96,6 +116,10 @@ class Store:
         """How many pack writes are committed (manifests listed, not read)."""
         return len(self.manifests) if "manifests" in self.__dict__ else len(manifest_entries(self.location))
 
+    def has_results(self) -> bool:
+        """Whether any pack is committed, now (listed afresh: the driver asks before and under the lock)."""
+        return bool(manifest_entries(self.location))
+
     def stage_manifests(self, stage: str = TUNING) -> list[Manifest]:
         """The committed pack writes of one stage, oldest first."""
         return [m for m in self.manifests if m.run_stage == stage]
@@ -103,6 +127,10 @@ class Store:
     def finished_runs(self, stage: str = TUNING) -> set[tuple[str, int]]:
         """(config_id, seed) of every committed run of `stage`, inside the recorded sweep or not."""
         return runs_of(self.stage_manifests(stage))
+
+    def pack_written(self, pack: Pack) -> bool:
+        """Whether every run of `pack` is committed (by this pack or others of its stage)."""
+        return set(pack.pairs()) <= self.finished_runs(pack.stage)
 
     def wanted(self, stage: str = TUNING) -> frozenset[tuple[str, int]] | None:
         """The pairs readers of `stage` read: the recorded sweep's (tuning; None: no sweep recorded,
@@ -128,6 +156,8 @@ class Store:
         """The committed rows of `kind` and `stage` (tuning: the grid; confirmation: the selected configurations
         on fresh seeds): one per (config, seed) for scores, per (config, seed, bin) for curves; task and
         optimizer (the hive partitions) first. FileNotFoundError when there are none."""
+        from sweeps.store.dataset import scan_selection  # polars: with the first frame
+
         frame = scan_selection(self.location, self.selection(all_runs, stage), kind)
         if frame is None:
             hint = "run a sweep first (`fade-sweep run ...`)" if stage == TUNING else "run `fade-sweep confirm` first"
@@ -138,50 +168,86 @@ class Store:
         """The key columns (as in scores/) and steps of every run of `stage` the store asks for: the recorded
         sweep's grid on its seeds, or confirmation.json's configurations (cells of that grid) on its seeds."""
         if stage not in self._expected:
-            self._expected[stage] = self._expected_frame(stage)
-        return self._expected[stage]
+            from sweeps.store.dataset import expected_runs
 
-    def _expected_frame(self, stage: str) -> pl.DataFrame:
-        record = self.confirmation if stage == CONFIRMATION else None
-        if self.sweep is None or (stage == CONFIRMATION and record is None):
-            return pl.DataFrame(schema=KEYS_SCHEMA)
-        chosen = None if record is None else {row["config_id"] for row in record.selected}
-        seeds = self.sweep.seeds if record is None else record.seeds
-        packs = [Pack(e, tuple(c for c in e.cells if chosen is None or c.config_id in chosen), seeds, stage)
-                 for e in self.sweep.experiments]
-        frames = [run_keys(p).with_columns(steps=pl.lit(p.experiment.settings.steps, pl.Int64)) for p in packs if p.configs]
-        return pl.concat(frames, how="diagonal_relaxed") if frames else pl.DataFrame(schema=KEYS_SCHEMA)
+            record = self.confirmation if stage == CONFIRMATION else None
+            sweep = None if stage == CONFIRMATION and record is None else self.sweep
+            configs = None if record is None else {row.config_id for row in record.selected}
+            self._expected[stage] = expected_runs(sweep, stage, configs, None if record is None else record.seeds)
+        return self._expected[stage]
 
     def missing_runs(self, stage: str = TUNING) -> pl.DataFrame:
         """Runs of `stage` with no committed result (columns of `expected_runs`); empty when nothing is
         missing or no sweep (or confirmation stage) is recorded. Reads the manifests only."""
+        from sweeps.store.dataset import without_runs
+
         done = self.finished_runs(stage)
         wanted = self.wanted(stage)
-        if wanted is None or wanted <= done:
-            return self.expected_runs(stage).clear()
-        present = pl.DataFrame({"config_id": [c for c, _ in done], "seed": [s for _, s in done]}, schema=KEYS_SCHEMA)
-        return self.expected_runs(stage).join(present, on=["config_id", "seed"], how="anti")
+        expected = self.expected_runs(stage)
+        return expected.clear() if wanted is None or wanted <= done else without_runs(expected, done)
 
-    # ------------------------------------------------------------ writes and checks
+    def committed_files(self, kind: Kind = "scores") -> list[str]:
+        """The data files of `kind` an outside reader should read (local paths or URIs): those of the
+        manifests that still commit a run of their stage. A pack written again supersedes its older copy,
+        which is left out; a file only partly superseded is listed, and its older rows are the
+        duplicates `verify` names."""
+        current = [m for stage in STAGES for m in self._current(stage)]
+        paths = sorted(current, key=lambda m: m.order)
+        return [str(self.location.local_path / m.files[kind].path) if self.location.local
+                else self.location.url(m.files[kind].path) for m in paths]
+
+    def _current(self, stage: str) -> list[Manifest]:
+        chosen = self.selection(all_runs=True, stage=stage)
+        return [*chosen.whole, *(m for m, _ in chosen.partial)]
+
+    # ------------------------------------------------------------ the writer's side
+
+    def refuse_if_locked(self) -> None:
+        """StoreLocked now if a live process holds the writer lock (a cheap check before anything slow)."""
+        refuse_if_locked(self.location)
+
+    @contextmanager
+    def writing(self, command: str | None = None) -> Iterator[Store]:
+        """Hold the writer lock for the block (StoreLocked if another process holds it); what this Store
+        read before is read again under the lock."""
+        with store_lock(self.location, command):
+            self._forget()
+            yield self
+
+    def record_sweep(self, sweep: Sweep, dtype: str) -> list[str]:
+        """Make `sweep` the recorded sweep (record.check_and_record, under the lock); returns notices."""
+        notices = check_and_record(self.location, sweep, dtype)
+        self._forget()
+        return notices
+
+    def record_confirmation(self, record: ConfirmationRecord) -> None:
+        """Record the confirmation stage (under the lock), before any of its runs is written."""
+        write_record(self.location, CONFIRMATION_FILE, record, durable=True)
+        self._forget()
+
+    def tidy(self) -> tuple[list[str], list[str]]:
+        """Under the lock: set aside the packs with a missing or damaged file (their runs are planned again),
+        then delete the orphans. Returns (damaged files, removed orphans as users see them)."""
+        damaged = committed.set_aside_damaged(self.location, self.manifests)
+        self._forget()
+        return damaged, committed.remove_orphans(self.location, self.manifests)
 
     def write_pack(self, pack: Pack, outcome: PackOutcome) -> Manifest:
-        """Commit a finished pack (dataset.write_pack); this Store counts it from now on."""
-        manifest = dataset.write_pack(self.location, pack, outcome)
+        """Commit a finished pack (commit.write_pack); this Store counts it from now on."""
+        from sweeps.store.commit import write_pack  # pyarrow: only a writer loads it
+
+        manifest = write_pack(self.location, pack, outcome)
         if "manifests" in self.__dict__:
             self.manifests.append(manifest)
             self._selections.clear()
         return manifest
 
-    def committed_files(self, kind: Kind = "scores") -> list[str]:
-        """The data files of `kind` that manifests name, for other readers (local paths or URIs)."""
-        files = [m.files[kind].path for m in self.manifests]
-        return [str(self.location.local_path / f) if self.location.local else self.location.url(f) for f in files]
-
     def orphans(self) -> list[str]:
         """Files under scores/, curves/ and manifests/ that no manifest commits (relative paths)."""
-        return dataset.orphans(self.location, self.manifests)
+        return committed.orphans(self.location, self.manifests)
 
     def verify(self) -> Verification:
         """The integrity check of `fade-sweep verify` (NotAStore if this is no store)."""
-        return verify_store(self.location)
+        from sweeps.store.verify import verify_store
 
+        return verify_store(self.location)

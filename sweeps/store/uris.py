@@ -1,13 +1,34 @@
-"""URIs in messages: which strings are URIs, and how secrets are kept out of what is printed.
-Light on purpose (no pyarrow): every error message of the command line goes through `redact`."""
+"""What every store location shares and keeps light (no pyarrow): which strings are URIs, how
+secrets are kept out of what is printed, the storage error, and a listed file. Every error
+message of the command line goes through `redact`."""
 
 from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
+
+from sweeps.spec import SweepError
 
 SECRET_VARIABLES = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID", "GOOGLE_APPLICATION_CREDENTIALS_JSON")
 URI_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.\-]*)://")
+
+
+class StorageError(SweepError):
+    """A storage target that cannot be used (unsupported URI, unreachable store, missing bucket): exit 2."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A file (object) under a location: its path relative to the location, size and modification time."""
+
+    rel: str
+    size: int
+    mtime_ns: int
+
+    @property
+    def name(self) -> str:
+        return self.rel.rsplit("/", 1)[-1]
 
 
 def is_uri(text: str | os.PathLike) -> bool:
@@ -22,3 +43,9 @@ def redact(text: str) -> str:
             text = text.replace(value, "***")
     text = re.sub(r"([A-Za-z][A-Za-z0-9+.\-]*://)[^/\s@]*@", r"\1***@", text)  # user:password@
     return re.sub(r"([A-Za-z][A-Za-z0-9+.\-]*://[^\s?]*)\?[^\s'\"]*", r"\1?***", text)
+
+
+def reason(err: BaseException) -> str:
+    """An exception as one redacted line (at most 300 characters) for a StorageError."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return redact(" ".join(lines)[:300] or type(err).__name__)

@@ -18,12 +18,20 @@ import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.spec import TUNING, SweepError
-from sweeps.store.dataset import CURVES, MANIFESTS, PARTITIONS, SCORES, manifest_entries, orphans, parse_manifest
 from sweeps.store.location import StoreLocation
+from sweeps.store.manifests import MANIFESTS, manifest_entries, orphans, parse_manifest
 from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, read_store_record, read_sweep
-from sweeps.store.records import KINDS, Manifest, RecordError
-from sweeps.store.stages import CONFIRMATION_RECORD, read_confirmation
+from sweeps.store.records import (
+    CONFIRMATION_FILE,
+    KINDS,
+    PARTITIONS,
+    ConfirmationRecord,
+    Manifest,
+    RecordError,
+    read_record,
+)
 
+SCORES, CURVES = KINDS
 KEY_TYPES = {"config_id": pa.string(), "seed": pa.int64()}
 EXPECTED_TYPES = {
     SCORES: {**KEY_TYPES, "score": pa.float64(), "diverged": pa.bool_(), "steps": pa.int64(),
@@ -184,16 +192,15 @@ def verify_store(location: StoreLocation) -> Verification:
 def _check_confirmation(v: Verification, location: StoreLocation, confirming: dict) -> None:
     """The confirmation stage: its record readable, and each of its runs stored (counted as missing)."""
     try:
-        record = read_confirmation(location)
-    except ValueError as err:
+        record = read_record(location, CONFIRMATION_FILE, ConfirmationRecord)
+    except RecordError as err:
         v.add("record", str(err))
         return
     if record is None:
         if confirming:
-            v.notes.append(f"{len(confirming)} stored confirmation runs but no {CONFIRMATION_RECORD}; ignored")
+            v.notes.append(f"{len(confirming)} stored confirmation runs but no {CONFIRMATION_FILE}; ignored")
         return
-    lacking = Counter(row["optimizer"] for row in record.selected for s in record.seeds
-                      if (row["config_id"], s) not in confirming)
+    lacking = Counter(row.optimizer for row in record.selected for s in record.seeds if (row.config_id, s) not in confirming)
     v.missing += sum(lacking.values())
     for optimizer, n in sorted(lacking.items()):
         v.add("missing runs", f"confirmation/{optimizer}: {n} confirmation runs have no result "

@@ -2,11 +2,12 @@
 
 `run_sweep` runs the grid (the tuning stage): every (config, seed) of the sweep without a
 score. `confirm_sweep` runs the confirmation stage: each method's configuration selected on
-the tuning seeds, again on fresh seeds (sweeps/store/stages.py). Both go through the same
-steps: check the store and refuse a second writer before Ray starts, connect, take the
-writer lock, set aside damaged packs and remove orphans, continue interrupted packs from
-their checkpoints (resume.py), plan the rest (sweeps.spec.plan) and run every pack as one
-new Tune experiment (wiring.py). Notices go to `ExecutionOptions.notify`; nothing here prints.
+the tuning seeds, again on fresh seeds (records.ConfirmationRecord). Both go through the same
+steps, all through the one `Store` of the results folder: check the store and refuse a
+second writer before Ray starts, connect, take the writer lock, set aside damaged packs and
+remove orphans, continue interrupted packs from their checkpoints (resume.py), plan the rest
+(sweeps.spec.plan) and run every pack as one new Tune experiment (wiring.py). Notices go to
+`ExecutionOptions.notify`; nothing here prints.
 """
 
 from __future__ import annotations
@@ -33,12 +34,9 @@ from sweeps.spec import (
     plan_confirmation,
     plan_packs,
 )
-from sweeps.store.dataset import finished_runs, has_results, remove_orphans, set_aside_damaged
 from sweeps.store.location import StoreLocation
+from sweeps.store.records import ConfirmationRecord
 from sweeps.store.store import Store
-from sweeps.store.lock import refuse_if_locked, store_lock
-from sweeps.store.record import check_and_record, sweep_pairs
-from sweeps.store.stages import ConfirmationRecord, read_confirmation, write_confirmation
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
 from sweeps.tune.resume import config_index, covered, finished_recorded, recorded_packs, resumable
@@ -50,9 +48,9 @@ __all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", 
 def results_dir_for(sweep: Sweep, storage: str | Path | StoreLocation) -> StoreLocation:
     """<storage>/<sweep name>: a local folder (made absolute), or a prefix of an object store (s3://, gs://).
     A URI is never taken for a local path: one the store cannot serve is a StorageError (exit 2)."""
-    location = StoreLocation.parse(storage)
+    location = StoreLocation.parse(storage)  # the one conversion of the user's string
     if location.local:
-        location = StoreLocation.parse(Path(location.base).expanduser().absolute())
+        location = dataclasses.replace(location, display=location.base)  # messages name the absolute folder
     return location / sweep.name
 
 
@@ -66,7 +64,7 @@ class _Cluster:
     slots: int  # CPU packs at once
 
 
-def _connect(results_dir: StoreLocation, options: ExecutionOptions, resources: PackResources) -> _Cluster:
+def _connect(store: Store, options: ExecutionOptions, resources: PackResources) -> _Cluster:
     """Where it runs, checked before anything is written (a bad address, resources or storage: exit 2, no folder)."""
     quiet_tune()  # before Ray starts: its banners and hints do not apply to a sweep's output
     started = time.perf_counter()
@@ -77,35 +75,34 @@ def _connect(results_dir: StoreLocation, options: ExecutionOptions, resources: P
     if resources.gpus > 0:
         parallel_slots(resources)  # some node must take a GPU pack (ClusterError otherwise)
     slots = parallel_slots(resources.for_task(runs_on_gpu=False))  # CPU packs at once: sizes the CPU packs
-    check_storage(results_dir)
+    check_storage(store.location)
     return _Cluster(started, ray_start, dashboard_url, slots)
 
 
-def _tidy(results_dir: StoreLocation, options: ExecutionOptions) -> None:
+def _tidy(store: Store, options: ExecutionOptions) -> None:
     """Set aside damaged packs and remove orphans (the writer lock is held)."""
-    damaged = set_aside_damaged(results_dir)  # packs whose files were truncated or lost: run again
+    damaged, removed = store.tidy()  # packs whose files were truncated or lost run again; orphans of interrupted writes go
     if damaged:
         options.notice(f"Set aside {len(damaged)} damaged files of committed packs ({', '.join(map(str, damaged[:3]))}"
                        f"{', ...' if len(damaged) > 3 else ''}); their packs run again (manifests kept in history/)")
-    removed = remove_orphans(results_dir)  # files of interrupted writes: no manifest names them
     if removed:
-        options.notice(f"Removed {len(removed)} orphan files of interrupted writes from {results_dir}")
+        options.notice(f"Removed {len(removed)} orphan files of interrupted writes from {store.location}")
 
 
 Planner = Callable[[set[tuple[str, int]]], list[Pack]]  # runs covered -> packs for the rest
 
 
-def _execute(sweep: Sweep, results_dir: StoreLocation, stage: str, seeds: tuple[int, ...], resume: bool, finished: set,
+def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], resume: bool, finished: set,
              plan: Planner, options: ExecutionOptions, resources: PackResources, cluster: _Cluster) -> SweepRun:
     """Continue the stage's interrupted packs (`resume`), plan what else it lacks, run it all as one Tune experiment."""
-    recorded = recorded_packs(results_dir, sweep, stage, seeds, options.notify) if resume else {}
-    resumed, resume_from = resumable(results_dir, recorded, finished, options.dtype)
+    recorded = recorded_packs(store, sweep, stage, seeds, options.notify) if resume else {}
+    resumed, resume_from = resumable(store, recorded, finished, options.dtype)
     earlier = finished_recorded(recorded, finished)
     packs = resumed + plan(covered(finished, resumed))
     with Signals():
-        phase = run_packs(sweep, packs, resume_from, results_dir, options, resources, earlier) if packs else None
+        phase = run_packs(sweep, packs, resume_from, store, options, resources, earlier) if packs else None
     return SweepRun(
-        results_dir=shown(results_dir),
+        results_dir=shown(store.location),
         packs=phase.packs if phase else 0,
         run_steps=phase.run_steps if phase else 0,
         skipped_runs=len(finished),
@@ -116,6 +113,7 @@ def _execute(sweep: Sweep, results_dir: StoreLocation, stage: str, seeds: tuple[
         nodes=phase.nodes if phase else frozenset(),
         dashboard_url=cluster.dashboard_url,
         resumed_packs=len(resumed),
+        store=store.reopened(),
     )
 
 
@@ -125,31 +123,31 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
 
     Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
-    results_dir = results_dir_for(sweep, storage)
-    results_dir.check()  # an unreachable object store or a missing bucket: one line, exit 2, before Ray
-    refuse_if_locked(results_dir)  # a second writer of the folder: refused at once, before Ray (exit 2)
-    _refuse_overwrite(sweep, results_dir, resume)
+    store = Store(results_dir_for(sweep, storage))
+    store.location.check()  # an unreachable object store or a missing bucket: one line, exit 2, before Ray
+    store.refuse_if_locked()  # a second writer of the folder: refused at once, before Ray (exit 2)
+    _refuse_overwrite(sweep, store, resume)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
-    cluster = _connect(results_dir, options, resources)
-    with store_lock(results_dir):  # one writer per results folder, for the whole run
-        _refuse_overwrite(sweep, results_dir, resume)
+    cluster = _connect(store, options, resources)
+    with store.writing():  # one writer per results folder, for the whole run
+        _refuse_overwrite(sweep, store, resume)
         # The store records the sweep it holds (refusing a dtype or settings change under stored runs).
-        for line in check_and_record(results_dir, sweep, options.dtype):
+        for line in store.record_sweep(sweep, options.dtype):
             options.notice(line)
-        _tidy(results_dir, options)
-        finished = finished_runs(results_dir) & sweep_pairs(sweep) if resume else set()  # runs outside the sweep: ignored
+        _tidy(store, options)
+        finished = store.finished_runs() & sweep.pairs if resume else set()  # runs outside the sweep: ignored
 
         def plan(done: set) -> list[Pack]:  # on GPUs a pack fills the device; on CPUs packs keep every slot busy
             return plan_packs(sweep, cluster.slots, done, options.runs_per_pack, gpu=resources.gpus > 0)
 
-        return _execute(sweep, results_dir, TUNING, sweep.seeds, resume, finished, plan, options, resources, cluster)
+        return _execute(sweep, store, TUNING, sweep.seeds, resume, finished, plan, options, resources, cluster)
 
 
-def _refuse_overwrite(sweep: Sweep, results_dir: StoreLocation, resume: bool) -> None:
-    if has_results(results_dir) and not resume:
+def _refuse_overwrite(sweep: Sweep, store: Store, resume: bool) -> None:
+    if store.has_results() and not resume:
         raise SweepError(
-            f"{results_dir} already holds results of sweep {sweep.name}; pass --resume to finish it, "
+            f"{store.location} already holds results of sweep {sweep.name}; pass --resume to finish it, "
             "or choose another --storage or sweep name"
         )
 
@@ -170,39 +168,38 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
     except ValueError as err:
         raise SweepError(f"--seeds: {err}") from None
     chosen = selected_configs(store.scan("scores"), stat)
-    return ConfirmationRecord(stat, fresh, sweep.seeds, tuple(chosen.to_dicts()))
+    return ConfirmationRecord(stat=stat, seeds=fresh, tuning_seeds=sweep.seeds, selected=chosen.to_dicts())
 
 
-def confirm_sweep(results_dir: str | Path | StoreLocation, seeds: int | tuple[int, ...], *, stat: str = "mean",
+def confirm_sweep(results_dir: str | Path | StoreLocation | Store, seeds: int | tuple[int, ...], *, stat: str = "mean",
                   options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
     """Run the confirmation stage of the store's finished grid (see `confirmation_record`): fresh-seed
     runs of each method's selected configuration, into the same store, stage `confirmation`.
 
     Runs already stored are kept, interrupted packs continue from their checkpoints: calling it
     again after an interrupt resumes. The store's dtype is used (options.dtype is ignored)."""
-    results_dir = StoreLocation.parse(results_dir)
-    results_dir.check()
-    refuse_if_locked(results_dir)
     store = Store.open(results_dir)
+    store.location.check()
+    store.refuse_if_locked()
     record = confirmation_record(store, seeds, stat)
     sweep = store.sweep
     dtype = store.record.dtype if store.record is not None else options.dtype
     options = dataclasses.replace(options, dtype=dtype)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
-    cluster = _connect(results_dir, options, resources)
-    with store_lock(results_dir):
-        earlier = read_confirmation(results_dir)
+    cluster = _connect(store, options, resources)
+    with store.writing():
+        earlier = store.confirmation
         if earlier is not None and (earlier.stat, earlier.seeds) != (record.stat, record.seeds):
             options.notice(f"The confirmation stage changed (was {earlier.stat} on seeds {list(earlier.seeds)}); "
                            "stored runs outside the new one are ignored")
-        write_confirmation(results_dir, record)
-        _tidy(results_dir, options)
-        finished = finished_runs(results_dir, CONFIRMATION) & record.pairs()
+        store.record_confirmation(record)
+        _tidy(store, options)
+        finished = store.finished_runs(CONFIRMATION) & record.pairs()
         index = config_index(sweep)
-        selected = [index[row["config_id"]] for row in record.selected]
+        selected = [index[row.config_id] for row in record.selected]
 
         def plan(done: set) -> list[Pack]:
             return plan_confirmation(selected, record.seeds, cluster.slots, done, options.runs_per_pack, gpu=resources.gpus > 0)
 
-        return _execute(sweep, results_dir, CONFIRMATION, record.seeds, True, finished, plan, options, resources, cluster)
+        return _execute(sweep, store, CONFIRMATION, record.seeds, True, finished, plan, options, resources, cluster)

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from sweeps.spec import PackResources
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 from sweeps.store.location import StoreLocation
+
+if TYPE_CHECKING:
+    from sweeps.store.store import Store
 
 
 class SweepInterrupted(KeyboardInterrupt):
@@ -58,6 +61,7 @@ class SweepRun:
     nodes: frozenset[str]  # Ray node ids that ran packs
     dashboard_url: str | None
     resumed_packs: int = 0  # packs that continued from a checkpoint of an interrupted run
+    store: Store | None = None  # the results store, opened after the run: it sees every pack the run committed
 
     @property
     def tune_overhead_fraction(self) -> float:

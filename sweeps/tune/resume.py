@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from pathlib import Path
 from typing import Callable
 
 from sweeps.spec import TUNING, Config, Experiment, Pack, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import PACKS_FILE, PackConfig, PackEntry, PacksRecord, RecordError, read_record
+from sweeps.store.store import Store
 from sweeps.packs.runner import CHECKPOINT_FILE, CHECKPOINT_META
 
 TUNE_PREFIX = "tune-"
@@ -50,7 +50,7 @@ def config_index(sweep: Sweep) -> dict[str, tuple[Experiment, Config]]:
     return {config.config_id: (experiment, config) for experiment in sweep.experiments for config in experiment.cells}
 
 
-def recorded_packs(results_dir: str | Path | StoreLocation, sweep: Sweep, stage: str = TUNING,
+def recorded_packs(store: Store, sweep: Sweep, stage: str = TUNING,
                    seeds: tuple[int, ...] | None = None, notify: Callable[[str], None] | None = None) -> dict[str, Pack]:
     """Packs of `stage` recorded by earlier Tune experiments of this sweep, rebuilt from the sweep itself.
 
@@ -60,7 +60,7 @@ def recorded_packs(results_dir: str | Path | StoreLocation, sweep: Sweep, stage:
     """
     index = config_index(sweep)
     allowed = set(sweep.seeds if seeds is None else seeds)
-    location = StoreLocation.parse(results_dir)
+    location = store.location
     packs: dict[str, Pack] = {}
     for experiment_name in experiments(location):
         rel = f"{experiment_name}/{PACKS_FILE}"
@@ -87,13 +87,13 @@ def _rebuilt(entry: PackEntry, index: dict[str, tuple[Experiment, Config]], allo
     return Pack(index[ids[0]][0], tuple(index[i][1] for i in ids), pack_seeds, stage)
 
 
-def newest_checkpoints(results_dir: str | Path | StoreLocation, dtype: str) -> dict[str, tuple[int, str]]:
+def newest_checkpoints(store: Store, dtype: str) -> dict[str, tuple[int, str]]:
     """pack id -> (steps done, checkpoint directory relative to the store): the most advanced
     checkpoint of each pack.
 
     Found from the files alone (each checkpoint's pack.json), whatever state Tune's
     experiment files are in."""
-    location = StoreLocation.parse(results_dir)
+    location = store.location
     newest: dict[str, tuple[int, str]] = {}
     for experiment_name in experiments(location):
         files = {e.rel for e in location.list(experiment_name, recursive=True)}
@@ -130,9 +130,9 @@ def finished_recorded(recorded: dict[str, Pack], finished: Runs) -> list[Pack]:
     return packs
 
 
-def resumable(results_dir: StoreLocation, recorded: dict[str, Pack], finished: Runs, dtype: str) -> tuple[list[Pack], dict[str, str]]:
+def resumable(store: Store, recorded: dict[str, Pack], finished: Runs, dtype: str) -> tuple[list[Pack], dict[str, str]]:
     """Unfinished recorded packs with a checkpoint (disjoint, most advanced first), and their checkpoints."""
-    checkpoints = newest_checkpoints(results_dir, dtype)
+    checkpoints = newest_checkpoints(store, dtype)
     candidates = sorted(
         ((checkpoints[pid][0], recorded[pid]) for pid in checkpoints if pid in recorded),
         key=lambda item: (-item[0], item[1].pack_id),

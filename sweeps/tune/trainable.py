@@ -22,9 +22,9 @@ from ray import tune
 from sweeps.packs import ChunkProgress, make_runner
 from sweeps.packs.runner import CHECKPOINT_FILE
 from sweeps.packs.neural import use_tf32
-from sweeps.store.location import StoreLocation
-from sweeps.store.dataset import pack_written, write_pack
 from sweeps.spec import Pack
+from sweeps.store.location import StoreLocation
+from sweeps.store.store import Store
 
 
 def _summary(progress: ChunkProgress) -> dict:
@@ -54,8 +54,8 @@ def pack_trainable(
     The last checkpoint is this trial's own (a retry), else the one `resume_from` names for
     the pack (a checkpoint directory of an earlier, interrupted experiment of the sweep)."""
     pack = packs[config["pack_id"]]
-    location = StoreLocation.parse(results_dir)  # a local path or an object-store URI (credentials: this worker's chain)
-    if pack_written(location, pack):
+    store = Store.open(results_dir)  # a local path or an object-store URI (credentials: this worker's chain)
+    if store.pack_written(pack):
         # Finished before an interruption that Tune's experiment state did not record yet.
         tune.report({"written": True, "already_in_store": True, "compute_seconds": 0.0})
         return
@@ -72,7 +72,7 @@ def pack_trainable(
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             runner.load_checkpoint(Path(directory))
-    elif resume_from and pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, location, resume_from[pack.pack_id]):
+    elif resume_from and pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, store.location, resume_from[pack.pack_id]):
         runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device)  # half-loaded state: start clean
     restored_from = runner.steps_done
     last = None
@@ -87,7 +87,7 @@ def pack_trainable(
         else:
             tune.report(metrics)
     outcome = runner.outcome()
-    write_pack(location, pack, outcome)
+    store.write_pack(pack, outcome)
     # The final report comes after the write, so a finished trial means written results.
     final = _summary(last) if last is not None else {}
     tune.report({**final, "restored_from_step": restored_from, "compute_seconds": outcome.wall_seconds, "written": True})

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from ray import tune
 
 from sweeps.spec import TUNING, Pack, PackResources, Sweep
-from sweeps.store.dataset import finished_runs
 from sweeps.store.location import StoreLocation
+from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
+from sweeps.store.store import Store
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
-from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
 from sweeps.tune.resume import TUNE_PREFIX, packs_record
 from sweeps.tune.trainable import pack_trainable
 from tasks import get_task
@@ -152,11 +152,12 @@ class Phase:
     nodes: frozenset[str]
 
 
-def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], results_dir: StoreLocation,
+def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], store: Store,
               options: ExecutionOptions, resources: PackResources, earlier: list[Pack]) -> Phase:
     """Run the packs (of one stage) as one new Tune experiment; raises SweepInterrupted or RuntimeError
     unless all finish."""
     _quiet_tune()
+    results_dir = store.location  # Tune writes its experiment and checkpoints beside the results
     results_dir.makedirs()
     name = _new_experiment(results_dir, packs_record(sweep, packs))
     by_id = {p.pack_id: p for p in packs}
@@ -174,7 +175,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], resu
         grid = tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
         pass
-    done = finished_runs(results_dir, stage)
+    done = store.reopened().finished_runs(stage)  # what the trials committed
     written = {p.pack_id for p in [*earlier, *packs] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
     failed = [] if grid is None else [r.config.get("pack_id") for r in grid if r.error and r.config.get("pack_id") not in written]
     unfinished = [pid for pid in by_id if pid not in written and pid not in failed]

@@ -1,0 +1,166 @@
+"""The commands that run sweeps: `run` and `confirm` (on an embedded Ray or a cluster), `submit` and
+`logs` (Ray Jobs), `run --dry-run`. Ray, torch and the driver load inside them, never before:
+the reading commands stay light."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from sweeps.cli.parser import UserError
+from sweeps.cli.reading import best_text, open_results, stage_text
+from sweeps.spec import PackResources, check_task_data, cpu_only_tasks, resolve_sweep
+
+
+def _resources(args: argparse.Namespace, sweep) -> PackResources:
+    return PackResources(
+        args.cpus_per_pack if args.cpus_per_pack is not None else sweep.resources.cpus,
+        args.gpus_per_pack if args.gpus_per_pack is not None else sweep.resources.gpus,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    if not args.address and os.environ.get("RAY_ADDRESS"):
+        from cluster.connect import announce_environment_address
+
+        announce_environment_address()  # the first line: this run attaches to a cluster, not an embedded Ray
+    sweep = resolve_sweep(args.sweep)
+    check_task_data(sweep)
+    resources = _resources(args, sweep)
+    if resources.gpus < 0:
+        raise UserError(f"--gpus-per-pack must be >= 0, got {resources.gpus:g}")
+    cpu_only = cpu_only_tasks(sweep.experiments)
+    if resources.gpus > 0 and len(cpu_only) == len({e.task for e in sweep.experiments}):
+        raise UserError(f"--gpus-per-pack: {', '.join(cpu_only)} runs on CPUs only; drop it")
+    print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
+    if args.dry_run:
+        _dry_run(args, sweep, resources)
+        if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
+            steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
+            print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
+                  f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
+        return
+    from sweeps.tune.driver import confirm_sweep, run_sweep
+
+    options = _execution_options(args, resources, args.dtype)
+    outcome = run_sweep(sweep, args.storage, resume=args.resume, options=options)
+    _summary(outcome, "every (config, seed) already has a score")
+    print(f"Results: {outcome.results_dir}\n")
+    print(best_text(outcome.store, args.table_format).rstrip("\n"))
+    if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
+        print(f"\nConfirmation: each method's selected configuration on {len(sweep.confirm_seeds)} fresh seeds")
+        outcome = confirm_sweep(outcome.store, sweep.confirm_seeds, options=options)
+        _summary(outcome, "every confirmation run already has a score")
+        print(stage_text(outcome.store, "confirm", args.table_format, "mean").rstrip("\n"))
+    if not args.no_report:
+        from sweeps.analysis.report import write_report
+
+        store = outcome.store  # after the confirmation stage: the report reads both
+        figures = write_report(store, store.location / "report.html")
+        print(f"\nReport: {outcome.results_dir / 'report.html'} ({len(figures)} figures, opens offline in any browser)")
+
+
+def _execution_options(args: argparse.Namespace, resources: PackResources | None, dtype: str):
+    from sweeps.tune.driver import ExecutionOptions
+
+    return ExecutionOptions(
+        address=args.address,
+        num_cpus=args.num_cpus,
+        chunk_steps=args.chunk_steps,
+        dtype=dtype,
+        runs_per_pack=args.runs_per_pack,
+        resources=resources,
+        checkpoint_every=args.checkpoint_every,
+        max_failures=args.max_failures,
+        tf32=args.tf32,
+        notify=print,
+    )
+
+
+def _summary(outcome, nothing: str) -> None:
+    """What a run or confirm did: resumed runs and packs, then the Done line (or that nothing ran)."""
+    from sweeps.tune.progress import done_line
+
+    if outcome.skipped_runs:
+        print(f"Resumed: {outcome.skipped_runs:,} runs were already in the store and were not re-run.")
+    if outcome.resumed_packs:
+        n = outcome.resumed_packs
+        print(f"Resumed: {n} interrupted packs continued from their checkpoints." if n > 1
+              else "Resumed: 1 interrupted pack continued from its checkpoint.")
+    if outcome.packs:
+        print(done_line(outcome, outcome.store.status()))
+    else:
+        print(f"Nothing to run: {nothing}.")
+
+
+def cmd_confirm(args: argparse.Namespace) -> None:
+    """The confirmation stage of a finished sweep; run again after an interrupt, it resumes."""
+    from sweeps.tune.driver import confirm_sweep
+
+    store = open_results(args.results_dir)
+    sweep = store.sweep
+    if sweep is None:
+        raise UserError(f"{args.results_dir}: no recorded sweep (sweep.yaml); give STORAGE/<sweep name> of a sweep run by fade-sweep")
+    seeds = args.seeds or sweep.confirm_seeds or len(sweep.seeds)
+    options = _execution_options(args, _resources(args, sweep), "float32")  # the store's dtype is used
+    outcome = confirm_sweep(store, seeds, stat=args.stat, options=options)
+    _summary(outcome, "every confirmation run already has a score")
+    print(f"Results: {outcome.results_dir}\n")
+    print(stage_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
+
+
+def _dry_run(args: argparse.Namespace, sweep, resources: PackResources) -> None:
+    from cluster.connect import connect
+    from cluster.placement import parallel_slots
+    from sweeps.packs.dryrun import describe_plan
+
+    cpu_only = resources.for_task(runs_on_gpu=False)
+    if args.address:
+        connect(args.address)
+        slots = parallel_slots(cpu_only)
+        gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
+    else:
+        import torch
+
+        cpus = args.num_cpus or os.cpu_count() or 1
+        slots = int(cpus // resources.cpus)
+        gpu_slots = min(slots, int(torch.cuda.device_count() // resources.gpus)) if resources.gpus > 0 else 0
+        if slots == 0:
+            raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
+    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots))
+
+
+def _refuse_if_being_written(storage: str, name: str) -> None:
+    """A second writer of the same results folder is refused before a job is submitted, where
+    the storage is visible from here too (a shared mount or an object store); otherwise the
+    job itself is refused on the cluster (exit 2 in its logs)."""
+    from sweeps.store import Store, StoreLocation
+    from sweeps.store.location import StorageError
+
+    location = StoreLocation.parse(storage) / name  # a URI the store cannot serve: exit 2 here
+    try:
+        if not location.local or location.local_path.is_dir():
+            Store(location).refuse_if_locked()
+    except StorageError:
+        return  # not reachable from here; the cluster checks it
+
+
+def cmd_submit(args: argparse.Namespace) -> None:
+    from cluster import jobs
+
+    sweep = resolve_sweep(args.sweep)
+    _refuse_if_being_written(args.storage, sweep.name)
+    job_id = jobs.submit(sweep, args.address, args.storage, args.run_args, args.pip)
+    print(job_id)
+    print(f"Follow it: fade-sweep status {job_id} --address {args.address}; fade-sweep logs {job_id} --address {args.address} --follow",
+          file=sys.stderr)
+
+
+def cmd_logs(args: argparse.Namespace) -> None:
+    from cluster import jobs
+
+    try:
+        jobs.logs(args.address, args.job_id, args.follow, write=print)
+    except RuntimeError as err:
+        raise UserError(f"{args.job_id}: no such job on this cluster ({err})") from None

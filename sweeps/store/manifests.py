@@ -1,0 +1,144 @@
+"""The commit records of a store: manifests, the commit rule, and which committed rows readers read.
+
+Commit protocol. A pack's data files get write-once names (the write id is new for every
+write) and are written atomically (local.py: under a hidden temporary name, fsynced and
+renamed into place; objects.py: as one object, which appears whole or not at all); the
+pack's manifest is written the same way LAST (on S3: one PUT, atomic). The manifest is the
+commit: readers read only files named by manifests, so a crash never shows half a pack and a file no manifest names
+(an orphan) is never read; `fade-sweep run --resume` deletes orphans. If two manifests
+claim the same (config, seed) (a pack written twice), readers take each (config, seed)
+from the NEWEST manifest (by `written_at`, then write id) and ignore older copies.
+
+Manifest (JSON, format 1; the model is `records.Manifest`):
+
+    {"format": 1, "pack_id": "...", "write_id": "...", "written_at": 1714000000.123,
+     "task": "linear_tracking", "optimizer": "fade", "stage": "tuning",
+     "configs": ["<config id>", ...], "seeds": [0, 1, 2],      # the pack's runs: every config x every seed
+     "files": {"scores": {"path": "scores/task=.../pack-....parquet", "rows": 6, "bytes": 4242, "sha256": "..."},
+               "curves": {"path": "curves/task=.../pack-....parquet", "rows": 12, "bytes": 5151, "sha256": "..."}}}
+
+Plain Python on purpose (no polars, no pyarrow): `fade-sweep status` and the driver's
+bookkeeping read manifests without loading the Parquet stack.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sweeps.store.location import Entry, StoreLocation
+from sweeps.store.records import KINDS, Manifest, RecordError, parse_record
+
+MANIFESTS = "manifests"
+
+
+class StoreError(RuntimeError):
+    """A store that cannot be read as it is (a damaged manifest or data file); `fade-sweep verify` says more."""
+
+
+# ---------------------------------------------------------------- reading
+
+
+def manifest_entries(location: StoreLocation) -> list[Entry]:
+    """The committed manifests' entries (hidden temporary files excluded), by name."""
+    return [e for e in location.list(MANIFESTS) if e.name.endswith(".json") and not e.name.startswith(".")]
+
+
+def parse_manifest(location: StoreLocation, entry: Entry) -> Manifest:
+    """One manifest; RecordError naming its file if it is damaged."""
+    manifest = parse_record(Manifest, location.read_bytes(entry.rel), location.url(entry.rel))
+    return manifest.model_copy(update={"name": entry.name})
+
+
+def read_manifests(location: StoreLocation) -> list[Manifest]:
+    """Every committed pack write, oldest first. StoreError names a damaged manifest."""
+    try:
+        manifests = [parse_manifest(location, entry) for entry in manifest_entries(location)]
+    except RecordError as err:
+        raise StoreError(f"{err}; run `fade-sweep verify {location}`") from None
+    return sorted(manifests, key=lambda m: m.order)
+
+
+def runs_of(manifests: list[Manifest]) -> set[tuple[str, int]]:
+    """(config_id, seed) of every run these manifests commit."""
+    return {pair for m in manifests for pair in m.pairs()}
+
+
+# ---------------------------------------------------------------- the driver's upkeep (under the writer lock)
+
+
+def damage(location: StoreLocation, manifest: Manifest, kind: str) -> str | None:
+    """Why a committed file cannot be what its manifest recorded (missing, or truncated / grown:
+    its size differs), or None. A same-size change needs the hash: `fade-sweep verify`."""
+    entry = manifest.files[kind]
+    if not location.is_file(entry.path):
+        return "missing, but its manifest names it"
+    size = location.size(entry.path)
+    return None if size == entry.bytes else f"{size} bytes, but its manifest recorded {entry.bytes} (damaged)"
+
+
+def set_aside_damaged(location: StoreLocation, manifests: list[Manifest]) -> list[str]:
+    """Un-commit every pack of `manifests` with a missing or damaged file (only while holding the writer
+    lock): its manifest moves to history/damaged-<name>, its files become orphans, and its runs are
+    planned again. Returns the damaged files."""
+    damaged = []
+    for manifest in manifests:
+        bad = [manifest.files[k].path for k in KINDS if damage(location, manifest, k)]
+        if bad:
+            rel = f"{MANIFESTS}/{manifest.name}"
+            location.write_bytes(f"history/damaged-{manifest.name}", location.read_bytes(rel))
+            location.delete(rel)
+            damaged.extend(bad)
+    return damaged
+
+
+def orphans(location: StoreLocation, manifests: list[Manifest]) -> list[str]:
+    """Paths (relative to the store) under scores/, curves/ and manifests/ that `manifests` do not
+    commit (left by an interrupted write)."""
+    named = {m.files[k].path for m in manifests for k in KINDS}
+    found = [e.rel for kind in KINDS for e in location.list(kind, recursive=True) if e.rel not in named]
+    found.extend(e.rel for e in location.list(MANIFESTS) if e.name.startswith("."))
+    return found
+
+
+def remove_orphans(location: StoreLocation, manifests: list[Manifest]) -> list[str]:
+    """Delete the orphans of `manifests` (only while holding the store's writer lock); returns them as users see them."""
+    rels = orphans(location, manifests)
+    for rel in rels:
+        location.delete(rel)
+    return [location.url(r) for r in rels]
+
+
+# ---------------------------------------------------------------- what readers read
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The committed files a reader reads, after the newest-wins rule and the current sweep's filter."""
+
+    whole: tuple[Manifest, ...]  # read every row of these
+    partial: tuple[tuple[Manifest, frozenset[tuple[str, int]]], ...]  # read only these (config, seed) rows
+    outside: int  # stored (config, seed) pairs not in the wanted set (ignored)
+    superseded: int  # (config, seed) pairs also held by a newer manifest (ignored copies)
+
+    @property
+    def runs(self) -> int:
+        return sum(len(m.configs) * len(m.seeds) for m in self.whole) + sum(len(k) for _, k in self.partial)
+
+
+def select(manifests: list[Manifest], wanted: frozenset[tuple[str, int]] | None = None) -> Selection:
+    """Each (config, seed) from the newest manifest holding it, and only the `wanted` ones (None: all)."""
+    owner: dict[tuple[str, int], int] = {}
+    for i, m in enumerate(manifests):  # oldest first: later (newer) manifests overwrite
+        for pair in m.pairs():
+            owner[pair] = i
+    superseded = sum(len(m.configs) * len(m.seeds) for m in manifests) - len(owner)
+    outside = 0 if wanted is None else sum(1 for pair in owner if pair not in wanted)
+    whole, partial = [], []
+    for i, m in enumerate(manifests):
+        pairs = m.pairs()
+        keep = [p for p in pairs if owner[p] == i and (wanted is None or p in wanted)]
+        if len(keep) == len(pairs):
+            whole.append(m)
+        elif keep:
+            partial.append((m, frozenset(keep)))
+    return Selection(tuple(whole), tuple(partial), outside, superseded)
