@@ -9,7 +9,7 @@ are too few and too dependent to vectorise well). Blocks go to threads (prange).
 Pack invariance: a lane computes exactly what its run computes alone. Lanes never mix
 (no reduction across lanes), a block's tail is padded with copies of one of its runs
 whose results are dropped, and the prediction and the loss sums are accumulated per run
-in float64 in a fixed order (components 0..d-1, steps in order), so neither the lane, the
+in float64 in one fixed order (the same code for every lane; steps in order), so neither the lane, the
 block, the pack, nor the chunking changes a bit.
 """
 
@@ -72,8 +72,9 @@ _CALLS = {1: _call1, 2: _call2, 3: _call3}
 
 
 def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, shares, tile, x, y, w, beta, h, gamma, g, losses, loss_sums):
-    """Advance every block's runs by T steps in place; write each step's pre-update loss
-    delta^2 to losses (R, T) and add them to loss_sums (R,) float64 in step order.
+    """Advance every block's runs by T steps in place; add each step's pre-update loss
+    delta^2 to loss_sums (R,) float64 in step order, and write it to losses (R, T) unless
+    losses has no columns (the pack engine reads only the sums).
 
     x: (T, S, d) and y: (T, S) hold one stream per slot; run r reads slot run_slot[r].
     lane_run: (blocks, LANES) the run of each lane, the first lanes_used[b] distinct, the
@@ -83,6 +84,7 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, shares, tile, x, y, w
     compiles one copy per learner and dtype, with _RULE, _CALL and _LANES bound.
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
+    keep_losses = losses.shape[1] > 0
     for share in numba.prange(shares):  # a share of the blocks per thread: no barrier per tile
         for t0 in range(0, x.shape[0], tile):  # x[t0:t0 + tile] stays in cache for all blocks of the share
             t1 = min(t0 + tile, x.shape[0])
@@ -123,7 +125,7 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, shares, tile, x, y, w
                         error = np.float64(y[t, run_slot[runs[l]]]) - A64[0, _PRED, l]
                         A64[0, _SUM, l] += error * error
                         A[0, _DELTA, l] = error
-                        if l < used:
+                        if keep_losses and l < used:
                             losses[runs[l], t] = error * error
                     for i in range(1, d):
                         for l in range(_LANES):  # noqa: F821
