@@ -104,8 +104,8 @@ def test_binned_scores_and_curves_do_not_depend_on_chunk_length():
 def test_run_gives_the_same_bits_in_every_lane_and_pack_size(dtype):
     """One run (its hyperparameters and stream slot) at lane positions 0, 5 and 12 of a pack
     of 13 runs, alone, and in packs of 9 and 21 (not multiples of the block width, so it
-    also sits in padded tails), in chunks of 7 and 50 steps: the same losses, loss sums and
-    final state, to the bit, for every learner."""
+    also sits in padded tails), in chunks of 7 and 50 steps, with and without per-step losses:
+    the same losses, loss sums and final state, to the bit, for every learner."""
     from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state, initial_weights
 
     steps, slots, d = 50, 3, 20
@@ -117,7 +117,7 @@ def test_run_gives_the_same_bits_in_every_lane_and_pack_size(dtype):
     for name, learner in LINEAR_LEARNERS.items():
         target = {n: (ranges[n][0] + ranges[n][1]) / 2 for n in learner.hyperparameters}
 
-        def run(size: int, position: int, chunk: int) -> tuple[np.ndarray, ...]:
+        def run(size: int, position: int, chunk: int, keep_losses: bool = True) -> tuple[np.ndarray, ...]:
             hp = {n: rng.uniform(*ranges[n], size) for n in learner.hyperparameters}
             slot = torch.from_numpy(rng.integers(0, slots, size))
             for n in learner.hyperparameters:
@@ -128,9 +128,10 @@ def test_run_gives_the_same_bits_in_every_lane_and_pack_size(dtype):
             losses, sums = torch.empty(size, steps, dtype=dtype), np.zeros(size)
             for start in range(0, steps, chunk):
                 stop = min(start + chunk, steps)
-                part = torch.empty(size, stop - start, dtype=dtype)
+                part = torch.empty(size, stop - start, dtype=dtype) if keep_losses else None
                 advance(learner, matrix, state, x[start:stop], y[start:stop], slot, part, sums)
-                losses[:, start:stop] = part
+                if keep_losses:
+                    losses[:, start:stop] = part
             return (losses[position].numpy(), sums[position:position + 1], *(s[position].numpy() for s in state))
 
         alone = run(1, 0, steps)
@@ -138,3 +139,6 @@ def test_run_gives_the_same_bits_in_every_lane_and_pack_size(dtype):
         for size, position, chunk in [(13, 0, 50), (13, 5, 7), (13, 12, 50), (9, 8, 7), (21, 17, 50), (21, 20, 7)]:
             for got, want in zip(run(size, position, chunk), alone):
                 np.testing.assert_array_equal(got, want, err_msg=f"{name}: pack {size}, lane {position}, chunk {chunk}")
+        # Without per-step losses (the pack engine's call): the same sums and state.
+        for got, want in zip(run(13, 5, 7, keep_losses=False)[1:], alone[1:]):
+            np.testing.assert_array_equal(got, want, err_msg=f"{name}: sums only")

@@ -86,19 +86,22 @@ def advance(
     x: torch.Tensor,
     y: torch.Tensor,
     run_slot: torch.Tensor,
-    losses: torch.Tensor,
+    losses: torch.Tensor | None = None,
     loss_sums: np.ndarray | None = None,
     gamma_bounds: tuple[float, float] = (-math.inf, math.inf),
 ) -> None:
     """Advance the state in place by x.shape[0] steps (the engine's entry point).
 
     x: (T, S, d), y: (T, S) streams by slot; run_slot: (R,) int64 slot of each run;
-    losses: (R, T) output buffer. All CPU tensors of the state's dtype. loss_sums, if
-    given: (R,) float64 running sums the steps' losses are added to, in step order.
+    losses: (R, T) buffer for each step's loss, or None where only the sums are wanted
+    (the pack engine). All CPU tensors of the state's dtype. loss_sums, if given: (R,)
+    float64 running sums the steps' losses are added to, in step order.
     The arrays written in place (state, losses, loss_sums) must be contiguous.
     """
     if loss_sums is None:
         loss_sums = np.zeros(state.w.shape[0])
+    if losses is None:
+        losses = torch.empty(state.w.shape[0], 0, dtype=state.w.dtype)
     written = [t.numpy() for t in (*state, losses)] + [loss_sums]
     if not all(a.flags.c_contiguous for a in written):
         raise ValueError("advance writes the state, losses and loss_sums in place: they must be contiguous")

@@ -47,8 +47,7 @@ class LinearPackRunner(PackRunner):
 
     def advance(self, batch: tuple[torch.Tensor, torch.Tensor], lo: int, hi: int, bin_index: int) -> None:
         x, y = batch
-        losses = torch.empty(self.pack.runs, hi - lo, dtype=self.dtype)
-        advance(self.learner, self.hp, self.state, x[lo:hi], y[lo:hi], self.run_slot, losses, self.loss_sum[bin_index])
+        advance(self.learner, self.hp, self.state, x[lo:hi], y[lo:hi], self.run_slot, loss_sums=self.loss_sum[bin_index])
 
     def close_bin(self, bin_index: int) -> None:
         self.curves["mse"][:, bin_index] = self.loss_sum[bin_index] / self.bin_len[bin_index]
