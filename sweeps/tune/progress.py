@@ -93,6 +93,7 @@ class SweepProgress(Callback):
             run_steps_at_start=sum(p.run_steps for p in finished),
         )
         self._written_at = 0.0
+        self._ended_at: float | None = None  # when Tune's experiment ended: the packs' clock stops there
         self._progress: Progress | None = None
 
     def __getstate__(self) -> dict:
@@ -171,6 +172,7 @@ class SweepProgress(Callback):
 
     def on_experiment_end(self, trials, **info) -> None:
         # Provisional: the driver's `finish` has the last word, from the store.
+        self._ended_at = time.time()
         failed = self.status.count("failed") > 0
         unfinished = self.status.count("done") < len(self.status.trials)
         self.status.state = "failed" if failed else "interrupted" if unfinished else "finished"
@@ -181,7 +183,9 @@ class SweepProgress(Callback):
 
     def _refresh(self, force: bool = False) -> None:
         now = time.time()
-        self.status.updated_at = now
+        # After the experiment's end the rate's clock stays there, so the bar, the Done line
+        # and `fade-sweep status` show one throughput.
+        self.status.updated_at = self._ended_at or now
         if self._progress is not None:
             self._progress.update(
                 self._task,
