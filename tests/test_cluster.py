@@ -162,15 +162,23 @@ def test_job_submission_status_logs_and_results(two_nodes, tmp_path):
     out, _ = submit.communicate(timeout=120)
     assert submit.returncode == 0, out
     job_id = next(line for line in out.splitlines() if line.startswith("raysubmit_"))
+    # `logs --follow` returns when the job ends: the wait, without a `status` process every few seconds
+    follow = _cli("logs", job_id, "--address", local.dashboard_url, "--follow")
+    try:
+        followed = follow.communicate(timeout=300)[0]
+    except subprocess.TimeoutExpired:
+        follow.kill()
+        raise AssertionError(f"the job did not end in 300 s:\n{follow.communicate()[0][-3000:]}") from None
 
     def ended() -> str | None:
         line = _cli("status", job_id, "--address", local.dashboard_url).communicate(timeout=60)[0]
         return line if "SUCCEEDED" in line or "FAILED" in line else None
 
-    final = _wait_for(ended, 300, "the job to end")
+    final = _wait_for(ended, 60, "the job to end")
     logs = _cli("logs", job_id, "--address", local.dashboard_url).communicate(timeout=60)[0]
     assert "SUCCEEDED" in final, logs
     assert "Done: 1 packs" in logs and "| **coupled** |" in logs
+    assert "Done: 1 packs" in followed and "| **coupled** |" in followed
     assert results.scores(tmp_path / "job").collect().height == 12
     assert job_id in _cli("status", "--address", local.dashboard_url).communicate(timeout=60)[0]
 

@@ -56,10 +56,12 @@ def test_nonlinear_demo_fade_beats_fixed_decay_and_decay_rates_separate():
 
 
 def _emnist_dir() -> str | None:
-    """The real EMNIST files (the demo's data): $FADE_EMNIST_DIR, or the project's shared copy."""
+    """The real EMNIST files (the demo's data): $FADE_EMNIST_DIR, or the project's shared copy: in the
+    checkout, beside it (CI clones the repository with shared/ next to the clone) or /work/shared."""
     from pathlib import Path
 
-    for candidate in (os.environ.get("FADE_EMNIST_DIR"), Path(__file__).resolve().parents[1] / "shared/data/emnist",
+    checkout = Path(__file__).resolve().parents[1]
+    for candidate in (os.environ.get("FADE_EMNIST_DIR"), checkout / "shared/data/emnist", checkout.parent / "shared/data/emnist",
                       "/work/shared/data/emnist"):
         if candidate and (Path(candidate) / "emnist-bymerge-test-labels-idx1-ubyte.gz").exists():
             return str(candidate)
