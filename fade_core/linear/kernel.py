@@ -3,7 +3,8 @@
 A driver advances R runs by T steps. Runs are grouped in blocks of LANES; a block keeps
 its state component-major, (d, LANES) per slot, so each rule, inlined in the loop over
 the block's lanes, is vectorised by LLVM across runs (the d = 20 components of one run
-are too few and too dependent to vectorise well). Blocks go to threads (prange). exp is
+are too few and too dependent to vectorise well). Blocks go to threads in shares (`in_threads`: the
+compiled driver releases the GIL). exp is
 `vexp`'s polynomial: libm's scalar call would stop the vectoriser.
 
 Pack invariance: a lane computes exactly what its run computes alone. Lanes never mix
@@ -20,6 +21,7 @@ import functools
 import hashlib
 import inspect
 import types
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterator
 
 import numba
@@ -96,72 +98,73 @@ def _predict(A64, A, d):
     A64[0, _PRED, 4], A64[0, _PRED, 5], A64[0, _PRED, 6], A64[0, _PRED, 7] = p4, p5, p6, p7
 
 
-def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, shares, tile, x, y, w, beta, h, gamma, g, losses, loss_sums):
+def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, w, beta, h, gamma, g, losses,
+                loss_sums):
     """Advance every block's runs by T steps in place; add each step's pre-update loss
     delta^2 to loss_sums (R,) float64 in step order, and write it to losses (R, T) unless
     losses has no columns (the pack engine reads only the sums).
 
     x: (T, S, d) and y: (T, S) hold one stream per slot; run r reads slot run_slot[r].
     lane_run: (blocks, LANES) the run of each lane, the first lanes_used[b] distinct, the
-    rest padding (copies of a run of the block, never written back). Each of `shares`
-    threads takes a share of the blocks and steps in tiles of `tile`, each tile through all its blocks (the
-    state goes back to w, ... in between, exactly: a tile is a chunk). A template: `driver`
-    compiles one copy per learner and dtype, with _RULE, _CALL and _LANES bound.
+    rest padding (copies of a run of the block, never written back). A call advances share
+    `share` of `shares` (one thread's blocks; `in_threads` runs the shares), stepping in
+    tiles of `tile`, each tile through all its blocks (the state goes back to w, ... in
+    between, exactly: a tile is a chunk). A template: `driver` compiles one copy per
+    learner and dtype, with _RULE, _CALL and _LANES bound.
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
     keep_losses = losses.shape[1] > 0
-    for share in numba.prange(shares):  # a share of the blocks per thread: no barrier per tile
-        for t0 in range(0, x.shape[0], tile):  # x[t0:t0 + tile] stays in cache for all blocks of the share
-            t1 = min(t0 + tile, x.shape[0])
-            for b in range(share * blocks // shares, (share + 1) * blocks // shares):
-                runs, used = lane_run[b], lanes_used[b]
-                A64 = np.zeros((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _RULE, _CALL: bound by `driver`)
-                A = A64.view(w.dtype)
-                # Segments: maximal groups of neighbouring lanes that read one slot (runs come sorted
-                # by slot, so a block has one or two). Lanes from segment k's first on read its slot,
-                # until the next segment overrides them: a splat and a few blends per component.
-                seg_first = np.zeros(_LANES, np.int64)  # noqa: F821
-                seg_slot = np.zeros(_LANES, np.int64)  # noqa: F821
-                n_seg = 0
+    for t0 in range(0, x.shape[0], tile):  # x[t0:t0 + tile] stays in cache for all blocks of the share
+        t1 = min(t0 + tile, x.shape[0])
+        for b in range(share * blocks // shares, (share + 1) * blocks // shares):
+            runs, used = lane_run[b], lanes_used[b]
+            A64 = np.zeros((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _RULE, _CALL: bound by `driver`)
+            A = A64.view(w.dtype)
+            # Segments: maximal groups of neighbouring lanes that read one slot (runs come sorted
+            # by slot, so a block has one or two). Lanes from segment k's first on read its slot,
+            # until the next segment overrides them: a splat and a few blends per component.
+            seg_first = np.zeros(_LANES, np.int64)  # noqa: F821
+            seg_slot = np.zeros(_LANES, np.int64)  # noqa: F821
+            n_seg = 0
+            for l in range(_LANES):  # noqa: F821
+                r = runs[l]
+                if l == 0 or run_slot[r] != seg_slot[n_seg - 1]:
+                    seg_first[n_seg], seg_slot[n_seg] = l, run_slot[r]
+                    n_seg += 1
+                A64[0, _SUM, l] = loss_sums[r]
+                for i in range(d):
+                    A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = (
+                        w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i])
+                    for j in range(n_hp):
+                        A[i, _HP + j, l] = p[r, j]
+            for t in range(t0, t1):
+                for k in range(n_seg):
+                    first, s = seg_first[k], seg_slot[k]
+                    for i in range(d):
+                        xi = x[t, s, i]
+                        for l in range(_LANES):  # noqa: F821
+                            A[i, _X, l] = xi if l >= first else A[i, _X, l]
+                _predict(A64, A, d)
                 for l in range(_LANES):  # noqa: F821
-                    r = runs[l]
-                    if l == 0 or run_slot[r] != seg_slot[n_seg - 1]:
-                        seg_first[n_seg], seg_slot[n_seg] = l, run_slot[r]
-                        n_seg += 1
-                    A64[0, _SUM, l] = loss_sums[r]
-                    for i in range(d):
-                        A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = (
-                            w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i])
-                        for j in range(n_hp):
-                            A[i, _HP + j, l] = p[r, j]
-                for t in range(t0, t1):
-                    for k in range(n_seg):
-                        first, s = seg_first[k], seg_slot[k]
-                        for i in range(d):
-                            xi = x[t, s, i]
-                            for l in range(_LANES):  # noqa: F821
-                                A[i, _X, l] = xi if l >= first else A[i, _X, l]
-                    _predict(A64, A, d)
+                    error = np.float64(y[t, run_slot[runs[l]]]) - A64[0, _PRED, l]
+                    A64[0, _SUM, l] += error * error
+                    A[0, _DELTA, l] = error
+                    if keep_losses and l < used:
+                        losses[runs[l], t] = error * error
+                for i in range(1, d):
                     for l in range(_LANES):  # noqa: F821
-                        error = np.float64(y[t, run_slot[runs[l]]]) - A64[0, _PRED, l]
-                        A64[0, _SUM, l] += error * error
-                        A[0, _DELTA, l] = error
-                        if keep_losses and l < used:
-                            losses[runs[l], t] = error * error
-                    for i in range(1, d):
-                        for l in range(_LANES):  # noqa: F821
-                            A[i, _DELTA, l] = A[0, _DELTA, l]
-                    for i in range(d):
-                        for l in range(_LANES):  # noqa: F821
-                            A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = _CALL(  # noqa: F821
-                                _RULE, A, i, l, A[i, _X, l], A[i, _DELTA, l],  # noqa: F821
-                                A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l], lo, hi)
-                for l in range(used):
-                    r = runs[l]
-                    loss_sums[r] = A64[0, _SUM, l]
-                    for i in range(d):
-                        w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i] = (
-                            A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l])
+                        A[i, _DELTA, l] = A[0, _DELTA, l]
+                for i in range(d):
+                    for l in range(_LANES):  # noqa: F821
+                        A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = _CALL(  # noqa: F821
+                            _RULE, A, i, l, A[i, _X, l], A[i, _DELTA, l],  # noqa: F821
+                            A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l], lo, hi)
+            for l in range(used):
+                r = runs[l]
+                loss_sums[r] = A64[0, _SUM, l]
+                for i in range(d):
+                    w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i] = (
+                        A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l])
 
 
 def _in_dtype(code: types.CodeType, dtype: np.dtype) -> types.CodeType:
@@ -209,10 +212,10 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     scope = {**_run_blocks.__globals__, "_RULE": rule, "_CALL": _CALLS[arity], "_LANES": LANES}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
-    compiled = numba.njit(fastmath=_FASTMATH, parallel=True, cache=True)(template)
+    compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(template)  # parallel=True: 2.4x the compile time
     real, index, c = numba.from_dtype(dtype), numba.int64, functools.partial(numba.types.Array, layout="C")
-    with _slp_vectorizer():  # p, lo, hi, run_slot, lane_run, lanes_used, shares, tile, x, y, w ... losses, loss_sums
-        compiled.compile((c(real, 2), real, real, c(index, 1), c(index, 2), c(index, 1), index, index, c(real, 3),
+    with _slp_vectorizer():  # p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, w ... losses, loss_sums
+        compiled.compile((c(real, 2), real, real, c(index, 1), c(index, 2), c(index, 1), index, index, index, c(real, 3),
                           *(c(real, 2) for _ in range(7)), c(numba.float64, 1)))
     compiled.disable_compile()
     return compiled
@@ -230,9 +233,23 @@ def lane_blocks(run_slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return lane_run.astype(np.int64), lanes_used
 
 
+def in_threads(work: Callable[[int], None], shares: int) -> None:
+    """work(0), ..., work(shares - 1), one per thread of a pool kept for the process (the
+    compiled drivers release the GIL); the first error is raised here."""
+    if shares == 1:
+        work(0)
+        return
+    list(_pool(shares).map(work, range(shares)))
+
+
+@functools.cache
+def _pool(threads: int) -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads, thread_name_prefix="fade-linear")
+
+
 def schedule(run_slot: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
     """`_run_blocks`' (lane_run, lanes_used, shares, tile) for these runs and streams: one
-    share of the blocks per thread numba runs now."""
+    share of the blocks per thread numba may use now (`numba.set_num_threads`)."""
     lane_run, lanes_used = lane_blocks(run_slot)
     return lane_run, lanes_used, min(numba.get_num_threads(), len(lane_run)), tile_steps(x)
 

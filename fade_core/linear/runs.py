@@ -16,7 +16,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from fade_core.linear.kernel import driver, schedule
+from fade_core.linear.kernel import driver, in_threads, schedule
 from fade_core.linear.rules import LinearLearner, get_linear_learner
 
 
@@ -110,7 +110,9 @@ def advance(
     slots = np.ascontiguousarray(run_slot.numpy(), dtype=np.int64)
     x_, y_ = (np.ascontiguousarray(t.numpy()) for t in (x, y))
     hp = np.ascontiguousarray(hp_matrix.numpy())
-    driver(learner, dtype)(hp, lo, hi, slots, *schedule(slots, x_), x_, y_, *written)
+    kernel = driver(learner, dtype)
+    lane_run, lanes_used, shares, tile = schedule(slots, x_)
+    in_threads(lambda share: kernel(hp, lo, hi, slots, lane_run, lanes_used, share, shares, tile, x_, y_, *written), shares)
 
 
 def run_linear(
