@@ -142,3 +142,34 @@ def test_run_gives_the_same_bits_in_every_lane_and_pack_size(dtype):
         # Without per-step losses (the pack engine's call): the same sums and state.
         for got, want in zip(run(13, 5, 7, keep_losses=False)[1:], alone[1:]):
             np.testing.assert_array_equal(got, want, err_msg=f"{name}: sums only")
+
+
+def test_linear_pack_gives_the_same_bits_on_one_or_two_threads():
+    """The blocks of a pack split into one share per thread (`in_threads`): a run's losses,
+    loss sum and final state do not depend on how many threads advanced its pack."""
+    import numba
+
+    from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state, initial_weights
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs 2 CPU cores (numba has 1 thread here)")
+    learner, runs, steps, slots = LINEAR_LEARNERS["fade"], 37, 300, 3
+    rng = np.random.default_rng(2)
+    x = torch.from_numpy(rng.standard_normal((steps, slots, 20))).float()
+    y = torch.from_numpy(rng.standard_normal((steps, slots))).float()
+    hp = {"alpha": rng.uniform(0.001, 0.05, runs), "theta_lambda": rng.uniform(0, 0.1, runs), "gamma0": -2.3}
+    slot = torch.from_numpy(rng.integers(0, slots, runs))
+    matrix = hyperparameter_matrix(learner, hp, runs, torch.float32)
+    results, before = [], numba.get_num_threads()
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            state = init_state(learner, matrix, initial_weights(slot.tolist(), 20, torch.float32))
+            losses, sums = torch.empty(runs, steps), np.zeros(runs)
+            advance(learner, matrix, state, x, y, slot, losses, sums)
+            results.append([losses.numpy(), sums, *(s.numpy() for s in state)])
+    finally:
+        numba.set_num_threads(before)
+    assert np.isfinite(results[0][1]).all()
+    for one, two in zip(*results):
+        np.testing.assert_array_equal(one, two)
