@@ -27,17 +27,15 @@ from typing import Callable, Iterator
 import numba
 import numpy as np
 
-from fade_core.linear import vexp
-from fade_core.linear.rules import LinearLearner, clamp
+from fade_core.linear import simd, vexp
+from fade_core.linear.rules import LinearLearner
 
-LANES = 8  # runs per block: one AVX2 register of float32 (`_predict` is written for 8)
+LANES = 8  # runs per block: one AVX2 register of float32
 TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 cache
 
 # Reassociation and fused multiply-add let LLVM vectorise and schedule the loops; we keep
 # IEEE NaN/inf semantics (no 'nnan'/'ninf') so diverging runs stay visible as NaN/inf.
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
-
-_clamp = numba.njit(inline="always", fastmath=_FASTMATH, cache=True)(clamp)
 
 # The rows of a block's lane buffer (d, _ROWS, LANES) float64, viewed as the state's dtype
 # for all but the float64 rows: per component i, the state slots, the input, the error
@@ -49,54 +47,6 @@ _clamp = numba.njit(inline="always", fastmath=_FASTMATH, cache=True)(clamp)
 _W, _BETA, _H, _GAMMA, _G, _X, _DELTA, _HP = range(8)
 _PRED, _SUM = _HP + 3, _HP + 4  # float64 rows
 _ROWS = _SUM + 1
-
-# Calls a rule with lane l's hyperparameters as its trailing arguments, one adapter per
-# arity (numba cannot IR-inline a call with *args).
-_call = numba.njit(inline="always", fastmath=_FASTMATH, cache=True)
-
-
-@_call
-def _call1(rule, A, i, l, x, delta, w, beta, h, gamma, g, lo, hi):
-    return rule(x, delta, w, beta, h, gamma, g, lo, hi, A[i, _HP, l])
-
-
-@_call
-def _call2(rule, A, i, l, x, delta, w, beta, h, gamma, g, lo, hi):
-    return rule(x, delta, w, beta, h, gamma, g, lo, hi, A[i, _HP, l], A[i, _HP + 1, l])
-
-
-@_call
-def _call3(rule, A, i, l, x, delta, w, beta, h, gamma, g, lo, hi):
-    return rule(x, delta, w, beta, h, gamma, g, lo, hi, A[i, _HP, l], A[i, _HP + 1, l], A[i, _HP + 2, l])
-
-
-_CALLS = {1: _call1, 2: _call2, 3: _call3}
-
-
-@numba.njit(fastmath={"contract"}, cache=True)
-def _predict(A64, A, d):
-    """Each lane's prediction sum_i w_i x_i into A64[0, _PRED], in float64 (exact products of
-    float32 factors), components in order 0..d-1.
-
-    One named accumulator per lane (LANES = 8): LLVM keeps them in registers and merges the
-    eight chains into two vector FMAs per component. Written as a loop over lanes, the
-    accumulators stay in memory (they might alias the lane buffer) and LLVM vectorises the
-    loop over components instead, with a gather per lane: 1.2-1.5x slower kernels. No
-    'reassoc' here, so the sum keeps its order.
-    """
-    p0 = p1 = p2 = p3 = p4 = p5 = p6 = p7 = 0.0
-    for i in range(d):
-        p0 += np.float64(A[i, _W, 0]) * np.float64(A[i, _X, 0])
-        p1 += np.float64(A[i, _W, 1]) * np.float64(A[i, _X, 1])
-        p2 += np.float64(A[i, _W, 2]) * np.float64(A[i, _X, 2])
-        p3 += np.float64(A[i, _W, 3]) * np.float64(A[i, _X, 3])
-        p4 += np.float64(A[i, _W, 4]) * np.float64(A[i, _X, 4])
-        p5 += np.float64(A[i, _W, 5]) * np.float64(A[i, _X, 5])
-        p6 += np.float64(A[i, _W, 6]) * np.float64(A[i, _X, 6])
-        p7 += np.float64(A[i, _W, 7]) * np.float64(A[i, _X, 7])
-    A64[0, _PRED, 0], A64[0, _PRED, 1], A64[0, _PRED, 2], A64[0, _PRED, 3] = p0, p1, p2, p3
-    A64[0, _PRED, 4], A64[0, _PRED, 5], A64[0, _PRED, 6], A64[0, _PRED, 7] = p4, p5, p6, p7
-
 
 def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, w, beta, h, gamma, g, losses,
                 loss_sums):
@@ -110,7 +60,7 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     `share` of `shares` (one thread's blocks; `in_threads` runs the shares), stepping in
     tiles of `tile`, each tile through all its blocks (the state goes back to w, ... in
     between, exactly: a tile is a chunk). A template: `driver` compiles one copy per
-    learner and dtype, with _RULE, _CALL and _LANES bound.
+    learner and dtype, with _STEP and _LANES bound.
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
     keep_losses = losses.shape[1] > 0
@@ -118,7 +68,7 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
         t1 = min(t0 + tile, x.shape[0])
         for b in range(share * blocks // shares, (share + 1) * blocks // shares):
             runs, used = lane_run[b], lanes_used[b]
-            A64 = np.zeros((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _RULE, _CALL: bound by `driver`)
+            A64 = np.zeros((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _STEP: bound by `driver`)
             A = A64.view(w.dtype)
             # Segments: maximal groups of neighbouring lanes that read one slot (runs come sorted
             # by slot, so a block has one or two). Lanes from segment k's first on read its slot,
@@ -144,34 +94,21 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
                         xi = x[t, s, i]
                         for l in range(_LANES):  # noqa: F821
                             A[i, _X, l] = xi if l >= first else A[i, _X, l]
-                _predict(A64, A, d)
+                _PREDICT(A64, A, d)  # noqa: F821
                 for l in range(_LANES):  # noqa: F821
                     error = np.float64(y[t, run_slot[runs[l]]]) - A64[0, _PRED, l]
                     A64[0, _SUM, l] += error * error
                     A[0, _DELTA, l] = error
                     if keep_losses and l < used:
                         losses[runs[l], t] = error * error
-                for i in range(1, d):
-                    for l in range(_LANES):  # noqa: F821
-                        A[i, _DELTA, l] = A[0, _DELTA, l]
                 for i in range(d):
-                    for l in range(_LANES):  # noqa: F821
-                        A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = _CALL(  # noqa: F821
-                            _RULE, A, i, l, A[i, _X, l], A[i, _DELTA, l],  # noqa: F821
-                            A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l], lo, hi)
+                    _STEP(A, i, lo, hi)  # noqa: F821  the rule on all lanes of component i (simd.py)
             for l in range(used):
                 r = runs[l]
                 loss_sums[r] = A64[0, _SUM, l]
                 for i in range(d):
                     w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i] = (
                         A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l])
-
-
-def _in_dtype(code: types.CodeType, dtype: np.dtype) -> types.CodeType:
-    """`code` with its numeric literals (the 1 of 1 - l, the 0 of [z]+) of type `dtype`:
-    numba types a Python literal as int64 / float64, which would promote float32 rules."""
-    consts = tuple(dtype.type(c) if type(c) in (int, float) else c for c in code.co_consts)
-    return code.replace(co_consts=consts)
 
 
 @contextlib.contextmanager
@@ -200,16 +137,12 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     numba only watches this file, not the ones its callees come from.
     """
     dtype = np.dtype(dtype)
-    arity = len(learner.hyperparameters)
-    if arity not in _CALLS:
-        raise ValueError(f"linear learner {learner.name!r}: rules take 1 to {max(_CALLS)} hyperparameters, not {arity}")
-    rule_code = _in_dtype(learner.rule.__code__, dtype)
-    rule_scope = {**learner.rule.__globals__, "exp": vexp.exp_for(dtype), "clamp": _clamp}
-    rule = types.FunctionType(rule_code, rule_scope, learner.rule.__name__)
-    rule = numba.njit(inline="always", fastmath=_FASTMATH)(rule)
-    digest = hashlib.sha1((inspect.getsource(learner.rule) + inspect.getsource(vexp)).encode()).hexdigest()[:12]
+    step = simd.step_intrinsic(learner.rule, dtype, LANES, _ROWS, (_W, _BETA, _H, _GAMMA, _G), _X, _DELTA, _HP)
+    sources = (learner.rule, vexp, simd)
+    digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
-    scope = {**_run_blocks.__globals__, "_RULE": rule, "_CALL": _CALLS[arity], "_LANES": LANES}
+    predict = simd.predict_intrinsic(LANES, _W, _X, _PRED)
+    scope = {**_run_blocks.__globals__, "_STEP": step, "_PREDICT": predict, "_LANES": LANES}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
     compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(template)  # parallel=True: 2.4x the compile time

@@ -1,17 +1,17 @@
-"""exp(x) in float32 and float64 that LLVM can vectorise (numba; no libm call).
+"""exp(x) in float32 and float64 as vector code can compute it (no libm call).
 
 pip's llvmlite has no vector math library, so `math.exp` stays one scalar libm call
 per component and blocks SIMD over runs. This is the classic construction instead:
 x = k ln2 + r with k = round(x / ln2) and |r| <= ln2 / 2, exp(r) by its Taylor
-polynomial (Horner, fused multiply-adds), and 2^k built directly in the exponent
-bits. 2^k is applied as two factors 2^(k//2) 2^(k - k//2), so results that overflow
-become inf and results in the subnormal range round once, as for libm. Inputs are
-clamped just beyond the finite range first (exp(+big) = inf, exp(-big) = 0); NaN
-propagates. Accuracy is measured in tests/test_linear_learners.py.
+polynomial (Horner), and 2^k built directly in the exponent bits. 2^k is applied as two
+factors 2^(k//2) 2^(k - k//2), so results that overflow become inf and results in the
+subnormal range round once, as for libm. Inputs are clamped just beyond the finite range
+first (exp(+big) = inf, exp(-big) = 0); NaN propagates.
 
-Compiled without 'reassoc': the rounding trick (t + M) - M and the two-part ln2 only
-work in the written order. Numba compiles these as separate functions that LLVM
-inlines into the kernels, keeping their own fast-math flags.
+Written as plain Python on numpy scalars; `simd` traces it, like the rules, into the
+kernels' vector instructions (multiply-adds may fuse; nothing is reassociated: the
+rounding trick (t + M) - M and the two-part ln2 only work in the written order).
+Accuracy of the traced code is measured in tests/test_linear_learners.py.
 """
 
 from __future__ import annotations
@@ -19,35 +19,18 @@ from __future__ import annotations
 import math
 from typing import Callable, NamedTuple
 
-import numba
 import numpy as np
-from numba import types
-from numba.extending import intrinsic
 
 
-@intrinsic
-def _bits(typingctx, value):
-    """The IEEE bits of a float as the signed integer of its width."""
-    integer = types.int32 if value.bitwidth == 32 else types.int64
-
-    def codegen(context, builder, signature, args):
-        return builder.bitcast(args[0], context.get_value_type(integer))
-
-    return integer(value), codegen
+def _bits(value):
+    """The IEEE bits of a float as the signed integer of its width (`simd` traces this as a bitcast)."""
+    return np.asarray(value).view(np.int32 if np.asarray(value).dtype == np.float32 else np.int64)[()]
 
 
-@intrinsic
-def _float_from_bits(typingctx, bits, like):
+def _float_from_bits(bits, like):
     """The float of `like`'s type whose IEEE bits are the low bits of the integer `bits`."""
-    width = like.bitwidth
-
-    def codegen(context, builder, signature, args):
-        low = args[0]
-        if width < bits.bitwidth:  # numba widens integer arithmetic to int64
-            low = builder.trunc(low, context.get_value_type(types.int32))
-        return builder.bitcast(low, context.get_value_type(like))
-
-    return like(bits, like), codegen
+    kind = np.asarray(like).dtype
+    return np.asarray(bits).astype(np.int32 if kind == np.float32 else np.int64).view(kind)[()]
 
 
 class _Format(NamedTuple):
@@ -92,11 +75,12 @@ def _make_exp(fmt: _Format) -> Callable:
         scale_2 = _float_from_bits((k - half + bias) << mantissa_bits, x)
         return p * scale_1 * scale_2
 
-    return numba.njit(fastmath={"contract"}, cache=True)(exp)
+    return exp
 
 
 def exp_for(dtype: np.dtype | type) -> Callable:
-    """The compiled exp of float32 or float64 arguments."""
+    """exp of float32 or float64 arguments, as plain Python on numpy scalars (slow: `simd`
+    traces it into the kernels' vector code)."""
     return _EXPS[np.dtype(dtype)]
 
 
