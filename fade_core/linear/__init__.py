@@ -1,8 +1,8 @@
 """The seven online linear learners of algorithms.md section 1, batched over runs.
 
 `rules`: the per-component update rules and the `LINEAR_LEARNERS` registry (plain
-Python); `kernel`: their compiled chunk drivers, runs in SIMD lanes (numba); `vexp`: the
-vectorisable exp they use; `runs`: state, hyperparameter matrix, `advance` and
+Python); `kernel`: their compiled chunk drivers, runs in SIMD lanes (numba); `simd`: a rule
+traced into vector code; `vexp`: the exp it traces; `runs`: state, hyperparameter matrix, `advance` and
 `run_linear` on torch tensors. The registry imports neither numba nor torch; the other
 names load their module on first access.
 """

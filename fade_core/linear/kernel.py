@@ -1,11 +1,11 @@
 """The compiled chunk drivers of the linear learners: runs in SIMD lanes (numba).
 
 A driver advances R runs by T steps. Runs are grouped in blocks of LANES; a block keeps
-its state component-major, (d, LANES) per slot, so each rule, inlined in the loop over
-the block's lanes, is vectorised by LLVM across runs (the d = 20 components of one run
-are too few and too dependent to vectorise well). Blocks go to threads in shares (`in_threads`: the
-compiled driver releases the GIL). exp is
-`vexp`'s polynomial: libm's scalar call would stop the vectoriser.
+its state component-major, (d, LANES) per slot, and each rule runs on all lanes of a
+component at once as explicit vector code (`simd` traces the plain-Python rule, exp
+included, into LLVM vector instructions; the d = 20 components of one run are too few
+and too dependent to vectorise well). Blocks go to threads in shares (`in_threads`: the
+compiled driver releases the GIL).
 
 Pack invariance: a lane computes exactly what its run computes alone. Lanes never mix
 (no reduction across lanes), a block's tail is padded with copies of one of its runs
@@ -38,12 +38,12 @@ TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
 # The rows of a block's lane buffer (d, _ROWS, LANES) float64, viewed as the state's dtype
-# for all but the float64 rows: per component i, the state slots, the input, the error
-# delta and the hyperparameters (the last two repeated for every i); in the rows of i = 0
-# only, the float64 prediction and loss sum. A loop over the lanes of one component then
-# touches one buffer at constant row offsets, so LLVM can prove its accesses disjoint and
-# vectorise it across lanes; it cannot prove that of separate arrays, nor of rows of
-# another component. (A float32 view has 2 LANES columns; the first LANES are used.)
+# for all but the float64 rows: per component i, the state slots, the input and the
+# hyperparameters (repeated for every i); in the rows of i = 0 only, the error delta, and
+# the float64 prediction and loss sum. A row of a component is one vector: `simd`'s
+# intrinsics load and store them at constant offsets, and the loops over lanes that LLVM
+# vectorises (input, error) touch one buffer, whose rows it can prove disjoint. (A float32
+# view has 2 LANES columns; the first LANES are used.)
 _W, _BETA, _H, _GAMMA, _G, _X, _DELTA, _HP = range(8)
 _PRED, _SUM = _HP + 3, _HP + 4  # float64 rows
 _ROWS = _SUM + 1
@@ -129,11 +129,11 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     """`_run_blocks` compiled for one learner's rule and dtype (on first call), taking
     C-contiguous arrays only.
 
-    The rule is recompiled from its code with the vectorisable exp and literals of the
-    dtype, and bound as a global of a copy of the template. Not a closure: numba's cache
+    The rule, traced into vector code (`simd.step_intrinsic`), and the prediction are bound
+    as globals of a copy of the template. Not a closure: numba's cache
     key hashes a closure's cells, and a dispatcher pickles with a per-process id, so a
     closure over the rule would miss the cache in every new process. The cache file is
-    named after the learner, the dtype and a digest of the rule's and vexp's source:
+    named after the learner, the dtype and a digest of the rule's, vexp's and simd's source:
     numba only watches this file, not the ones its callees come from.
     """
     dtype = np.dtype(dtype)

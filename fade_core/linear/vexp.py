@@ -3,7 +3,7 @@
 pip's llvmlite has no vector math library, so `math.exp` stays one scalar libm call
 per component and blocks SIMD over runs. This is the classic construction instead:
 x = k ln2 + r with k = round(x / ln2) and |r| <= ln2 / 2, exp(r) by its Taylor
-polynomial (Horner), and 2^k built directly in the exponent bits. 2^k is applied as two
+polynomial (Estrin's scheme), and 2^k built directly in the exponent bits. 2^k is applied as two
 factors 2^(k//2) 2^(k - k//2), so results that overflow become inf and results in the
 subnormal range round once, as for libm. Inputs are clamped just beyond the finite range
 first (exp(+big) = inf, exp(-big) = 0); NaN propagates.
@@ -51,6 +51,20 @@ _FORMATS = {
 }
 
 
+def _polynomial(coefficients: tuple, r):
+    """sum_n c_n r^n: the terms from r^2 on by Estrin's scheme (pairs c_2j + c_2j+1 r, then
+    pairs of those with r^2, r^4, ...), then c0 + r (c1 + r q) fused, as Horner ends, so
+    the result rounds like Horner's. Estrin is about log2(degree) multiply-adds deep
+    instead of degree: the out-of-order core overlaps more of the kernels' chains."""
+    terms = list(coefficients[2:])
+    terms = [c0 + c1 * r for c0, c1 in zip(terms[::2], terms[1::2])] + terms[len(terms) // 2 * 2:]
+    power = r * r
+    while len(terms) > 1:
+        terms = [low + high * power for low, high in zip(terms[::2], terms[1::2])] + terms[len(terms) // 2 * 2:]
+        power = power * power
+    return coefficients[0] + r * (coefficients[1] + r * terms[0])
+
+
 def _make_exp(fmt: _Format) -> Callable:
     f = fmt.float
     log2e, ln2_hi, ln2_lo = f(1 / math.log(2)), f(fmt.ln2_hi), f(fmt.ln2_lo)
@@ -58,7 +72,7 @@ def _make_exp(fmt: _Format) -> Callable:
     # t + shifter rounds t to an integer k (ties to even) held in the low mantissa bits: 1.5 * 2^mantissa_bits.
     shifter = f(1.5 * 2.0**fmt.mantissa_bits)
     shifter_bits = int(np.array(shifter).view(np.int32 if f is np.float32 else np.int64))
-    coefficients = tuple(f(1 / math.factorial(n)) for n in range(fmt.degree, -1, -1))
+    coefficients = tuple(f(1 / math.factorial(n)) for n in range(fmt.degree + 1))  # c0, c1, ...
     mantissa_bits, bias = fmt.mantissa_bits, fmt.bias
 
     def exp(x):
@@ -66,9 +80,7 @@ def _make_exp(fmt: _Format) -> Callable:
         shifted = xc * log2e + shifter
         k_float = shifted - shifter
         r = (xc - k_float * ln2_hi) - k_float * ln2_lo
-        p = coefficients[0]
-        for c in coefficients[1:]:
-            p = p * r + c
+        p = _polynomial(coefficients, r)
         k = _bits(shifted) - shifter_bits
         half = k >> 1
         scale_1 = _float_from_bits((half + bias) << mantissa_bits, x)
