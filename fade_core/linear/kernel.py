@@ -39,13 +39,13 @@ _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
 # The rows of a block's lane buffer (d, _ROWS, LANES) float64, viewed as the state's dtype
 # for all but the float64 rows: per component i, the state slots, the input and the
-# hyperparameters (repeated for every i); in the rows of i = 0 only, the error delta, and
-# the float64 prediction and loss sum. A row of a component is one vector: `simd`'s
+# hyperparameters (repeated for every i); in the rows of i = 0 only, the target y and the
+# error delta, and the float64 error and loss sum. A row of a component is one vector: `simd`'s
 # intrinsics load and store them at constant offsets, and the loops over lanes that LLVM
 # vectorises (input, error) touch one buffer, whose rows it can prove disjoint. (A float32
 # view has 2 LANES columns; the first LANES are used.)
-_W, _BETA, _H, _GAMMA, _G, _X, _DELTA, _HP = range(8)
-_PRED, _SUM = _HP + 3, _HP + 4  # float64 rows
+_W, _BETA, _H, _GAMMA, _G, _X, _Y, _DELTA, _HP = range(9)
+_ERR, _SUM = _HP + 3, _HP + 4  # float64 rows
 _ROWS = _SUM + 1
 
 def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, w, beta, h, gamma, g, losses,
@@ -94,13 +94,13 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
                         xi = x[t, s, i]
                         for l in range(_LANES):  # noqa: F821
                             A[i, _X, l] = xi if l >= first else A[i, _X, l]
-                _PREDICT(A64, A, d)  # noqa: F821
-                for l in range(_LANES):  # noqa: F821
-                    error = np.float64(y[t, run_slot[runs[l]]]) - A64[0, _PRED, l]
-                    A64[0, _SUM, l] += error * error
-                    A[0, _DELTA, l] = error
-                    if keep_losses and l < used:
-                        losses[runs[l], t] = error * error
+                    yt = y[t, s]
+                    for l in range(_LANES):  # noqa: F821
+                        A[0, _Y, l] = yt if l >= first else A[0, _Y, l]
+                _ERROR(A64, A, d)  # noqa: F821  prediction, error, loss sum, delta: all lanes (simd.py)
+                if keep_losses:
+                    for l in range(used):
+                        losses[runs[l], t] = A64[0, _ERR, l] * A64[0, _ERR, l]
                 for i in range(d):
                     _STEP(A, i, lo, hi)  # noqa: F821  the rule on all lanes of component i (simd.py)
             for l in range(used):
@@ -129,7 +129,7 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     """`_run_blocks` compiled for one learner's rule and dtype (on first call), taking
     C-contiguous arrays only.
 
-    The rule, traced into vector code (`simd.step_intrinsic`), and the prediction are bound
+    The rule, traced into vector code (`simd.step_intrinsic`), and the error step are bound
     as globals of a copy of the template. Not a closure: numba's cache
     key hashes a closure's cells, and a dispatcher pickles with a per-process id, so a
     closure over the rule would miss the cache in every new process. The cache file is
@@ -141,8 +141,8 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     sources = (learner.rule, vexp, simd)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
-    predict = simd.predict_intrinsic(LANES, _W, _X, _PRED)
-    scope = {**_run_blocks.__globals__, "_STEP": step, "_PREDICT": predict, "_LANES": LANES}
+    error = simd.error_intrinsic(LANES, _W, _X, _Y, _DELTA, _ERR, _SUM)
+    scope = {**_run_blocks.__globals__, "_STEP": step, "_ERROR": error, "_LANES": LANES}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
     compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(template)  # parallel=True: 2.4x the compile time

@@ -201,47 +201,60 @@ def step_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, rows: int, slots
     return step
 
 
-def predict_intrinsic(lanes: int, w_row: int, x_row: int, prediction_row: int) -> Callable:
-    """A numba intrinsic `predict(A64, A, d)`: every lane's sum_i w_i x_i in float64, into
-    A64[0, prediction_row, :lanes].
+def error_intrinsic(lanes: int, w_row: int, x_row: int, y_row: int, delta_row: int, error_row: int,
+                    sum_row: int) -> Callable:
+    """A numba intrinsic `error(A64, A, d)`: every lane's prediction p = sum_i w_i x_i and
+    error y - p in float64; the error into A64[0, error_row], its square added to
+    A64[0, sum_row], and the error in the state's dtype into A[0, delta_row] for the rule.
 
-    A is the lane buffer in the state's dtype, A64 the same buffer as float64. Products are
-    exact in float64 for float32 factors; the sum runs over components 0..d-1 in order in one
-    vector accumulator per lane group (multiply-adds fuse), so a lane's bits never depend on
-    the others. Written by hand because LLVM vectorised the loop over lanes across the
-    components instead, with a gather per lane."""
+    A is the lane buffer in the state's dtype (rows w, x of every component, y of component
+    0), A64 the same buffer as float64. Products are exact in float64 for float32 factors;
+    the sum runs over components 0..d-1 in order in one vector accumulator (multiply-adds
+    fuse), so a lane's bits never depend on the others. Written by hand because LLVM
+    vectorised a loop over lanes across the components instead, with a gather per lane."""
 
     @intrinsic
-    def predict(typingctx, A64, A, d):
+    def error(typingctx, A64, A, d):
         def codegen(context, builder, signature, args):
             wide = ir.VectorType(ir.DoubleType(), lanes)
             element = context.get_value_type(signature.args[1].dtype)
-            narrow_pointer = ir.VectorType(element, lanes).as_pointer()
+            narrow = ir.VectorType(element, lanes)
+            i64 = ir.IntType(64)
             out = context.make_array(signature.args[0])(context, builder, args[0])
             buffer = context.make_array(signature.args[1])(context, builder, args[1])
             data = builder.bitcast(buffer.data, ir.IntType(8).as_pointer())
+            data64 = builder.bitcast(out.data, ir.IntType(8).as_pointer())
             component_bytes, row_bytes = (builder.extract_value(buffer.strides, k) for k in (0, 1))
+            row64_bytes = builder.extract_value(out.strides, 1)
+
+            def at(base: ir.Value, k: int, step: ir.Value, vector: ir.VectorType, offset: ir.Value | None = None):
+                position = builder.mul(ir.Constant(i64, k), step)
+                position = position if offset is None else builder.add(offset, position)
+                return builder.bitcast(builder.gep(base, [position]), vector.as_pointer())
+
+            def widened(pointer: ir.Value) -> ir.Value:
+                vector = builder.load(pointer, align=4)
+                return vector if element == ir.DoubleType() else builder.fpext(vector, wide)
+
             total = cgutils.alloca_once_value(builder, ir.Constant(wide, None))
             count = context.cast(builder, args[2], signature.args[2], nbtypes.int64)
             with cgutils.for_range(builder, count) as loop:
                 base = builder.mul(loop.index, component_bytes)
-
-                def row(k: int) -> ir.Value:
-                    offset = builder.add(base, builder.mul(ir.Constant(ir.IntType(64), k), row_bytes))
-                    vector = builder.load(builder.bitcast(builder.gep(data, [offset]), narrow_pointer), align=4)
-                    return vector if element == ir.DoubleType() else builder.fpext(vector, wide)
-
-                product = builder.fmul(row(w_row), row(x_row), flags=_FLAGS)
+                product = builder.fmul(widened(at(data, w_row, row_bytes, narrow, base)),
+                                       widened(at(data, x_row, row_bytes, narrow, base)), flags=_FLAGS)
                 builder.store(builder.fadd(builder.load(total), product, flags=_FLAGS), total)
-            target = builder.gep(builder.bitcast(out.data, ir.IntType(8).as_pointer()),
-                                 [builder.mul(ir.Constant(ir.IntType(64), prediction_row),
-                                              builder.extract_value(out.strides, 1))])
-            builder.store(builder.load(total), builder.bitcast(target, wide.as_pointer()), align=8)
+            difference = builder.fsub(widened(at(data, y_row, row_bytes, narrow)), builder.load(total), flags=_FLAGS)
+            builder.store(difference, at(data64, error_row, row64_bytes, wide), align=8)
+            sum_pointer = at(data64, sum_row, row64_bytes, wide)
+            squared = builder.fmul(difference, difference, flags=_FLAGS)
+            builder.store(builder.fadd(builder.load(sum_pointer, align=8), squared, flags=_FLAGS), sum_pointer, align=8)
+            delta = difference if element == ir.DoubleType() else builder.fptrunc(difference, narrow)
+            builder.store(delta, at(data, delta_row, row_bytes, narrow), align=4)
             return context.get_dummy_value()
 
         return nbtypes.void(A64, A, d), codegen
 
-    return predict
+    return error
 
 
 def elementwise(function: Callable, dtype: np.dtype, lanes: int) -> Callable:
