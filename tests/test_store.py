@@ -497,7 +497,7 @@ def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, m
         driver.run_sweep(parse_sweep(SWEEP, "test"), str(tmp_path), resume=True)
     assert conversions == [str(tmp_path)]
     assert handed["store"] is handed["resume"] and handed["store"].location.base == str(tmp_path / "db")
-    assert len(reads) == 2  # under the lock, and again after tidying (which may set packs aside)
+    assert len(reads) == 2  # under the lock, and again after removing orphans (a late pack may have landed)
 
 
 # ---------------------------------------------------------------- tables say what is missing

@@ -234,14 +234,16 @@ class Store:
         """Under the lock: set aside the packs with a missing or damaged file (their runs are planned again),
         then delete the orphans. Returns (damaged files, removed orphans as users see them)."""
         damaged = committed.set_aside_damaged(self.location, self.manifests)
-        self._forget()
+        if damaged:
+            self._forget()
         removed = committed.remove_orphans(self.location, self.manifests)
-        # A worker of a killed writer that checked the lock just before this writer took it may
-        # commit meanwhile, naming files just removed: set that pack aside too.
+        # Read again: a worker of a killed writer that checked the lock just before this writer took
+        # it may have committed meanwhile, naming files just removed. Set that pack aside too.
         self._forget()
-        damaged += committed.set_aside_damaged(self.location, self.manifests)
-        self._forget()
-        return damaged, removed
+        late = committed.set_aside_damaged(self.location, self.manifests)
+        if late:
+            self._forget()
+        return damaged + late, removed
 
     def write_pack(self, pack: Pack, outcome: PackOutcome, writer: str | None = None) -> Manifest:
         """Commit a finished pack (commit.write_pack: only while writer.lock names `writer`, the
