@@ -162,6 +162,60 @@ def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypat
     assert all(not (results_dir / p).exists() for p in orphans)
 
 
+def test_a_pack_of_a_writer_that_lost_the_lock_is_not_committed(tmp_path):
+    """A Ray worker can outlive its killed driver and finish a pack: it commits only while writer.lock
+    still names its driver's hold. Once another writer has taken the store over, the late pack leaves
+    orphans for the new writer's tidy and no manifest."""
+    results_dir = _build(tmp_path / "db", optimizers=("sgd",))
+    (fade,) = _packs(optimizers=("fade",))
+    store = Store.open(results_dir)
+    with store.writing():
+        driver = store.writer
+        store.write_pack(fade, _outcome(fade), writer=driver)  # the holder's own pack: committed
+    assert store.writer is None and Store.open(results_dir).pack_written(fade)
+    with Store.open(results_dir).writing() as heir:  # the driver was killed; a resume took the store over
+        assert heir.writer != driver
+        before = sorted(p.name for p in (results_dir / "manifests").iterdir())
+        with pytest.raises(StoreLocked, match="no longer holds the store"):
+            Store.open(results_dir).write_pack(fade, _outcome(fade, offset=100.0), writer=driver)
+        assert sorted(p.name for p in (results_dir / "manifests").iterdir()) == before
+        assert len(heir.tidy()[1]) == 2  # the late pack's two data files: orphans, removed
+        assert results.scores(results_dir).collect()["score"].max() < 100.0  # the late scores are not read
+
+
+def test_tidy_sets_aside_a_pack_committed_while_it_removed_orphans(tmp_path, monkeypatch):
+    """A late worker whose lock check came just before the takeover may commit during tidy, naming
+    data files tidy has just removed as orphans: tidy sets that pack aside as damaged."""
+    results_dir = _build(tmp_path / "db", optimizers=("sgd",))
+    (fade,) = _packs(optimizers=("fade",))
+    location = StoreLocation.parse(results_dir)
+    real_write_record, real_remove = commit.write_record, manifests.remove_orphans
+    late: list = []
+
+    def killed_before_the_manifest(where, rel, record, **kw):
+        if rel.startswith(f"{commit.MANIFESTS}/"):
+            late.append((where, rel, record, kw))
+            raise OSError("the driver was killed")
+        return real_write_record(where, rel, record, **kw)
+
+    monkeypatch.setattr(commit, "write_record", killed_before_the_manifest)
+    with pytest.raises(OSError):
+        Store(location).write_pack(fade, _outcome(fade))
+    monkeypatch.undo()
+
+    def the_manifest_lands_meanwhile(where, found):
+        removed = real_remove(where, found)
+        real_write_record(*late[0][:3], **late[0][3])
+        return removed
+
+    monkeypatch.setattr(manifests, "remove_orphans", the_manifest_lands_meanwhile)
+    with Store(location).writing() as store:
+        damaged, removed = store.tidy()
+    assert len(removed) == 2 and len(damaged) == 2, (damaged, removed)
+    assert not Store(location).pack_written(fade)
+    assert results.curves(results_dir).collect().height == 2 * SEEDS * 2  # the sgd pack alone, readable
+
+
 def test_committed_files_name_what_the_manifests_commit_and_no_orphan(full, tmp_path):
     """Store.committed_files: what an outside reader should read (an orphan file is not in it)."""
     copy = tmp_path / "copy"
@@ -443,7 +497,7 @@ def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, m
         driver.run_sweep(parse_sweep(SWEEP, "test"), str(tmp_path), resume=True)
     assert conversions == [str(tmp_path)]
     assert handed["store"] is handed["resume"] and handed["store"].location.base == str(tmp_path / "db")
-    assert len(reads) == 2  # under the lock, and again after tidying (which may set packs aside)
+    assert len(reads) == 2  # under the lock, and again after removing orphans (a late pack may have landed)
 
 
 # ---------------------------------------------------------------- tables say what is missing

@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 from sweeps.spec import Pack
 from sweeps.store.dataset import STAGE, run_keys
 from sweeps.store.location import StoreLocation
+from sweeps.store.lock import StoreLocked, writer_token
 from sweeps.store.manifests import MANIFESTS
 from sweeps.store.records import KINDS, PARTITIONS, DataFile, Manifest, write_record
 
@@ -71,8 +72,12 @@ def new_write_id() -> str:
     return time.strftime("%Y%m%dT%H%M%S", time.gmtime(now)) + f"{int(now * 1e6) % 1_000_000:06d}-{uuid.uuid4().hex[:8]}"
 
 
-def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome) -> Manifest:
-    """Commit a finished pack: its curves and scores files, then its manifest (the commit)."""
+def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome, writer: str | None = None) -> Manifest:
+    """Commit a finished pack: its curves and scores files, then its manifest (the commit).
+
+    `writer`: the owner token of the lock hold this pack runs under (the driver's); if writer.lock
+    names another by then (the driver was killed and a new writer took the store over), nothing is
+    committed (StoreLocked): the data files are orphans for the new writer's tidy."""
     e = pack.experiment
     write_id = new_write_id()
     stem = f"pack-{pack.pack_id}-{write_id}"
@@ -86,5 +91,8 @@ def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome) -> Man
         configs=tuple(c.config_id for c in pack.configs), seeds=tuple(int(s) for s in pack.seeds), files=files,
         name=f"{stem}.json",
     )
+    if writer is not None and writer_token(location) != writer:
+        raise StoreLocked(f"{location}: the sweep's driver no longer holds the store (another writer took it over); "
+                          f"pack {pack.pack_id} is not committed")
     write_record(location, f"{MANIFESTS}/{manifest.name}", manifest, durable=True)  # the commit
     return manifest

@@ -45,10 +45,12 @@ def stale(holder: dict | None, now: float | None = None) -> bool:
         and not pid_alive(holder["pid"])
 
 
-def holder_body(command: str) -> dict:
-    """This process as a holder: pid, host, start time, the command (redacted)."""
+def holder_body(command: str, owner: str) -> dict:
+    """This process as a holder: pid, host, start time, the command (redacted), and `owner`, a random
+    token naming this hold of the lock (what a pack's commit checks: see `writer_token`)."""
     now = time.time()
     return {
+        "owner": owner,
         "pid": os.getpid(),
         "host": socket.gethostname(),
         "started_at": now,

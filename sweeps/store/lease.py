@@ -1,7 +1,7 @@
 """The writer lock of a store on an object store (s3://, gs://): a lease.
 
 Object stores (s3://, gs://) have no file locks: the lock is a LEASE, the object
-RESULTS_DIR/writer.lock with the body of a local lock (lock.py) plus an owner token and an expiry:
+RESULTS_DIR/writer.lock with the body of a local lock (lock.py, owner token included) plus an expiry:
 
     {..., "owner": "<random>", "lease_seconds": 60, "renewed_at": ..., "expires_at": ...}
 
@@ -171,7 +171,7 @@ class Lease:
             holder = lease.read()
             if holder is not None and holder.get("owner") != self.owner and not stale(holder):
                 raise StoreLocked(f"{location} is being written by {describe(holder)}")
-            self.body = {**holder_body(self.command), "owner": self.owner}
+            self.body = holder_body(self.command, self.owner)
             if holder is not None:
                 print(f"{location}: taking over the stale lock of {describe(holder)} (no longer running)", file=sys.stderr)
             if not self._write():

@@ -3,7 +3,8 @@
 RESULTS_DIR/writer.lock is locked with `fcntl.flock` (released by the kernel when the
 holder dies, however it dies) and holds a JSON body naming the holder:
 
-    {"pid": 12345, "host": "node-1", "started_at": 1714000000.0, "started": "2025-04-25 10:26:40", "command": "..."}
+    {"owner": "<random>", "pid": 12345, "host": "node-1", "started_at": 1714000000.0, "started": "2025-04-25 10:26:40",
+     "command": "..."}
 
 A second writer is refused at once (StoreLocked, a SweepError: exit code 2) with
 "<dir> is being written by pid N on HOST since T". A lock whose holder is gone is taken
@@ -25,6 +26,7 @@ import fcntl
 import json
 import os
 import sys
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -37,7 +39,7 @@ from sweeps.store.lease import Lease, read_lease
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import LockHolder
 
-__all__ = ["LOCK_FILE", "StoreLock", "StoreLocked", "lock_holder", "refuse_if_locked", "store_lock"]
+__all__ = ["LOCK_FILE", "StoreLock", "StoreLocked", "lock_holder", "refuse_if_locked", "store_lock", "writer_token"]
 
 
 def _read_holder(fd: int) -> dict | None:
@@ -61,6 +63,12 @@ class StoreLock:
         self.command = command if command is not None else " ".join(sys.argv)
         self.fd: int | None = None
         self.lease: Lease | None = None
+        self._owner = uuid.uuid4().hex
+
+    @property
+    def owner(self) -> str:
+        """The token this hold of the lock writes into writer.lock (the lease's, on object stores)."""
+        return self.lease.owner if self.lease is not None else self._owner
 
     def acquire(self) -> Self:
         if not self.location.local:
@@ -102,7 +110,7 @@ class StoreLock:
             if previous:  # its holder ended without releasing (killed): the kernel freed the flock
                 print(f"{self.results_dir}: taking over the stale lock of {describe(previous)} (no longer running)",
                       file=sys.stderr)
-            body = holder_body(self.command)
+            body = holder_body(self.command, self._owner)
             os.ftruncate(fd, 0)
             os.pwrite(fd, json.dumps(body).encode(), 0)
             os.fsync(fd)
@@ -170,5 +178,24 @@ def lock_holder(results_dir: str | Path | StoreLocation) -> dict | None:
             return _read_holder(fd) or {}
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
+    finally:
+        os.close(fd)
+
+
+def writer_token(results_dir: str | Path | StoreLocation) -> str | None:
+    """The owner token writer.lock names now, whether or not its holder still runs (None: no lock).
+
+    A Ray worker can outlive its killed driver by seconds and finish a pack: it commits only if
+    the lock still names its driver's hold, so once another writer has taken the store over
+    (and tidied it), a late pack is dropped instead of committed under the new writer."""
+    location = StoreLocation.parse(results_dir)
+    if not location.local:
+        return (read_lease(location) or {}).get("owner")
+    try:
+        fd = os.open(location.local_path / LOCK_FILE, os.O_RDONLY)
+    except FileNotFoundError:
+        return None
+    try:
+        return (_read_holder(fd) or {}).get("owner")
     finally:
         os.close(fd)

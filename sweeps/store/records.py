@@ -118,7 +118,7 @@ class StoreRecord(_Record):
 
 
 class LockHolder(_Record):
-    """writer.lock's body: the writing process; on object stores also the lease (owner, expiry)."""
+    """writer.lock's body: the writing process and its owner token; on object stores also the lease's expiry."""
 
     pid: int | None = None
     host: str | None = None

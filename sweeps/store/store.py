@@ -64,6 +64,7 @@ class Store:
         self.location = location
         self._selections: dict[tuple[bool, str], Selection] = {}
         self._expected: dict[str, pl.DataFrame] = {}
+        self.writer: str | None = None  # the lock hold's owner token, inside `writing()`
 
     @classmethod
     def open(cls, target: str | os.PathLike | StoreLocation | Store) -> Store:
@@ -210,9 +211,13 @@ class Store:
     def writing(self, command: str | None = None) -> Iterator[Store]:
         """Hold the writer lock for the block (StoreLocked if another process holds it); what this Store
         read before is read again under the lock."""
-        with store_lock(self.location, command):
+        with store_lock(self.location, command) as lock:
             self._forget()
-            yield self
+            self.writer = lock.owner
+            try:
+                yield self
+            finally:
+                self.writer = None
 
     def record_sweep(self, sweep: Sweep, dtype: str) -> list[str]:
         """Make `sweep` the recorded sweep (record.check_and_record, under the lock); returns notices."""
@@ -229,14 +234,23 @@ class Store:
         """Under the lock: set aside the packs with a missing or damaged file (their runs are planned again),
         then delete the orphans. Returns (damaged files, removed orphans as users see them)."""
         damaged = committed.set_aside_damaged(self.location, self.manifests)
+        if damaged:
+            self._forget()
+        removed = committed.remove_orphans(self.location, self.manifests)
+        # Read again: a worker of a killed writer that checked the lock just before this writer took
+        # it may have committed meanwhile, naming files just removed. Set that pack aside too.
         self._forget()
-        return damaged, committed.remove_orphans(self.location, self.manifests)
+        late = committed.set_aside_damaged(self.location, self.manifests)
+        if late:
+            self._forget()
+        return damaged + late, removed
 
-    def write_pack(self, pack: Pack, outcome: PackOutcome) -> Manifest:
-        """Commit a finished pack (commit.write_pack); this Store counts it from now on."""
+    def write_pack(self, pack: Pack, outcome: PackOutcome, writer: str | None = None) -> Manifest:
+        """Commit a finished pack (commit.write_pack: only while writer.lock names `writer`, the
+        driver's `Store.writer`, when given); this Store counts it from now on."""
         from sweeps.store.commit import write_pack  # pyarrow: only a writer loads it
 
-        manifest = write_pack(self.location, pack, outcome)
+        manifest = write_pack(self.location, pack, outcome, writer)
         if "manifests" in self.__dict__:
             self.manifests.append(manifest)
             self._selections.clear()

@@ -43,6 +43,7 @@ def pack_trainable(
     *,
     packs: dict[str, Pack],
     results_dir: str,
+    writer: str | None,
     chunk_steps: int,
     dtype: str,
     checkpoint_every: int,
@@ -87,7 +88,7 @@ def pack_trainable(
         else:
             tune.report(metrics)
     outcome = runner.outcome()
-    store.write_pack(pack, outcome)
+    store.write_pack(pack, outcome, writer)  # only while the driver still holds the store
     # The final report comes after the write, so a finished trial means written results.
     final = _summary(last) if last is not None else {}
     tune.report({**final, "restored_from_step": restored_from, "compute_seconds": outcome.wall_seconds, "written": True})

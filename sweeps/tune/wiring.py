@@ -33,13 +33,14 @@ def shown(location: StoreLocation):
     return location.local_path if location.local else location
 
 
-def _trainable(packs: dict[str, Pack], results_dir: StoreLocation, options: ExecutionOptions, resources: PackResources,
-               resume_from: dict[str, str]):
+def _trainable(packs: dict[str, Pack], results_dir: StoreLocation, writer: str | None, options: ExecutionOptions,
+               resources: PackResources, resume_from: dict[str, str]):
     return tune.with_resources(
         tune.with_parameters(
             pack_trainable,
             packs=packs,
             results_dir=results_dir.uri,  # workers rebuild the location (credentials from their own chain)
+            writer=writer,
             chunk_steps=options.chunk_steps,
             dtype=options.dtype,
             checkpoint_every=options.checkpoint_every,
@@ -167,7 +168,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
     grid = None
     try:
         tuner = tune.Tuner(
-            _trainable(by_id, results_dir, options, resources, resume_from),
+            _trainable(by_id, results_dir, store.writer, options, resources, resume_from),
             param_space={"pack_id": tune.grid_search(list(by_id))},
             tune_config=tune.TuneConfig(reuse_actors=True),
             run_config=_run_config(name, results_dir, options, progress),
