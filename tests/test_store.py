@@ -162,10 +162,10 @@ def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypat
     assert all(not (results_dir / p).exists() for p in orphans)
 
 
-def test_a_pack_of_a_writer_that_lost_the_lock_is_not_committed(tmp_path):
-    """A Ray worker can outlive its killed driver and finish a pack: it commits only while writer.lock
-    still names its driver's hold. Once another writer has taken the store over, the late pack leaves
-    orphans for the new writer's tidy and no manifest."""
+def test_a_pack_of_a_writer_that_lost_the_lock_is_not_committed(tmp_path, monkeypatch):
+    """A Ray worker can outlive its killed driver and finish a pack: it writes only while writer.lock
+    still names its driver's hold. Once another writer has taken the store over, a late pack writes
+    nothing; if the takeover lands while it writes its data files, they are orphans (no manifest)."""
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
     (fade,) = _packs(optimizers=("fade",))
     store = Store.open(results_dir)
@@ -173,14 +173,25 @@ def test_a_pack_of_a_writer_that_lost_the_lock_is_not_committed(tmp_path):
         driver = store.writer
         store.write_pack(fade, _outcome(fade), writer=driver)  # the holder's own pack: committed
     assert store.writer is None and Store.open(results_dir).pack_written(fade)
+
+    def files() -> list[str]:
+        return sorted(str(p.relative_to(results_dir)) for p in results_dir.rglob("*") if p.is_file() and "history" not in p.parts)
+
     with Store.open(results_dir).writing() as heir:  # the driver was killed; a resume took the store over
         assert heir.writer != driver
-        before = sorted(p.name for p in (results_dir / "manifests").iterdir())
+        before = files()
         with pytest.raises(StoreLocked, match="no longer holds the store"):
             Store.open(results_dir).write_pack(fade, _outcome(fade, offset=100.0), writer=driver)
-        assert sorted(p.name for p in (results_dir / "manifests").iterdir()) == before
-        assert len(heir.tidy()[1]) == 2  # the late pack's two data files: orphans, removed
-        assert results.scores(results_dir).collect()["score"].max() < 100.0  # the late scores are not read
+        assert files() == before
+        tokens = iter([driver, heir.writer])  # the takeover lands between the data files and the manifest
+        monkeypatch.setattr(commit, "writer_token", lambda location: next(tokens))
+        with pytest.raises(StoreLocked, match="no longer holds the store"):
+            Store.open(results_dir).write_pack(fade, _outcome(fade, offset=100.0), writer=driver)
+        monkeypatch.undo()
+        assert [f for f in files() if f not in before and not f.endswith(".parquet")] == []
+        assert len(heir.tidy()[1]) == 2  # its two data files: orphans, removed
+        assert files() == before
+        assert results.scores(results_dir).collect()["score"].max() < 100.0  # the late scores are never read
 
 
 def test_tidy_sets_aside_a_pack_committed_while_it_removed_orphans(tmp_path, monkeypatch):

@@ -66,6 +66,12 @@ def _write_data_file(table: pa.Table, location: StoreLocation, relative: str) ->
     return DataFile(path=relative, rows=table.num_rows, bytes=size, sha256=sha256)
 
 
+def _check_writer(location: StoreLocation, pack: Pack, writer: str | None) -> None:
+    if writer is not None and writer_token(location) != writer:
+        raise StoreLocked(f"{location}: the sweep's driver no longer holds the store (another writer took it over); "
+                          f"pack {pack.pack_id} is not committed")
+
+
 def new_write_id() -> str:
     """Unique and time-ordered: <UTC time to the microsecond>-<random>."""
     now = time.time()
@@ -75,9 +81,11 @@ def new_write_id() -> str:
 def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome, writer: str | None = None) -> Manifest:
     """Commit a finished pack: its curves and scores files, then its manifest (the commit).
 
-    `writer`: the owner token of the lock hold this pack runs under (the driver's); if writer.lock
-    names another by then (the driver was killed and a new writer took the store over), nothing is
-    committed (StoreLocked): the data files are orphans for the new writer's tidy."""
+    `writer`: the owner token of the lock hold this pack runs under (the driver's). If writer.lock
+    names another (the driver was killed and a new writer took the store over), nothing is written
+    (StoreLocked), checked before the data files and again before the manifest: files written in
+    between are orphans, which the new writer removes when its run ends."""
+    _check_writer(location, pack, writer)
     e = pack.experiment
     write_id = new_write_id()
     stem = f"pack-{pack.pack_id}-{write_id}"
@@ -91,8 +99,6 @@ def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome, writer
         configs=tuple(c.config_id for c in pack.configs), seeds=tuple(int(s) for s in pack.seeds), files=files,
         name=f"{stem}.json",
     )
-    if writer is not None and writer_token(location) != writer:
-        raise StoreLocked(f"{location}: the sweep's driver no longer holds the store (another writer took it over); "
-                          f"pack {pack.pack_id} is not committed")
+    _check_writer(location, pack, writer)
     write_record(location, f"{MANIFESTS}/{manifest.name}", manifest, durable=True)  # the commit
     return manifest

@@ -233,6 +233,7 @@ class Store:
     def tidy(self) -> tuple[list[str], list[str]]:
         """Under the lock: set aside the packs with a missing or damaged file (their runs are planned again),
         then delete the orphans. Returns (damaged files, removed orphans as users see them)."""
+        self._forget()  # what other processes (the trials) committed since this Store last read
         damaged = committed.set_aside_damaged(self.location, self.manifests)
         if damaged:
             self._forget()

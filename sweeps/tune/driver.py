@@ -101,6 +101,9 @@ def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], res
     packs = resumed + plan(covered(finished, resumed))
     with Signals():
         phase = run_packs(sweep, packs, resume_from, store, options, resources, earlier) if packs else None
+    # Again at the end: a Ray worker of a killed earlier writer may have written data files after the
+    # first tidy (its commit was refused: see commit.write_pack); by now it is gone.
+    _tidy(store, options)
     return SweepRun(
         results_dir=shown(store.location),
         packs=phase.packs if phase else 0,
