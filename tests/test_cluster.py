@@ -177,8 +177,8 @@ def test_job_submission_status_logs_and_results(two_nodes, tmp_path):
     final = _wait_for(ended, 60, "the job to end")
     logs = _cli("logs", job_id, "--address", local.dashboard_url).communicate(timeout=60)[0]
     assert "SUCCEEDED" in final, logs
-    assert "Done: 1 packs" in logs and "| **coupled** |" in logs
-    assert "Done: 1 packs" in followed and "| **coupled** |" in followed
+    assert "Done: 1 pack," in logs and "| **coupled** |" in logs
+    assert "Done: 1 pack," in followed and "| **coupled** |" in followed
     assert results.scores(tmp_path / "job").collect().height == 12
     assert job_id in _cli("status", "--address", local.dashboard_url).communicate(timeout=60)[0]
 

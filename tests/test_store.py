@@ -442,6 +442,20 @@ def test_a_change_of_dtype_or_task_settings_under_stored_runs_is_refused(full):
     check_and_record(full, parse_sweep(variants, "variants"), "float32")
 
 
+def test_storage_that_is_a_file_is_one_line_exit_2_before_ray(tmp_path, capsys):
+    """--storage naming a file (or a path through one): bad input, told at once, nothing written."""
+    sweep_file = tmp_path / "db.yaml"
+    sweep_file.write_text(yaml.safe_dump(SWEEP))
+    a_file = tmp_path / "afile"
+    a_file.write_text("not a folder")
+    for storage in (a_file, a_file / "deeper"):
+        started = time.monotonic()
+        assert main(["run", str(sweep_file), "--storage", str(storage), "--no-report"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"fade-sweep: error: {storage / 'db'}: {a_file} is a file, not a folder; choose another --storage\n", err
+        assert time.monotonic() - started < 5 and a_file.read_text() == "not a folder"
+
+
 def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
     from sweeps.tune import driver
 

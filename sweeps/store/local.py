@@ -15,7 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import BinaryIO, Callable, ClassVar, Self
 
-from sweeps.store.uris import Entry
+from sweeps.store.uris import Entry, StorageError
 
 
 class LocalFolder:
@@ -55,7 +55,14 @@ class LocalFolder:
         return self.base, None
 
     def check(self) -> None:
-        """A local folder needs no reachability check."""
+        """A local folder needs no reachability check, but a file where it or a parent should be is a
+        clear error (StorageError, exit 2), before anything reads or writes there."""
+        here = Path(self.base)
+        for path in (here, *here.parents):
+            if path.exists():
+                if not path.is_dir():
+                    raise StorageError(f"{self.display}: {path} is a file, not a folder; choose another --storage")
+                return
 
     # ------------------------------------------------------------ reading
 

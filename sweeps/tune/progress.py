@@ -70,7 +70,8 @@ def done_line(run: RunSummary, status: SweepStatus | None) -> str:
     packs_seconds = None if status is None else status.updated_at - status.started_at
     rate = run.run_steps / packs_seconds if packs_seconds else 0.0
     split = f"Ray start {run.ray_start_seconds:.1f} s" + (f", packs {packs_seconds:.1f} s" if packs_seconds else "")
-    return (f"Done: {run.packs} packs, {run.run_steps:.3e} run-steps in {run.wall_seconds:.1f} s wall ({split}); "
+    packs = f"{run.packs} pack{'' if run.packs == 1 else 's'}"
+    return (f"Done: {packs}, {run.run_steps:.3e} run-steps in {run.wall_seconds:.1f} s wall ({split}); "
             f"{format_rate(rate)} while packs ran, {run.slots} packs at once on {len(run.nodes)} node(s)")
 
 
