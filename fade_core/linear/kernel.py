@@ -137,7 +137,7 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     numba only watches this file, not the ones its callees come from.
     """
     dtype = np.dtype(dtype)
-    step = simd.step_intrinsic(learner.rule, dtype, LANES, _ROWS, (_W, _BETA, _H, _GAMMA, _G), _X, _DELTA, _HP)
+    step = simd.step_intrinsic(learner.rule, dtype, LANES, (_W, _BETA, _H, _GAMMA, _G), _X, _DELTA, _HP)
     sources = (learner.rule, vexp, simd)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"

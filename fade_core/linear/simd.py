@@ -154,11 +154,27 @@ def traced_rule(rule: Callable, dtype: np.dtype) -> Callable:
     return _retraced(rule, exp=exp, clamp=_retraced(clamp))
 
 
-def step_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, rows: int, slots: Sequence[int], x_row: int,
+def _lane_rows(context, builder: ir.IRBuilder, array_type, array: ir.Value) -> tuple[Callable, ir.Value]:
+    """For a lane buffer (d, rows, columns): `row(k, vector, component=None)`, a pointer of type
+    `vector`* to row k of component 0 or of the component starting `component` bytes in, and the
+    bytes from one component to the next."""
+    buffer = context.make_array(array_type)(context, builder, array)
+    data = builder.bitcast(buffer.data, ir.IntType(8).as_pointer())
+    row_bytes = builder.extract_value(buffer.strides, 1)
+
+    def row(k: int, vector: ir.VectorType, component: ir.Value | None = None) -> ir.Value:
+        position = builder.mul(ir.Constant(ir.IntType(64), k), row_bytes)
+        position = position if component is None else builder.add(component, position)
+        return builder.bitcast(builder.gep(data, [position]), vector.as_pointer())
+
+    return row, builder.extract_value(buffer.strides, 0)
+
+
+def step_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequence[int], x_row: int,
                    delta_row: int, hp_row: int) -> Callable:
     """A numba intrinsic `step(A, i, lo, hi)`: component i of a block, every lane at once.
 
-    A is the block's lane buffer (d, rows, columns) of `dtype`, C-contiguous, lane l of row
+    A is the block's lane buffer (d, rows, columns) of `dtype` (lanes contiguous), lane l of row
     k of component i at A[i, k, l]; `slots` are the rows of (w, beta, h, gamma, g), then x,
     the hyperparameters from hp_row on, and the error delta (row delta_row of component 0
     only). Rows the rule returns unchanged are not stored."""
@@ -171,20 +187,16 @@ def step_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, rows: int, slots
         def codegen(context, builder, signature, args):
             array, index, lo_value, hi_value = args
             tracer = _Tracer(builder, dtype, lanes)
-            buffer = context.make_array(signature.args[0])(context, builder, array)
-            data = builder.bitcast(buffer.data, ir.IntType(8).as_pointer())
-            component_bytes, row_bytes = (builder.extract_value(buffer.strides, k) for k in (0, 1))
+            row_of, component_bytes = _lane_rows(context, builder, signature.args[0], array)
             base = builder.mul(context.cast(builder, index, signature.args[1], nbtypes.int64), component_bytes)
 
             def row(k: int) -> ir.Value:
-                offset = builder.add(base, builder.mul(ir.Constant(ir.IntType(64), k), row_bytes))
-                return builder.bitcast(builder.gep(data, [offset]), tracer.real_vector.as_pointer())
+                return row_of(k, tracer.real_vector, base)
 
             def load(pointer: ir.Value) -> Traced:
                 return Traced(tracer, builder.load(pointer, align=dtype.itemsize), False)
 
-            delta = builder.bitcast(builder.gep(data, [builder.mul(ir.Constant(ir.IntType(64), delta_row), row_bytes)]),
-                                    tracer.real_vector.as_pointer())  # the error is one per lane: component 0's row
+            delta = row_of(delta_row, tracer.real_vector)  # the error is one per lane: component 0's row
             inputs = [load(row(x_row)), load(delta), *(load(row(k)) for k in slots)]
             real = numba.from_dtype(dtype)
             lo_v = tracer.splat(context.cast(builder, lo_value, signature.args[2], real))
@@ -219,18 +231,8 @@ def error_intrinsic(lanes: int, w_row: int, x_row: int, y_row: int, delta_row: i
             wide = ir.VectorType(ir.DoubleType(), lanes)
             element = context.get_value_type(signature.args[1].dtype)
             narrow = ir.VectorType(element, lanes)
-            i64 = ir.IntType(64)
-            out = context.make_array(signature.args[0])(context, builder, args[0])
-            buffer = context.make_array(signature.args[1])(context, builder, args[1])
-            data = builder.bitcast(buffer.data, ir.IntType(8).as_pointer())
-            data64 = builder.bitcast(out.data, ir.IntType(8).as_pointer())
-            component_bytes, row_bytes = (builder.extract_value(buffer.strides, k) for k in (0, 1))
-            row64_bytes = builder.extract_value(out.strides, 1)
-
-            def at(base: ir.Value, k: int, step: ir.Value, vector: ir.VectorType, offset: ir.Value | None = None):
-                position = builder.mul(ir.Constant(i64, k), step)
-                position = position if offset is None else builder.add(offset, position)
-                return builder.bitcast(builder.gep(base, [position]), vector.as_pointer())
+            row64, _ = _lane_rows(context, builder, signature.args[0], args[0])
+            row, component_bytes = _lane_rows(context, builder, signature.args[1], args[1])
 
             def widened(pointer: ir.Value) -> ir.Value:
                 vector = builder.load(pointer, align=4)
@@ -240,16 +242,15 @@ def error_intrinsic(lanes: int, w_row: int, x_row: int, y_row: int, delta_row: i
             count = context.cast(builder, args[2], signature.args[2], nbtypes.int64)
             with cgutils.for_range(builder, count) as loop:
                 base = builder.mul(loop.index, component_bytes)
-                product = builder.fmul(widened(at(data, w_row, row_bytes, narrow, base)),
-                                       widened(at(data, x_row, row_bytes, narrow, base)), flags=_FLAGS)
+                product = builder.fmul(widened(row(w_row, narrow, base)), widened(row(x_row, narrow, base)), flags=_FLAGS)
                 builder.store(builder.fadd(builder.load(total), product, flags=_FLAGS), total)
-            difference = builder.fsub(widened(at(data, y_row, row_bytes, narrow)), builder.load(total), flags=_FLAGS)
-            builder.store(difference, at(data64, error_row, row64_bytes, wide), align=8)
-            sum_pointer = at(data64, sum_row, row64_bytes, wide)
+            difference = builder.fsub(widened(row(y_row, narrow)), builder.load(total), flags=_FLAGS)
+            builder.store(difference, row64(error_row, wide), align=8)
+            sum_pointer = row64(sum_row, wide)
             squared = builder.fmul(difference, difference, flags=_FLAGS)
             builder.store(builder.fadd(builder.load(sum_pointer, align=8), squared, flags=_FLAGS), sum_pointer, align=8)
             delta = difference if element == ir.DoubleType() else builder.fptrunc(difference, narrow)
-            builder.store(delta, at(data, delta_row, row_bytes, narrow), align=4)
+            builder.store(delta, row(delta_row, narrow), align=4)
             return context.get_dummy_value()
 
         return nbtypes.void(A64, A, d), codegen
