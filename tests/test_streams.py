@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
@@ -20,6 +21,7 @@ from tasks import (
     PartialEmnistSettings,
     make_stream,
 )
+from tasks.stream import SHARED_BLOCKS, BlockCache
 from tests.emnist_fixture import write_idx_dataset
 
 
@@ -81,6 +83,45 @@ def test_a_chunk_is_a_copy_not_the_cached_block(case, emnist_dir):
     expected = first.x.clone()
     first.x.zero_()
     assert torch.equal(stream.chunk(0, 10).x, expected)
+
+
+@pytest.mark.parametrize("case", STREAMS)
+def test_a_block_is_drawn_once_per_process_and_shared_by_the_streams_of_its_seed(case, emnist_dir, monkeypatch):
+    SHARED_BLOCKS.clear()
+    stream = _stream(case, emnist_dir)
+    drawn = []
+    draw = type(stream)._block
+    monkeypatch.setattr(type(stream), "_block", lambda self, b: drawn.append((self.seed, b)) or draw(self, b))
+    first = stream.chunk(4000, 200)  # blocks 0 and 1
+    again = _stream(case, emnist_dir).chunk(4000, 200)  # another pack's stream of the seed: from the cache
+    other_seed = _stream(case, emnist_dir, seed=1).chunk(4000, 200)
+    assert drawn == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert torch.equal(first.x, again.x) and torch.equal(first.y, again.y)
+    assert not torch.equal(first.y, other_seed.y)
+    SHARED_BLOCKS.clear()
+    drawn.clear()
+    assert torch.equal(_stream(case, emnist_dir).chunk(4000, 200).x, first.x) and len(drawn) == 2  # drawn anew, same
+
+
+def test_block_cache_keeps_a_too_large_group_s_first_blocks_and_evicts_old_groups():
+    block = (np.zeros(10), np.zeros(6))  # 128 bytes
+    cache = BlockCache(budget_bytes=2 * 128)
+    made = []
+
+    def get(group, key):
+        return cache.get(group, key, lambda: made.append((group, key)) or tuple(a.copy() for a in block))
+
+    for _ in range(2):  # a group read start to end twice: the first two blocks hit the second time
+        for key in range(4):
+            get("a", key)
+    assert made == [("a", k) for k in range(4)] + [("a", 2), ("a", 3)] and cache.used == 256
+    assert not get("a", 0)[0].flags.writeable  # a stored block is read-only
+    get("b", 0)  # a new group evicts the least recently used other groups
+    made.clear()
+    get("b", 0), get("a", 0)
+    assert made == [("a", 0)] and cache.used == 128 + 128
+    off = BlockCache(budget_bytes=0)
+    assert off.get("a", 0, lambda: block) is block and off.used == 0
 
 
 @pytest.mark.parametrize("case", STREAMS)
