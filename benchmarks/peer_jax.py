@@ -17,7 +17,8 @@ generated EMNIST-shaped set), the same initial weights and per-run hyperparamete
 Timed: the kernel alone, the stream already in memory. The project: one `advance` call
 (`fade_core.linear.advance`, `NeuralRuns.advance`) over the whole stream with numba at
 `--cores` threads, from a fresh state each repeat. The peer: `--cores` JAX processes, each
-single-threaded (XLA_FLAGS below) with its share of the configurations, compiled first and
+pinned to one CPU (XLA's runtime threads included; the project's process is pinned to the
+same CPUs) with its share of the configurations, compiled first and
 timed with block_until_ready; its wall time is the slowest process's. Repeats alternate
 project, peer, project, ...; the best of each is kept. Rates are run-steps per second
 (one run advanced by one step), per wall second and per CPU second (all threads and
@@ -64,8 +65,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from jax_peer import LINEAR_RULES, peer_program  # noqa: E402
 
 
-def worker(path: str, part: int, parts: int) -> None:
-    """One peer process: its share of the configs; guard losses to a file, then a timed run per stdin line."""
+def worker(path: str, part: int, parts: int, cpu: int) -> None:
+    """One peer process, pinned to CPU `cpu` (XLA's threads too): its share of the configs;
+    guard losses to a file, then a timed run per stdin line."""
+    os.sched_setaffinity(0, {cpu})
     data = dict(np.load(path))
     meta = json.loads(str(data.pop("meta")))
     configs = len(data["hp_" + meta["hp"][0]])
@@ -86,7 +89,7 @@ def worker(path: str, part: int, parts: int) -> None:
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:
-    worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    worker(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     sys.exit(0)
 
 # ---------------------------------------------------------------------------------------
@@ -222,14 +225,15 @@ def reply(worker: subprocess.Popen) -> dict:
     return json.loads(line)
 
 
-def compare(case: Case, steps: int, cores: int, repeats: int, folder: Path) -> dict:
+def compare(case: Case, steps: int, cpus: list[int], repeats: int, folder: Path) -> dict:
     """Guard, then interleaved timings; rates in run-steps/s (wall, and per CPU second)."""
     path = folder / f"{case.meta['workload']}-{case.meta['learner']}.npz"
     np.savez(path, meta=json.dumps({**case.meta, "guard": GUARD}), **case.arrays)
-    env = {**os.environ, "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    env = {**os.environ, "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false",
            "JAX_ENABLE_X64": str(case.arrays["x"].dtype == np.float64)}
-    workers = [subprocess.Popen([sys.executable, __file__, "--worker", str(path), str(k), str(cores)], env=env,
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k in range(cores)]
+    cores = len(cpus)
+    workers = [subprocess.Popen([sys.executable, __file__, "--worker", str(path), str(k), str(cores), str(cpus[k])],
+                                env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for k in range(cores)]
     try:
         cost = [reply(w) for w in workers][0]
         peer_guard = np.concatenate([np.load(f"{path}.guard{k}.npy") for k in range(cores)])
@@ -251,6 +255,18 @@ def compare(case: Case, steps: int, cores: int, repeats: int, folder: Path) -> d
     best = lambda times, i: run_steps / min(t[i] for t in times)  # noqa: E731
     return {"project": best(project, 0), "peer": best(peer, 0), "project_cpu": best(project, 1),
             "peer_cpu": best(peer, 1), "diff": diff, **cost}
+
+
+def pinned_cpus(cores: int) -> list[int]:
+    """The CPUs both sides run on: this process (numba's threads) is pinned to the first
+    `cores` CPUs it may use, JAX process k to the k-th. Unpinned, a "single-threaded" JAX
+    process spreads XLA's runtime threads over every core (1.7-1.8 CPUs busy on this 2-core
+    machine), so its wall rate would not be one core's."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < cores:
+        fail(f"--cores {cores}: this process may use only {len(allowed)} CPU(s); choose --cores {len(allowed)} or fewer")
+    os.sched_setaffinity(0, allowed[:cores])
+    return allowed[:cores]
 
 
 def fail(message: str) -> None:
@@ -283,9 +299,11 @@ def main() -> None:
     for name, value in (("--cores", args.cores), ("--repeats", args.repeats), ("--steps", args.steps or GUARD)):
         if value < 1 or (name == "--steps" and value < GUARD):
             fail(f"{name} must be at least {GUARD if name == '--steps' else 1}, got {value}")
+    cpus = pinned_cpus(args.cores)  # before numba, torch or a JAX worker starts a thread
     hw = machine(args.cores)
     print(f"{hw.summary}\njax {jax.__version__}, torch {torch.__version__}, numba {numba.__version__}; {args.cores}"
-          f" core(s): project {args.cores} numba thread(s), peer {args.cores} single-threaded JAX process(es)")
+          f" core(s), CPU {','.join(map(str, cpus))}: project {args.cores} numba thread(s) pinned to them, peer"
+          f" {args.cores} JAX process(es), one pinned to each")
     print(f"{'workload':<9} {'learner':<9} {'dtype':<7} {'runs':>4} {'project/s':>9} {'JAX/s':>9} {'ratio':>6}"
           f" {'proj/CPU-s':>10} {'JAX/CPU-s':>9} {'ratio':>6} {'max rel diff':>12}")
     bounds = []
@@ -298,7 +316,7 @@ def main() -> None:
                     torch_dtype = getattr(torch, dtype)
                     case = (linear_case(learner, steps, torch_dtype) if workload == "linear"
                             else neural_case(workload, learner, steps, torch_dtype, data_dir))
-                    r = compare(case, steps, args.cores, args.repeats, Path(tmp))
+                    r = compare(case, steps, cpus, args.repeats, Path(tmp))
                     runs = int(np.prod(PACKS[workload]))
                     print(f"{workload:<9} {learner:<9} {dtype:<7} {runs:>4} {si(r['project']):>9} {si(r['peer']):>9}"
                           f" {r['project'] / r['peer']:>5.2f}x {si(r['project_cpu']):>10} {si(r['peer_cpu']):>9}"
