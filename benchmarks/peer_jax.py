@@ -35,7 +35,9 @@ flops per run-step (XLA's count of the peer's step), each run's state, the cache
 holding one run (the project's layout: a thread keeps one run for a whole segment) and
 the level holding the peer's whole pack (its batched ops stream every run's state each
 step), the compute bound, the bandwidth bounds, and the share of min(compute, bandwidth
-for one run) each side's rate per CPU second reaches.
+for one run) each side's rate per CPU second reaches. For the networks it also times the
+learner's per-parameter update alone (update_cap.py): no implementation of the same
+arithmetic passes that rate, so cap/JAX is the most any can be ahead of the peer.
 """
 
 from __future__ import annotations
@@ -104,6 +106,7 @@ from fade_core import LINEAR_LEARNERS, initial_weights, make_runs  # noqa: E402
 from fade_core.linear import advance, hyperparameter_matrix, init_state  # noqa: E402
 from fade_core.neural import StepSums  # noqa: E402
 from roofline import Bound, machine, si  # noqa: E402
+from update_cap import update_cap  # noqa: E402
 from tasks import get_task  # noqa: E402
 from tests.emnist_fixture import write_idx_dataset  # noqa: E402
 
@@ -198,7 +201,7 @@ def neural_case(workload: str, learner: str, steps: int, dtype: torch.dtype, dat
     head = n - arch.offsets()[-3]
     state = n * (1 + 2 * (learner == "adam")) + 2 * head * learner.startswith("fade")
     meta = {"workload": workload, "learner": learner, "hp": list(hp), "sizes": list(arch.sizes),
-            "slope": arch.negative_slope, "classification": task.loss == "cross_entropy"}
+            "slope": arch.negative_slope, "classification": task.loss == "cross_entropy", "parameters": n, "head": head}
     init = fresh().net.flat[:seeds].numpy()  # run s < S is config 0 of seed s
     arrays = {"x": x.numpy(), "y": y.numpy().astype(np.int32) if meta["classification"] else y.numpy(), "init": init,
               **{f"hp_{k}": v for k, v in hp.items()}}
@@ -322,7 +325,9 @@ def main() -> None:
                           f" {r['project'] / r['peer']:>5.2f}x {si(r['project_cpu']):>10} {si(r['peer_cpu']):>9}"
                           f" {r['project_cpu'] / r['peer_cpu']:>5.2f}x {r['diff']:>12.1e}", flush=True)
                     bounds.append(Bound(f"{workload} {learner} {dtype}", r["flops"], r["exp"], case.state_bytes,
-                                        case.input_bytes, runs, torch_dtype.itemsize, r["project_cpu"], r["peer_cpu"]))
+                                        case.input_bytes, runs, torch_dtype.itemsize, r["project_cpu"], r["peer_cpu"],
+                                        None if workload == "linear" else
+                                        update_cap(learner, case.meta["parameters"], case.meta["head"])))
     print("\nratio: project / JAX (> 1: the project is faster). Rates in run-steps per second.\n")
     hw.report(bounds)
 

@@ -26,6 +26,7 @@ class Bound(NamedTuple):
     itemsize: int
     project: float
     peer: float
+    update_only: float | None = None  # update_cap.py's rate (neural learners), else None
 
 
 def stream_bandwidth(nbytes: int) -> float:
@@ -60,21 +61,25 @@ class Machine(NamedTuple):
         """Per core: the compute bound, the bandwidth bound where one run's state lives and where the
         peer's pack lives, and the share of min(compute, bandwidth for one run) each side reaches."""
         print(f"{'per core':<26} {'flops':>7} {'exp':>6} {'state':>8} {'1 run':>5} {'JAX pack':>8} {'compute':>8}"
-              f" {'BW 1 run':>8} {'BW pack':>8} {'project':>7} {'JAX':>6}")
+              f" {'BW 1 run':>8} {'BW pack':>8} {'project':>7} {'JAX':>6} {'update only':>11} {'cap/JAX':>7}")
         for b in bounds:
             compute = 4 * self.lanes32 * 4 / b.itemsize * self.ghz * 1e9 / (b.flops + EXP_FLOPS * b.exp)
             traffic = 2 * b.state_bytes + b.input_bytes  # state read and written once per step, one sample read
             one, whole = self.level(b.state_bytes), self.level(b.runs / self.cores * b.state_bytes)
             bw_one, bw_pack = (self.bandwidth[lv] / traffic for lv in (one, whole))
             bound = min(compute, bw_one)
+            cap = (f"{si(b.update_only):>11} {b.update_only / b.peer:>6.2f}x" if b.update_only
+                   else f"{'-':>11} {'-':>7}")
             print(f"{b.name:<26} {b.flops:>7.0f} {b.exp:>6.0f} {b.state_bytes / 1024:>6.1f}KB {one:>5} {whole:>8}"
                   f" {si(compute):>8} {si(bw_one):>8} {si(bw_pack):>8}"
-                  f" {b.project / bound:>7.1%} {b.peer / bound:>6.1%}")
+                  f" {b.project / bound:>7.1%} {b.peer / bound:>6.1%} {cap}")
         print("flops, exp: XLA's count of the peer's step, per run-step. state: one run's. 1 run / JAX pack: the level"
               " holding one run (the project's layout: a thread keeps a run for a segment) / the peer's share of the"
               f" pack (its batched ops stream every run each step). compute: FMA peak / (flops + {EXP_FLOPS} per exp"
               " or sqrt). BW: that level's bandwidth / (2 x state + the sample). project, JAX: rate per CPU second"
-              " as a share of min(compute, BW 1 run).")
+              " as a share of min(compute, BW 1 run). update only: run-steps/s of the learner's per-parameter update"
+              " alone on one run (update_cap.py: no forward or backward), a cap on any implementation of the same"
+              " arithmetic; cap/JAX: the most any such implementation can be ahead of the peer here.")
 
 
 def si(rate: float) -> str:
