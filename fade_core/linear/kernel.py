@@ -64,17 +64,17 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
     keep_losses = losses.shape[1] > 0
+    A64 = np.empty((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _STEP: bound by `driver`); every row is written before it is read
+    A = A64.view(w.dtype)
+    seg_first = np.empty(_LANES, np.int64)  # noqa: F821
+    seg_slot = np.empty(_LANES, np.int64)  # noqa: F821
     for t0 in range(0, x.shape[0], tile):  # x[t0:t0 + tile] stays in cache for all blocks of the share
         t1 = min(t0 + tile, x.shape[0])
         for b in range(share * blocks // shares, (share + 1) * blocks // shares):
             runs, used = lane_run[b], lanes_used[b]
-            A64 = np.zeros((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _STEP: bound by `driver`)
-            A = A64.view(w.dtype)
             # Segments: maximal groups of neighbouring lanes that read one slot (runs come sorted
             # by slot, so a block has one or two). Lanes from segment k's first on read its slot,
             # until the next segment overrides them: a splat and a few blends per component.
-            seg_first = np.zeros(_LANES, np.int64)  # noqa: F821
-            seg_slot = np.zeros(_LANES, np.int64)  # noqa: F821
             n_seg = 0
             for l in range(_LANES):  # noqa: F821
                 r = runs[l]
