@@ -43,7 +43,8 @@ def worker(workload: str, learner: str, dtype: str, seconds: float, folder: Path
     torch.set_num_threads(1)
     steps = {"linear": 4000, "nonlinear": 500, "emnist": 100}[workload]
     case = (peer_jax.linear_case(learner, steps, getattr(torch, dtype)) if workload == "linear" else
-            peer_jax.neural_case(workload, learner, steps, getattr(torch, dtype), peer_jax.emnist_dir(folder)))
+            peer_jax.neural_case(workload, learner, steps, getattr(torch, dtype),
+                                 peer_jax.emnist_dir(folder) if workload == "emnist" else ""))
     case.prepare(steps)()  # compiles (or loads) every kernel the pack uses
     regions = []
     for line in Path("/proc/self/maps").read_text().splitlines():
