@@ -9,6 +9,7 @@ chunks of 400 and 600 joined, and resuming at step t needs only t.
 
 from __future__ import annotations
 
+import math
 import os
 import threading
 from abc import ABC, abstractmethod
@@ -99,8 +100,8 @@ class BlockCache:
     no block to hit). Blocks are stored read-only; `CounterStream.chunk` hands out copies.
     """
 
-    def __init__(self, budget_bytes: int):
-        self.budget = budget_bytes
+    def __init__(self, budget_bytes: int | None):
+        self.budget = budget_bytes  # None: stream_cache_budget(), read on first use
         self.used = 0
         self._groups: OrderedDict[Hashable, dict[Hashable, tuple[np.ndarray, ...]]] = OrderedDict()
         self._lock = threading.Lock()
@@ -115,6 +116,8 @@ class BlockCache:
         block = make()
         size = sum(a.nbytes for a in block)
         with self._lock:
+            if self.budget is None:
+                self.budget = stream_cache_budget()
             blocks = self._groups.setdefault(group, {})
             self._groups.move_to_end(group)
             while self.used + size > self.budget and len(self._groups) > 1:
@@ -135,4 +138,17 @@ class BlockCache:
             self.used = 0
 
 
-SHARED_BLOCKS = BlockCache(int(float(os.environ.get(STREAM_CACHE_MB, DEFAULT_STREAM_CACHE_MB)) * 2**20))
+def stream_cache_budget() -> int:
+    """Bytes the blocks of this process may take: $FADE_STREAM_CACHE_MB MiB (default 512; 0: none).
+    Raises ValueError naming the variable for anything but a finite number >= 0."""
+    text = os.environ.get(STREAM_CACHE_MB, str(DEFAULT_STREAM_CACHE_MB))
+    try:
+        mib = float(text)
+    except ValueError:
+        mib = math.nan
+    if not (math.isfinite(mib) and mib >= 0):
+        raise ValueError(f"{STREAM_CACHE_MB}={text!r}: give the stream cache's size in MiB, a number >= 0 (0 turns it off)")
+    return int(mib * 2**20)
+
+
+SHARED_BLOCKS = BlockCache(None)

@@ -300,6 +300,16 @@ def test_cli_numbers_are_range_checked(tmp_path, capsys, option, value, message)
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("value", ["abc", "-5", "nan", "inf", ""])
+def test_a_bad_stream_cache_size_is_one_line_exit_2_before_ray(tmp_path, capsys, monkeypatch, value):
+    monkeypatch.setenv("FADE_STREAM_CACHE_MB", value)
+    assert main(["run", "linear-demo", "--storage", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"fade-sweep: error: FADE_STREAM_CACHE_MB={value!r}: give the stream cache's size in MiB,"
+                   " a number >= 0 (0 turns it off)"), err
+    assert not (tmp_path / "r").exists()
+
+
 def test_cli_numbers_accept_their_bounds():
     args = build_parser().parse_args(
         ["run", "x", "--max-failures", "0", "--checkpoint-every", "0", "--gpus-per-pack", "0", "--num-cpus", "1",

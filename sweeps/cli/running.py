@@ -61,9 +61,20 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(f"\nReport: {outcome.results_dir / 'report.html'} ({len(figures)} figures, opens offline in any browser)")
 
 
+def _check_stream_cache() -> None:
+    """A bad FADE_STREAM_CACHE_MB is one line now, not an error in every trial."""
+    from tasks.stream import stream_cache_budget
+
+    try:
+        stream_cache_budget()
+    except ValueError as err:
+        raise UserError(str(err)) from None
+
+
 def _execution_options(args: argparse.Namespace, resources: PackResources | None, dtype: str):
     from sweeps.tune.driver import ExecutionOptions
 
+    _check_stream_cache()  # before Ray starts
     return ExecutionOptions(
         address=args.address,
         num_cpus=args.num_cpus,
