@@ -4,10 +4,10 @@
     python benchmarks/profile_jit.py linear sgd --dtype float64 --seconds 10 --show 3
 
 perf cannot name numba's JIT code (no symbols, no perf map), so this runs the workload of
-peer_jax.py (same packs, one thread) under `perf record`, has the profiled process copy its
-executable anonymous memory (the JIT code) to files once the kernels are compiled, then
-attributes the samples to 256-byte windows of that code and prints the hottest windows with
-their share of all samples, and the disassembly (objdump) of the `--show` hottest with a
+peer_jax.py (same packs, one thread), has it copy its executable anonymous memory (the JIT
+code) to files once the kernels are compiled, attaches `perf record` to it for `--seconds`
+(set-up and compilation stay out), attributes the samples to 256-byte windows of that code
+and prints the hottest ranges of windows with their share of all samples, and the disassembly (objdump) of the `--show` hottest with a
 per-instruction share. Samples outside JIT code are Python, numpy and the allocator.
 Needs Linux `perf` (allowed to sample this user's processes) and binutils' objdump.
 """
@@ -54,13 +54,13 @@ def worker(workload: str, learner: str, dtype: str, seconds: float, folder: Path
             (folder / f"{lo:x}.bin").write_bytes(ctypes.string_at(lo, hi - lo))
             regions.append((lo, hi))
     (folder / "regions.json").write_text(json.dumps(regions))
-    calls, start = 0, time.perf_counter()
-    while time.perf_counter() - start < seconds:
+    print("ready", flush=True)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds + 5:  # until the parent's perf is done and kills it
         run = case.prepare(steps)  # a fresh state now and then (allocating it is not what we profile)
         for _ in range(10):
             run()
-            calls += 1
-    print(f"{calls} calls of {steps} steps in {time.perf_counter() - start:.1f} s")
+
 
 
 def disassembly(binary: Path, base: int) -> list[tuple[int, str]]:
@@ -130,8 +130,15 @@ def main() -> None:
         folder = Path(tmp)
         command = [sys.executable, __file__, args.workload, args.learner, "--dtype", args.dtype,
                    "--seconds", str(args.seconds), "--worker", tmp]
-        subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", str(folder / "perf.data"), "--",
-                        *command], check=True, env={**os.environ, "NUMBA_NUM_THREADS": "1"})
+        worker_process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env={**os.environ, "NUMBA_NUM_THREADS": "1"})
+        try:
+            if worker_process.stdout.readline().strip() != "ready":
+                sys.exit(f"profile_jit: the workload did not start (exit status {worker_process.wait()}); its error is above")
+            subprocess.run(["perf", "record", "-q", "-e", "cpu-clock", "-F", "4000", "-o", str(folder / "perf.data"),
+                            "-p", str(worker_process.pid), "--", "sleep", str(args.seconds)], check=True)
+        finally:
+            worker_process.kill()
+            worker_process.wait()
         report(folder, args.show)
 
 
