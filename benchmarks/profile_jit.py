@@ -98,12 +98,13 @@ def report(folder: Path, show: int) -> None:
             windows[(base_of[ip], ip - ip % WINDOW)] += count
     ranges = hot_ranges(windows, total)
     print(f"{total} samples, {sum(windows.values()) / total:.0%} in JIT code; hot code ranges (share of all samples):")
+    region = {base: k for k, (base, _) in enumerate(sorted(regions))}
     for count, base, start, end in ranges:
-        print(f"  code +{start - base:#07x}..+{end - base:#07x}  {count / total:6.1%}")
+        print(f"  region {region[base]} +{start - base:#07x}..+{end - base:#07x}  {count / total:6.1%}")
     code = {}
     for count, base, start, end in ranges[:show]:
         code.setdefault(base, disassembly(folder / f"{base:x}.bin", base))
-        print(f"\n+{start - base:#07x}..+{end - base:#07x} ({count / total:.1%}):")
+        print(f"\nregion {region[base]} +{start - base:#07x}..+{end - base:#07x} ({count / total:.1%}):")
         for address, instruction in code[base]:
             if start <= address < end:
                 share = samples.get(address, 0) / total
