@@ -288,9 +288,9 @@ def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workloads", default="linear,nonlinear,emnist")
+    parser.add_argument("--workloads", default="linear,nonlinear,emnist", help="comma-separated (default: all three)")
     parser.add_argument("--learners", help="only these learners (default: all of each workload)")
-    parser.add_argument("--steps", type=int, help=f"steps timed (default {STEPS})")
+    parser.add_argument("--steps", type=int, help="steps timed (default: " + ", ".join(f"{w} {n:,}" for w, n in STEPS.items()) + ")")
     parser.add_argument("--cores", type=int, default=1, help="project: numba threads; peer: JAX processes")
     parser.add_argument("--dtype", help="float32 and/or float64 (default: both for linear, float32 for the networks)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per side; the best is kept")

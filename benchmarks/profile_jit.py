@@ -26,6 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository's packages, installed or not
+
 WINDOW = 256
 
 
@@ -123,6 +125,12 @@ def main() -> None:
     if args.worker:
         worker(args.workload, args.learner, args.dtype, args.seconds, Path(args.worker))
         return
+    from fade_core import LINEAR_LEARNERS, NEURAL_LEARNERS
+
+    known = LINEAR_LEARNERS if args.workload == "linear" else NEURAL_LEARNERS
+    if args.learner not in known:
+        print(f"profile_jit: no {args.workload} learner {args.learner!r}; choose from {', '.join(known)}", file=sys.stderr)
+        sys.exit(2)
     missing = [tool for tool in ("perf", "objdump") if not shutil.which(tool)]
     if missing:
         print(f"profile_jit: {' and '.join(missing)} not found; install linux-perf / binutils", file=sys.stderr)
