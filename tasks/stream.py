@@ -84,6 +84,7 @@ class CounterStream(ABC):
         else:
             if len(self._blocks) >= CACHED_BLOCKS:
                 self._blocks.popitem(last=False)  # least recently used
+            # (this per-stream LRU still serves consecutive chunks when the shared cache is full or off)
             self._blocks[b] = SHARED_BLOCKS.get((type(self), self.settings), (self.seed, b), lambda: self._block(b))
         return self._blocks[b]
 

@@ -290,7 +290,7 @@ def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, 
 
 
 # The activation and its derivative without a branch per unit: a ReLU's sign is a coin flip
-# per unit and step, and the branches' mispredictions were an eighth of a nonlinear step.
+# per unit and step, and the branches' mispredictions were a fifth of a nonlinear step's kernel time.
 @_dense
 def _activate(z, out, active, slope):
     """out = leaky_relu(z); active |= z > 0."""
