@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import numba
 import numpy as np
 
-from fade_core.linear import simd, vexp
+from fade_core.linear import intrinsics, simd, vexp
 from fade_core.linear.rules import LinearLearner
 
 LANES = 8  # runs per block: one AVX2 register of float32
@@ -38,15 +38,14 @@ TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
 # The rows of a block's lane buffer (d, _ROWS, LANES) float64, viewed as the state's dtype
-# for all but the float64 rows: per component i, the state slots, the input and the
-# hyperparameters (repeated for every i); in the rows of i = 0 only, the target y and the
-# error delta, and the float64 error and loss sum. A row of a component is one vector: `simd`'s
-# intrinsics load and store them at constant offsets, and the loops over lanes that LLVM
-# vectorises (input, error) touch one buffer, whose rows it can prove disjoint. (A float32
-# view has 2 LANES columns; the first LANES are used.)
-_W, _BETA, _H, _GAMMA, _G, _X, _Y, _DELTA, _HP = range(9)
-_ERR, _SUM = _HP + 3, _HP + 4  # float64 rows
+# for all but the float64 rows: per component i, the state slots and the hyperparameters
+# (repeated for every i); in the rows of i = 0 only, the error delta, and the float64 error
+# and loss sum. A row of a component is one vector, which the intrinsics load and store.
+# (A float32 view has 2 LANES columns; the first LANES are used.)
+_W, _BETA, _H, _GAMMA, _G, _HP = range(6)
+_SUM = _HP + 3  # a float64 row (past the hyperparameters, of which there are at most 3)
 _ROWS = _SUM + 1
+
 
 def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, w, beta, h, gamma, g, losses,
                 loss_sums):
@@ -60,51 +59,35 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     `share` of `shares` (one thread's blocks; `in_threads` runs the shares), stepping in
     tiles of `tile`, each tile through all its blocks (the state goes back to w, ... in
     between, exactly: a tile is a chunk). A template: `driver` compiles one copy per
-    learner and dtype, with _STEP and _LANES bound.
+    learner and dtype, with _ADVANCE and _LANES bound.
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
     keep_losses = losses.shape[1] > 0
-    A64 = np.empty((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _STEP: bound by `driver`); every row is written before it is read
+    A64 = np.empty((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _ADVANCE: bound by `driver`); every row is written before it is read
     A = A64.view(w.dtype)
-    seg_first = np.empty(_LANES, np.int64)  # noqa: F821
-    seg_slot = np.empty(_LANES, np.int64)  # noqa: F821
+    lane_slot = np.empty(_LANES, np.int64)  # noqa: F821
+    tile_losses = np.empty((tile, _LANES), w.dtype)  # noqa: F821  a block's, step-major
     for t0 in range(0, x.shape[0], tile):  # x[t0:t0 + tile] stays in cache for all blocks of the share
         t1 = min(t0 + tile, x.shape[0])
         for b in range(share * blocks // shares, (share + 1) * blocks // shares):
             runs, used = lane_run[b], lanes_used[b]
-            # Segments: maximal groups of neighbouring lanes that read one slot (runs come sorted
-            # by slot, so a block has one or two). Lanes from segment k's first on read its slot,
-            # until the next segment overrides them: a splat and a few blends per component.
-            n_seg = 0
             for l in range(_LANES):  # noqa: F821
                 r = runs[l]
-                if l == 0 or run_slot[r] != seg_slot[n_seg - 1]:
-                    seg_first[n_seg], seg_slot[n_seg] = l, run_slot[r]
-                    n_seg += 1
+                lane_slot[l] = run_slot[r]
                 A64[0, _SUM, l] = loss_sums[r]
                 for i in range(d):
                     A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = (
                         w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i])
                     for j in range(n_hp):
                         A[i, _HP + j, l] = p[r, j]
-            for t in range(t0, t1):
-                for k in range(n_seg):
-                    first, s = seg_first[k], seg_slot[k]
-                    for i in range(d):
-                        xi = x[t, s, i]
-                        for l in range(_LANES):  # noqa: F821
-                            A[i, _X, l] = xi if l >= first else A[i, _X, l]
-                    yt = y[t, s]
-                    for l in range(_LANES):  # noqa: F821
-                        A[0, _Y, l] = yt if l >= first else A[0, _Y, l]
-                _ERROR(A64, A, d)  # noqa: F821  prediction, error, loss sum, delta: all lanes (simd.py)
-                if keep_losses:
-                    for l in range(used):
-                        losses[runs[l], t] = A64[0, _ERR, l] * A64[0, _ERR, l]
-                for i in range(d):
-                    _STEP(A, i, lo, hi)  # noqa: F821  the rule on all lanes of component i (simd.py)
+            slots_read = 1
+            for l in range(1, _LANES):  # noqa: F821  (runs come sorted by slot)
+                slots_read += lane_slot[l] != lane_slot[l - 1]
+            _ADVANCE(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)  # noqa: F821  (intrinsics.py)
             for l in range(used):
                 r = runs[l]
+                if keep_losses:
+                    losses[r, t0:t1] = tile_losses[: t1 - t0, l]
                 loss_sums[r] = A64[0, _SUM, l]
                 for i in range(d):
                     w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i] = (
@@ -129,7 +112,7 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     """`_run_blocks` compiled for one learner's rule and dtype (on first call), taking
     C-contiguous arrays only.
 
-    The rule, traced into vector code (`simd.step_intrinsic`), and the error step are bound
+    The rule's step and the prediction (`intrinsics`, the rule traced into vector code) are bound
     as globals of a copy of the template. Not a closure: numba's cache
     key hashes a closure's cells, and a dispatcher pickles with a per-process id, so a
     closure over the rule would miss the cache in every new process. The cache file is
@@ -137,12 +120,11 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     numba only watches this file, not the ones its callees come from.
     """
     dtype = np.dtype(dtype)
-    step = simd.step_intrinsic(learner.rule, dtype, LANES, (_W, _BETA, _H, _GAMMA, _G), _X, _DELTA, _HP)
-    sources = (learner.rule, vexp, simd)
+    advance = intrinsics.advance_intrinsic(learner.rule, dtype, LANES, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM)
+    sources = (learner.rule, vexp, simd, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
-    error = simd.error_intrinsic(LANES, _W, _X, _Y, _DELTA, _ERR, _SUM)
-    scope = {**_run_blocks.__globals__, "_STEP": step, "_ERROR": error, "_LANES": LANES}
+    scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": LANES}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
     compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(template)  # parallel=True: 2.4x the compile time

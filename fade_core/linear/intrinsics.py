@@ -1,0 +1,256 @@
+"""The two numba intrinsics of the linear kernel: a block's prediction, and a block's step.
+
+A block is LANES runs in the lanes of one vector (`kernel._run_blocks`); its lane buffer
+A (d, rows, columns) holds, per component i, one row per state slot and hyperparameter
+(lane l of row k at A[i, k, l]); component 0's rows also hold the error delta in the
+state's dtype and, in the float64 view A64 of the same buffer, the error and loss sum.
+
+`step` applies the rule (traced into vector code by `simd`) to every component and, in
+the same pass, accumulates the next step's prediction from the new weights: the weights
+are touched once per step, and the prediction's float64 chain overlaps the rule's work.
+A lane reads its seed's stream x (T, S, d), y (T, S) straight from the stream arrays:
+one broadcast per component when all lanes of the block read one slot, eight loads
+when they do not (a block that straddles two seeds). Both give a lane the same values,
+so a run's bits do not depend on its block.
+
+The prediction p = sum_i w_i x_i is accumulated in float64 over components 0..d-1 in
+order, products fused into the sum (exact products for float32 factors); the error y - p,
+its square added to the loss sum, and the error in the state's dtype (delta, read by the
+next step's rule) are stored in component 0's rows.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numba
+import numpy as np
+from llvmlite import ir
+from numba.core import cgutils
+from numba.core import types as nbtypes
+from numba.extending import intrinsic
+
+from fade_core.linear.rules import STATE_ARGS
+from fade_core.linear.simd import FLAGS, Traced, Tracer, traced_rule
+
+_I64 = ir.IntType(64)
+
+
+def _splat(builder: ir.IRBuilder, scalar: ir.Value, vector: ir.VectorType) -> ir.Value:
+    one = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [ir.Constant(ir.IntType(32), 0)] * vector.count)
+    return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), zeros)
+
+
+class _Buffer:
+    """A numba array's data as bytes, its strides and shape, in the IR being built."""
+
+    def __init__(self, context, builder: ir.IRBuilder, array_type, value: ir.Value):
+        array = context.make_array(array_type)(context, builder, value)
+        self.builder = builder
+        self.data = builder.bitcast(array.data, ir.IntType(8).as_pointer())
+        self.strides = cgutils.unpack_tuple(builder, array.strides)
+        self.shape = cgutils.unpack_tuple(builder, array.shape)
+
+    def at(self, offset: ir.Value, element: ir.Type) -> ir.Value:
+        """A pointer of type element* `offset` bytes into the data."""
+        return self.builder.bitcast(self.builder.gep(self.data, [offset]), element.as_pointer())
+
+
+class _LaneBuffer(_Buffer):
+    """A block's lane buffer: row k of component i as a vector pointer."""
+
+    def row(self, k: int, vector: ir.VectorType, component: ir.Value | None = None) -> ir.Value:
+        b = self.builder
+        offset = b.mul(ir.Constant(_I64, k), self.strides[1])
+        if component is not None:
+            offset = b.add(offset, b.mul(component, self.strides[0]))
+        return self.at(offset, vector)
+
+
+class _Streams:
+    """Where a block's lanes read x (T, S, d) and y (T, S). Runs come sorted by slot, so a
+    block's lanes read one slot (a load and a broadcast per element), two (lanes from the
+    first one whose slot differs read the last lane's slot: two broadcasts and a blend), or
+    more (`reading` 0: a load per lane). Each gives a lane the same values."""
+
+    def __init__(self, context, builder: ir.IRBuilder, signature, args, reading: int, lanes: int, real: ir.Type):
+        (x_type, y_type, slot_type), (x, y, lane_slot) = signature.args[2:5], args[2:5]
+        self.builder, self.lanes, self.real = builder, lanes, real
+        self.x, self.y = _Buffer(context, builder, x_type, x), _Buffer(context, builder, y_type, y)
+        slots = _Buffer(context, builder, slot_type, lane_slot)
+        slot = [builder.load(slots.at(ir.Constant(_I64, 8 * l), _I64)) for l in range(lanes)]
+        read = {1: slot[:1], 2: [slot[0], slot[-1]], 0: slot}[reading]
+        self.second = None
+        if reading == 2:  # lanes whose slot is not the first lane's
+            first = _splat(builder, slot[0], ir.VectorType(_I64, lanes))
+            every = ir.Constant(ir.VectorType(_I64, lanes), ir.Undefined)
+            for l, s in enumerate(slot):
+                every = builder.insert_element(every, s, ir.Constant(ir.IntType(32), l))
+            self.second = builder.icmp_signed("!=", every, first)
+        self.x_slots = [builder.mul(s, self.x.strides[1]) for s in read]
+        self.y_slots = [builder.mul(s, self.y.strides[1]) for s in read]
+        self.itemsize = ir.Constant(_I64, 4 if real == ir.FloatType() else 8)
+
+    def _lanes(self, stream: _Buffer, offsets: list[ir.Value], base: ir.Value, wide: bool) -> ir.Value:
+        """Each lane's element `base` bytes into its slot: as a vector of the state's dtype, or
+        of float64 (`wide`); widening a scalar before the broadcast gives the same values."""
+        b = self.builder
+        values = [b.load(stream.at(b.add(base, offset), self.real)) for offset in offsets]
+        if wide and self.real != ir.DoubleType():
+            values = [b.fpext(v, ir.DoubleType()) for v in values]
+        vector = ir.VectorType(ir.DoubleType() if wide else self.real, self.lanes)
+        if len(values) == 1:
+            return _splat(b, values[0], vector)
+        if self.second is not None:
+            return b.select(self.second, _splat(b, values[1], vector), _splat(b, values[0], vector))
+        out = ir.Constant(vector, ir.Undefined)
+        for l, v in enumerate(values):
+            out = b.insert_element(out, v, ir.Constant(ir.IntType(32), l))
+        return out
+
+    def x_at(self, t: ir.Value, i: ir.Value, wide: bool = False) -> ir.Value:
+        b = self.builder
+        base = b.add(b.mul(t, self.x.strides[0]), b.mul(i, self.itemsize))
+        return self._lanes(self.x, self.x_slots, base, wide)
+
+    def y64_at(self, t: ir.Value) -> ir.Value:
+        return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[0]), wide=True)
+
+
+import os
+PARTIAL_SUMS = int(os.environ.get("PS", 4))  # the prediction's float64 sums: component i goes to sum i % 4
+
+
+class _Prediction:
+    """p = sum_i w_i x_i in float64, in PARTIAL_SUMS sums added in order at the end: a fixed
+    order (it depends on d only), with chains a quarter as long as one sum's."""
+
+    def __init__(self, builder: ir.IRBuilder, lanes: int):
+        self.builder = builder
+        self.wide = ir.VectorType(ir.DoubleType(), lanes)
+        self.sums = [cgutils.alloca_once(builder, self.wide) for _ in range(PARTIAL_SUMS)]
+
+    def start(self) -> None:
+        for total in self.sums:
+            self.builder.store(ir.Constant(self.wide, None), total)
+
+    def add(self, k: int, w: ir.Value, x64: ir.Value) -> None:
+        """Adds w x64 to sum k."""
+        b = self.builder
+        w64 = w if w.type == self.wide else b.fpext(w, self.wide)
+        b.store(b.fadd(b.load(self.sums[k]), b.fmul(w64, x64, flags=FLAGS), flags=FLAGS), self.sums[k])
+
+    def total(self) -> ir.Value:
+        b = self.builder
+        s = [b.load(total) for total in self.sums]
+        prediction = s[0]
+        for v in s[1:]:
+            prediction = b.fadd(prediction, v, flags=FLAGS)
+        return prediction
+
+
+def _components(builder: ir.IRBuilder, d: ir.Value, body: Callable[[ir.Value, int], None]) -> None:
+    """body(i, part) for i = 0 .. d - 1 in order: part i % PARTIAL_SUMS for the first d // 4 * 4
+    components (PARTIAL_SUMS per loop iteration, so each one's part is known when the IR is
+    built), part 0 for the rest."""
+    k_count = ir.Constant(_I64, PARTIAL_SUMS)
+    groups = builder.udiv(d, k_count)
+    with cgutils.for_range(builder, groups) as loop:
+        first = builder.mul(loop.index, k_count)
+        for k in range(PARTIAL_SUMS):
+            body(builder.add(first, ir.Constant(_I64, k)), k)
+    with cgutils.for_range(builder, d, start=builder.mul(groups, k_count)) as loop:  # [start, d)
+        body(loop.index, 0)
+
+
+def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequence[int], hp_row: int,
+                      sum_row: int) -> Callable:
+    """`advance(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps t0 .. t1 - 1
+    of a block, every component and lane.
+
+    `slots` are the rows of (w, beta, h, gamma, g) in A, the hyperparameters are in rows
+    hp_row on (repeated for every component), and the float64 loss sums in A64's row
+    sum_row of component 0. Each step's loss (the squared error before the update) goes to
+    row t - t0 of tile_losses (tile, lanes) and is added to the loss sum. `slots_read`: how
+    many slots of x and y the lanes read (lane_slot, sorted). Rows the rule returns
+    unchanged are not stored."""
+    dtype = np.dtype(dtype)
+    n_hp = len(rule.__code__.co_varnames[: rule.__code__.co_argcount]) - len(STATE_ARGS)
+    vectorised = traced_rule(rule, dtype)
+
+    @intrinsic
+    def advance(typingctx, A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses):
+        def codegen(context, builder, signature, args):
+            b = builder
+            tracer = Tracer(b, dtype, lanes)
+            narrow, wide = tracer.real_vector, ir.VectorType(ir.DoubleType(), lanes)
+            rows64 = _LaneBuffer(context, b, signature.args[0], args[0])
+            rows = _LaneBuffer(context, b, signature.args[1], args[1])
+            losses = _Buffer(context, b, signature.args[10], args[10])
+            first, end = args[5], args[6]
+            real = numba.from_dtype(dtype)
+            lo_v = tracer.splat(context.cast(b, args[8], signature.args[8], real))
+            hi_v = tracer.splat(context.cast(b, args[9], signature.args[9], real))
+            sum_pointer = rows64.row(sum_row, wide)
+            loss_sum = cgutils.alloca_once_value(b, b.load(sum_pointer, align=8))
+            error = cgutils.alloca_once(b, wide)
+
+            def load(pointer: ir.Value) -> Traced:
+                return Traced(tracer, b.load(pointer, align=dtype.itemsize), False)
+
+            def emit(reading: int) -> None:
+                streams = _Streams(context, b, signature, args, reading, lanes, tracer.real)
+                prediction = _Prediction(b, lanes)
+
+                def predicted(t: ir.Value) -> None:
+                    b.store(b.fsub(streams.y64_at(t), prediction.total(), flags=FLAGS), error)
+
+                prediction.start()  # step t0's from the weights in A; later steps' are fused into the update
+                _components(b, rows.shape[0], lambda i, part: prediction.add(
+                    part, b.load(rows.row(slots[0], narrow, i), align=dtype.itemsize), streams.x_at(first, i, wide=True)))
+                predicted(first)
+
+                with cgutils.for_range(b, end, start=first) as loop:  # [t0, t1)
+                    t = loop.index
+                    e = b.load(error)
+                    squared = b.fmul(e, e)  # not fused into the sum: rounded as in a plain loop
+                    b.store(b.fadd(b.load(loss_sum), squared), loss_sum)
+                    row = b.mul(b.sub(t, first), losses.strides[0])
+                    b.store(squared if dtype == np.float64 else b.fptrunc(squared, narrow), losses.at(row, narrow),
+                            align=dtype.itemsize)
+                    delta = Traced(tracer, e if dtype == np.float64 else b.fptrunc(e, narrow), False)
+                    # the next step's prediction, fused into the update (after the tile's last step it
+                    # reads step t again, is never used, and the next tile predicts from the weights)
+                    t_next = b.add(t, ir.Constant(_I64, 1))
+                    t_next = b.select(b.icmp_signed("<", t_next, end), t_next, t)
+                    prediction.start()
+
+                    def component(i: ir.Value, part: int) -> None:
+                        state = [load(rows.row(k, narrow, i)) for k in slots]
+                        hps = [load(rows.row(hp_row + j, narrow, i)) for j in range(n_hp)]
+                        outputs = vectorised(Traced(tracer, streams.x_at(t, i), False), delta, *state, lo_v, hi_v, *hps)
+                        for k, before, after in zip(slots, state, outputs):
+                            if after is not before:
+                                b.store(tracer.value(after, False), rows.row(k, narrow, i), align=dtype.itemsize)
+                        prediction.add(part, tracer.value(outputs[0], False), streams.x_at(t_next, i, wide=True))
+
+                    _components(b, rows.shape[0], component)
+                    predicted(t_next)
+
+            slots_read = context.cast(b, args[7], signature.args[7], nbtypes.int64)
+            with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 1))) as (one, more):
+                with one:
+                    emit(1)
+                with more:
+                    with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 2))) as (two, many):
+                        with two:
+                            emit(2)
+                        with many:
+                            emit(0)
+            b.store(b.load(loss_sum), sum_pointer, align=8)
+            return context.get_dummy_value()
+
+        return nbtypes.void(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses), codegen
+
+    return advance
