@@ -105,7 +105,9 @@ def test_run_gives_the_same_bits_in_every_lane_and_pack_size(dtype):
     """One run (its hyperparameters and stream slot) at lane positions 0, 5 and 12 of a pack
     of 13 runs, alone, and in packs of 9 and 21 (not multiples of the block width, so it
     also sits in padded tails), in chunks of 7 and 50 steps, with and without per-step losses:
-    the same losses, loss sums and final state, to the bit, for every learner."""
+    the same losses, loss sums and final state, to the bit, for every learner. Its block's
+    lanes read one stream (alone), or two or three (the packs' random slots): the kernel
+    reads the streams differently for each."""
     from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state, initial_weights
 
     steps, slots, d = 50, 3, 20

@@ -1,22 +1,25 @@
-"""The two numba intrinsics of the linear kernel: a block's prediction, and a block's step.
+"""The linear kernel's block step as one numba intrinsic: a tile of steps of LANES runs.
 
 A block is LANES runs in the lanes of one vector (`kernel._run_blocks`); its lane buffer
 A (d, rows, columns) holds, per component i, one row per state slot and hyperparameter
-(lane l of row k at A[i, k, l]); component 0's rows also hold the error delta in the
-state's dtype and, in the float64 view A64 of the same buffer, the error and loss sum.
+(lane l of row k at A[i, k, l]), and in the float64 view A64 of the same buffer, row
+`sum_row` of component 0 holds the loss sums.
 
-`step` applies the rule (traced into vector code by `simd`) to every component and, in
-the same pass, accumulates the next step's prediction from the new weights: the weights
-are touched once per step, and the prediction's float64 chain overlaps the rule's work.
-A lane reads its seed's stream x (T, S, d), y (T, S) straight from the stream arrays:
-one broadcast per component when all lanes of the block read one slot, eight loads
-when they do not (a block that straddles two seeds). Both give a lane the same values,
-so a run's bits do not depend on its block.
+`advance` runs the steps of a tile in one piece of straight vector code: per step it
+applies the rule (traced into vector code by `simd`) to every component and, in the same
+pass, accumulates the next step's prediction from the new weights, so the weights are
+touched once per step and the error, delta and loss sum never leave registers. A lane
+reads its seed's stream x (T, S, d), y (T, S) straight from the stream arrays: one
+broadcast per element when all lanes of the block read one slot, two and a blend when
+they read two (a block where one seed's runs end and the next seed's begin), a load per
+lane when more. Each gives a lane the same values, so a run's bits do not depend on its
+block.
 
-The prediction p = sum_i w_i x_i is accumulated in float64 over components 0..d-1 in
-order, products fused into the sum (exact products for float32 factors); the error y - p,
-its square added to the loss sum, and the error in the state's dtype (delta, read by the
-next step's rule) are stored in component 0's rows.
+The prediction p = sum_i w_i x_i is accumulated in float64 (products of float32 factors
+are exact) over components 0..d-1 in order, into one or two partial sums
+(`partial_sums`) added at the end, products fused into the sums; then the error y - p,
+its square (a step's loss: into the tile's losses and, unfused, the loss sum), and the
+error in the state's dtype (delta, read by the next step's rule).
 """
 
 from __future__ import annotations
@@ -31,15 +34,9 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from fade_core.linear.rules import STATE_ARGS
-from fade_core.linear.simd import FLAGS, Traced, Tracer, traced_rule
+from fade_core.linear.simd import FLAGS, Traced, Tracer, splat, traced_rule
 
 _I64 = ir.IntType(64)
-
-
-def _splat(builder: ir.IRBuilder, scalar: ir.Value, vector: ir.VectorType) -> ir.Value:
-    one = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0))
-    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [ir.Constant(ir.IntType(32), 0)] * vector.count)
-    return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), zeros)
 
 
 class _Buffer:
@@ -83,7 +80,7 @@ class _Streams:
         read = {1: slot[:1], 2: [slot[0], slot[-1]], 0: slot}[reading]
         self.second = None
         if reading == 2:  # lanes whose slot is not the first lane's
-            first = _splat(builder, slot[0], ir.VectorType(_I64, lanes))
+            first = splat(builder, slot[0], ir.VectorType(_I64, lanes))
             every = ir.Constant(ir.VectorType(_I64, lanes), ir.Undefined)
             for l, s in enumerate(slot):
                 every = builder.insert_element(every, s, ir.Constant(ir.IntType(32), l))
@@ -101,9 +98,9 @@ class _Streams:
             values = [b.fpext(v, ir.DoubleType()) for v in values]
         vector = ir.VectorType(ir.DoubleType() if wide else self.real, self.lanes)
         if len(values) == 1:
-            return _splat(b, values[0], vector)
+            return splat(b, values[0], vector)
         if self.second is not None:
-            return b.select(self.second, _splat(b, values[1], vector), _splat(b, values[0], vector))
+            return b.select(self.second, splat(b, values[1], vector), splat(b, values[0], vector))
         out = ir.Constant(vector, ir.Undefined)
         for l, v in enumerate(values):
             out = b.insert_element(out, v, ir.Constant(ir.IntType(32), l))
@@ -118,18 +115,14 @@ class _Streams:
         return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[0]), wide=True)
 
 
-import os
-PARTIAL_SUMS = int(os.environ.get("PS", 4))  # the prediction's float64 sums: component i goes to sum i % 4
-
-
 class _Prediction:
-    """p = sum_i w_i x_i in float64, in PARTIAL_SUMS sums added in order at the end: a fixed
-    order (it depends on d only), with chains a quarter as long as one sum's."""
+    """p = sum_i w_i x_i in float64, in `parts` partial sums added in order at the end: a
+    fixed order (it depends on d only), with chains 1 / parts as long as one sum's."""
 
-    def __init__(self, builder: ir.IRBuilder, lanes: int):
+    def __init__(self, builder: ir.IRBuilder, lanes: int, parts: int):
         self.builder = builder
         self.wide = ir.VectorType(ir.DoubleType(), lanes)
-        self.sums = [cgutils.alloca_once(builder, self.wide) for _ in range(PARTIAL_SUMS)]
+        self.sums = [cgutils.alloca_once(builder, self.wide) for _ in range(parts)]
 
     def start(self) -> None:
         for total in self.sums:
@@ -150,22 +143,23 @@ class _Prediction:
         return prediction
 
 
-def _components(builder: ir.IRBuilder, d: ir.Value, body: Callable[[ir.Value, int], None]) -> None:
-    """body(i, part) for i = 0 .. d - 1 in order: part i % PARTIAL_SUMS for the first d // 4 * 4
-    components (PARTIAL_SUMS per loop iteration, so each one's part is known when the IR is
-    built), part 0 for the rest."""
-    k_count = ir.Constant(_I64, PARTIAL_SUMS)
+def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[ir.Value, int], None]) -> None:
+    """body(i, part) for i = 0 .. d - 1 in order: part i % parts for the first d // parts * parts
+    components (`parts` per loop iteration, so each one's part is known when the IR is built),
+    part 0 for the rest."""
+    k_count = ir.Constant(_I64, parts)
     groups = builder.udiv(d, k_count)
     with cgutils.for_range(builder, groups) as loop:
         first = builder.mul(loop.index, k_count)
-        for k in range(PARTIAL_SUMS):
+        for k in range(parts):
             body(builder.add(first, ir.Constant(_I64, k)), k)
-    with cgutils.for_range(builder, d, start=builder.mul(groups, k_count)) as loop:  # [start, d)
-        body(loop.index, 0)
+    if parts > 1:
+        with cgutils.for_range(builder, d, start=builder.mul(groups, k_count)) as loop:  # [start, d)
+            body(loop.index, 0)
 
 
 def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequence[int], hp_row: int,
-                      sum_row: int) -> Callable:
+                      sum_row: int, partial_sums: int) -> Callable:
     """`advance(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps t0 .. t1 - 1
     of a block, every component and lane.
 
@@ -201,13 +195,13 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
 
             def emit(reading: int) -> None:
                 streams = _Streams(context, b, signature, args, reading, lanes, tracer.real)
-                prediction = _Prediction(b, lanes)
+                prediction = _Prediction(b, lanes, partial_sums)
 
                 def predicted(t: ir.Value) -> None:
                     b.store(b.fsub(streams.y64_at(t), prediction.total(), flags=FLAGS), error)
 
                 prediction.start()  # step t0's from the weights in A; later steps' are fused into the update
-                _components(b, rows.shape[0], lambda i, part: prediction.add(
+                _components(b, rows.shape[0], partial_sums, lambda i, part: prediction.add(
                     part, b.load(rows.row(slots[0], narrow, i), align=dtype.itemsize), streams.x_at(first, i, wide=True)))
                 predicted(first)
 
@@ -235,7 +229,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                                 b.store(tracer.value(after, False), rows.row(k, narrow, i), align=dtype.itemsize)
                         prediction.add(part, tracer.value(outputs[0], False), streams.x_at(t_next, i, wide=True))
 
-                    _components(b, rows.shape[0], component)
+                    _components(b, rows.shape[0], partial_sums, component)
                     predicted(t_next)
 
             slots_read = context.cast(b, args[7], signature.args[7], nbtypes.int64)

@@ -4,14 +4,17 @@ A driver advances R runs by T steps. Runs are grouped in blocks of LANES; a bloc
 its state component-major, (d, LANES) per slot, and each rule runs on all lanes of a
 component at once as explicit vector code (`simd` traces the plain-Python rule, exp
 included, into LLVM vector instructions; the d = 20 components of one run are too few
-and too dependent to vectorise well). Blocks go to threads in shares (`in_threads`: the
-compiled driver releases the GIL).
+and too dependent to vectorise well). A block advances through a tile of steps in one
+intrinsic (`intrinsics`), which reads the streams itself and keeps the error and loss sum
+in registers. Blocks go to threads in shares (`in_threads`: the compiled driver releases
+the GIL).
 
 Pack invariance: a lane computes exactly what its run computes alone. Lanes never mix
 (no reduction across lanes), a block's tail is padded with copies of one of its runs
 whose results are dropped, and the prediction and the loss sums are accumulated per run
-in float64 in a fixed order (components 0..d-1, steps in order), so neither the lane, the
-block, the pack, nor the chunking changes a bit.
+in float64 in a fixed order (one or two partial sums over components 0..d-1, fixed by
+the learner; steps in order), so neither the lane, the block, the pack, nor the chunking
+changes a bit.
 """
 
 from __future__ import annotations
@@ -112,15 +115,21 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     """`_run_blocks` compiled for one learner's rule and dtype (on first call), taking
     C-contiguous arrays only.
 
-    The rule's step and the prediction (`intrinsics`, the rule traced into vector code) are bound
-    as globals of a copy of the template. Not a closure: numba's cache
+    The block's step (`intrinsics.advance_intrinsic`: the rule traced into vector code, and
+    the prediction) is bound as a global of a copy of the template. Not a closure: numba's cache
     key hashes a closure's cells, and a dispatcher pickles with a per-process id, so a
     closure over the rule would miss the cache in every new process. The cache file is
-    named after the learner, the dtype and a digest of the rule's, vexp's and simd's source:
+    named after the learner, the dtype and a digest of the source of the rule, vexp, simd and
+    intrinsics:
     numba only watches this file, not the ones its callees come from.
     """
     dtype = np.dtype(dtype)
-    advance = intrinsics.advance_intrinsic(learner.rule, dtype, LANES, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM)
+    # The prediction's float64 partial sums: a rule that adapts nothing is a few operations, so
+    # the prediction's chain is the longest of its step and two sums halve it (float64 sgd
+    # 1.4x); the adaptive rules need those registers (fade 8% slower with two).
+    partial_sums = 1 if learner.adapts_step_size or learner.adapts_decay else 2
+    advance = intrinsics.advance_intrinsic(learner.rule, dtype, LANES, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM,
+                                           partial_sums)
     sources = (learner.rule, vexp, simd, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"

@@ -31,6 +31,13 @@ from fade_core.linear.rules import clamp
 FLAGS = ("contract",)  # fused multiply-add allowed; no reassociation, NaN/inf kept
 
 
+def splat(builder: ir.IRBuilder, scalar: ir.Value, vector: ir.VectorType) -> ir.Value:
+    """A vector of type `vector` with `scalar` in every lane."""
+    one = builder.insert_element(ir.Constant(vector, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0))
+    zeros = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), [ir.Constant(ir.IntType(32), 0)] * vector.count)
+    return builder.shuffle_vector(one, ir.Constant(vector, ir.Undefined), zeros)
+
+
 class Tracer:
     """Emits vector instructions of one element type into `builder`."""
 
@@ -49,10 +56,7 @@ class Tracer:
 
     def splat(self, scalar: ir.Value) -> "Traced":
         """A vector with `scalar` in every lane."""
-        b = self.builder
-        one = b.insert_element(ir.Constant(self.real_vector, ir.Undefined), scalar, ir.Constant(ir.IntType(32), 0))
-        zeros = ir.Constant(ir.VectorType(ir.IntType(32), self.lanes), [ir.Constant(ir.IntType(32), 0)] * self.lanes)
-        return Traced(self, b.shuffle_vector(one, ir.Constant(self.real_vector, ir.Undefined), zeros), False)
+        return Traced(self, splat(self.builder, scalar, self.real_vector), False)
 
     def value(self, operand, is_int: bool) -> ir.Value:
         if isinstance(operand, Traced):
