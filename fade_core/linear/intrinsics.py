@@ -2,8 +2,8 @@
 
 A block is LANES runs in the lanes of one vector (`kernel._run_blocks`); its lane buffer
 A (d, rows, columns) holds, per component i, one row per state slot and hyperparameter
-(lane l of row k at A[i, k, l]), and in the float64 view A64 of the same buffer, row
-`sum_row` of component 0 holds the loss sums.
+(lane l of row k at A[i, k, l]); component 0's rows also hold the hyperparameters and, in
+the float64 view A64 of the same buffer, the loss sums.
 
 `advance` runs the steps of a tile in one piece of straight vector code: per step it
 applies the rule (traced into vector code by `simd`) to every component and, in the same
@@ -163,9 +163,8 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
     """`advance(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps t0 .. t1 - 1
     of a block, every component and lane.
 
-    `slots` are the rows of (w, beta, h, gamma, g) in A, the hyperparameters are in rows
-    hp_row on (repeated for every component), and the float64 loss sums in A64's row
-    sum_row of component 0. Each step's loss (the squared error before the update) goes to
+    `slots` are the rows of (w, beta, h, gamma, g) in A; the hyperparameters are in rows
+    hp_row on, and the float64 loss sums in A64's row sum_row, of component 0. Each step's loss (the squared error before the update) goes to
     row t - t0 of tile_losses (tile, lanes) and is added to the loss sum. `slots_read`: how
     many slots of x and y the lanes read (lane_slot, sorted). Rows the rule returns
     unchanged are not stored."""
@@ -192,6 +191,8 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
 
             def load(pointer: ir.Value) -> Traced:
                 return Traced(tracer, b.load(pointer, align=dtype.itemsize), False)
+
+            hps = [load(rows.row(hp_row + j, narrow)) for j in range(n_hp)]  # component 0's: the same for all
 
             def emit(reading: int) -> None:
                 streams = _Streams(context, b, signature, args, reading, lanes, tracer.real)
@@ -222,7 +223,6 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
 
                     def component(i: ir.Value, part: int) -> None:
                         state = [load(rows.row(k, narrow, i)) for k in slots]
-                        hps = [load(rows.row(hp_row + j, narrow, i)) for j in range(n_hp)]
                         outputs = vectorised(Traced(tracer, streams.x_at(t, i), False), delta, *state, lo_v, hi_v, *hps)
                         for k, before, after in zip(slots, state, outputs):
                             if after is not before:

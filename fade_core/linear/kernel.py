@@ -41,10 +41,9 @@ TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
 # The rows of a block's lane buffer (d, _ROWS, LANES) float64, viewed as the state's dtype
-# for all but the float64 rows: per component i, the state slots and the hyperparameters
-# (repeated for every i); in the rows of i = 0 only, the error delta, and the float64 error
-# and loss sum. A row of a component is one vector, which the intrinsics load and store.
-# (A float32 view has 2 LANES columns; the first LANES are used.)
+# for all but the float64 row: per component i, the state slots; in the rows of i = 0 only,
+# the hyperparameters and the float64 loss sums. A row of a component is one vector, which
+# the intrinsic loads and stores. (A float32 view has 2 LANES columns; the first LANES are used.)
 _W, _BETA, _H, _GAMMA, _G, _HP = range(6)
 _SUM = _HP + 3  # a float64 row (past the hyperparameters, of which there are at most 3)
 _ROWS = _SUM + 1
@@ -78,11 +77,11 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
                 r = runs[l]
                 lane_slot[l] = run_slot[r]
                 A64[0, _SUM, l] = loss_sums[r]
+                for j in range(n_hp):
+                    A[0, _HP + j, l] = p[r, j]
                 for i in range(d):
                     A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = (
                         w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i])
-                    for j in range(n_hp):
-                        A[i, _HP + j, l] = p[r, j]
             slots_read = 1
             for l in range(1, _LANES):  # noqa: F821  (runs come sorted by slot)
                 slots_read += lane_slot[l] != lane_slot[l - 1]
