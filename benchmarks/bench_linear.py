@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state  # noqa: E402
-from fade_core.linear.kernel import LANES  # noqa: E402
+from fade_core.linear.kernel import LANE_ROWS, LANES  # noqa: E402
 from tests.test_linear_learners import reference  # noqa: E402  (the plain per-run loop)
 
 HP = {"alpha": 0.01, "lambda": 0.01, "theta_alpha": 0.01, "beta0": -4.6, "theta_lambda": 0.01, "gamma0": -2.3, "theta": 0.01}
@@ -124,7 +124,7 @@ def main() -> None:
             flops = flops_per_run_step(name, dtype)
             print(f"{name:<10} {naive / 1e3:>10.1f}K {one / 1e6:>8.2f}M {full / 1e6:>9.2f}M {full / naive:>8.0f}x "
                   f"{flops:>10} {peak / flops / 1e6:>9.1f}M {100 * one * flops / peak:>7.0f}%")
-    print(f"\nstate per block: a ({D}, 13, {LANES}) float64 lane buffer, {D * 13 * LANES * 8 // 1024} KiB: L1; "
+    print(f"\nstate per block: a ({D}, {LANE_ROWS}, {LANES}) float64 lane buffer, {D * LANE_ROWS * LANES * 8 // 1024} KiB: L1; "
           "streams: a tile of ~128 KiB shared by the blocks of a thread: L2")
     if args.e2e != "none":
         end_to_end(args.e2e)

@@ -40,13 +40,13 @@ TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 
 # IEEE NaN/inf semantics (no 'nnan'/'ninf') so diverging runs stay visible as NaN/inf.
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
-# The rows of a block's lane buffer (d, _ROWS, LANES) float64, viewed as the state's dtype
+# The rows of a block's lane buffer (d, LANE_ROWS, LANES) float64, viewed as the state's dtype
 # for all but the float64 row: per component i, the state slots; in the rows of i = 0 only,
 # the hyperparameters and the float64 loss sums. A row of a component is one vector, which
 # the intrinsic loads and stores. (A float32 view has 2 LANES columns; the first LANES are used.)
 _W, _BETA, _H, _GAMMA, _G, _HP = range(6)
 _SUM = _HP + 3  # a float64 row (past the hyperparameters, of which there are at most 3)
-_ROWS = _SUM + 1
+LANE_ROWS = _SUM + 1
 
 
 def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, w, beta, h, gamma, g, losses,
@@ -65,7 +65,7 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
     keep_losses = losses.shape[1] > 0
-    A64 = np.empty((d, _ROWS, _LANES))  # noqa: F821  (_LANES, _ADVANCE: bound by `driver`); every row is written before it is read
+    A64 = np.empty((d, LANE_ROWS, _LANES))  # noqa: F821  (_LANES, _ADVANCE: bound by `driver`); every row is written before it is read
     A = A64.view(w.dtype)
     lane_slot = np.empty(_LANES, np.int64)  # noqa: F821
     tile_losses = np.empty((tile, _LANES), w.dtype)  # noqa: F821  a block's, step-major
