@@ -66,10 +66,10 @@ class _LaneBuffer(_Buffer):
 
 
 class _Streams:
-    """Where a block's lanes read x (T, S, d) and y (T, S). Runs come sorted by slot, so a
-    block's lanes read one slot (a load and a broadcast per element), two (lanes from the
-    first one whose slot differs read the last lane's slot: two broadcasts and a blend), or
-    more (`reading` 0: a load per lane). Each gives a lane the same values."""
+    """Where a block's lanes read x (T, S, d) and y (T, S). Runs come sorted by slot, so the
+    lanes read one slot (`reading` 1: a load and a broadcast per element), two (2: lanes
+    from the first whose slot differs read the last lane's: two broadcasts and a blend), or
+    more (`lanes`: a load per lane). Each gives a lane the same values."""
 
     def __init__(self, context, builder: ir.IRBuilder, signature, args, reading: int, lanes: int, real: ir.Type):
         (x_type, y_type, slot_type), (x, y, lane_slot) = signature.args[2:5], args[2:5]
@@ -77,7 +77,7 @@ class _Streams:
         self.x, self.y = _Buffer(context, builder, x_type, x), _Buffer(context, builder, y_type, y)
         slots = _Buffer(context, builder, slot_type, lane_slot)
         slot = [builder.load(slots.at(ir.Constant(_I64, 8 * l), _I64)) for l in range(lanes)]
-        read = {1: slot[:1], 2: [slot[0], slot[-1]], 0: slot}[reading]
+        read = {1: slot[:1], 2: [slot[0], slot[-1]], lanes: slot}[reading]
         self.second = None
         if reading == 2:  # lanes whose slot is not the first lane's
             first = splat(builder, slot[0], ir.VectorType(_I64, lanes))
@@ -164,10 +164,10 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
     of a block, every component and lane.
 
     `slots` are the rows of (w, beta, h, gamma, g) in A; the hyperparameters are in rows
-    hp_row on, and the float64 loss sums in A64's row sum_row, of component 0. Each step's loss (the squared error before the update) goes to
-    row t - t0 of tile_losses (tile, lanes) and is added to the loss sum. `slots_read`: how
-    many slots of x and y the lanes read (lane_slot, sorted). Rows the rule returns
-    unchanged are not stored."""
+    hp_row on, and the float64 loss sums in A64's row sum_row, of component 0. Each step's
+    loss (the squared error before the update) goes to row t - t0 of tile_losses (tile,
+    lanes) and is added to the loss sum. `slots_read`: how many slots of x and y the lanes
+    read (lane_slot, sorted by slot). Rows the rule returns unchanged are not stored."""
     dtype = np.dtype(dtype)
     n_hp = len(rule.__code__.co_varnames[: rule.__code__.co_argcount]) - len(STATE_ARGS)
     vectorised = traced_rule(rule, dtype)
@@ -241,7 +241,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                         with two:
                             emit(2)
                         with many:
-                            emit(0)
+                            emit(lanes)
             b.store(b.load(loss_sum), sum_pointer, align=8)
             return context.get_dummy_value()
 
