@@ -30,7 +30,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state  # noqa: E402
-from fade_core.linear.kernel import LANE_ROWS, LANES  # noqa: E402
+from fade_core.linear.kernel import LANE_ROWS, LANES  # noqa: E402  (8; 16 for the adaptive float32 rules)
 from tests.test_linear_learners import reference  # noqa: E402  (the plain per-run loop)
 
 HP = {"alpha": 0.01, "lambda": 0.01, "theta_alpha": 0.01, "beta0": -4.6, "theta_lambda": 0.01, "gamma0": -2.3, "theta": 0.01}
@@ -110,8 +110,8 @@ def main() -> None:
     parser.add_argument("--e2e", default="linear-noise0", help="preset to run end to end, or 'none'")
     args = parser.parse_args()
     cores = numba.config.NUMBA_NUM_THREADS
-    print(f"pack of {args.runs} runs ({args.seeds} seeds) in blocks of {LANES} lanes, {args.steps} steps; "
-          f"{cores} cores")
+    print(f"pack of {args.runs} runs ({args.seeds} seeds) in blocks of {LANES} lanes ({2 * LANES} for the adaptive "
+          f"float32 rules), {args.steps} steps; {cores} cores")
     for dtype in (torch.float32, torch.float64):
         peak = peak_flops_per_core(dtype)
         print(f"\n{str(dtype)[6:]}: compute bound {peak / 1e9:.1f} GFLOP/s per core")
@@ -124,7 +124,8 @@ def main() -> None:
             flops = flops_per_run_step(name, dtype)
             print(f"{name:<10} {naive / 1e3:>10.1f}K {one / 1e6:>8.2f}M {full / 1e6:>9.2f}M {full / naive:>8.0f}x "
                   f"{flops:>10} {peak / flops / 1e6:>9.1f}M {100 * one * flops / peak:>7.0f}%")
-    print(f"\nstate per block: a ({D}, {LANE_ROWS}, {LANES}) float64 lane buffer, {D * LANE_ROWS * LANES * 8 // 1024} KiB: L1; "
+    print(f"\nstate per block: a ({D}, {LANE_ROWS}, {LANES} or {2 * LANES}) float64 lane buffer, "
+          f"{D * LANE_ROWS * LANES * 8 // 1024} or {D * LANE_ROWS * LANES * 16 // 1024} KiB: L1; "
           "streams: a tile of ~128 KiB shared by the blocks of a thread: L2")
     if args.e2e != "none":
         end_to_end(args.e2e)

@@ -148,27 +148,27 @@ def test_run_gives_the_same_bits_in_every_lane_and_pack_size(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_a_run_reads_its_stream_alike_whichever_seeds_share_its_block(dtype):
-    """The kernel reads the streams one way for a block whose 8 lanes share a seed, another
-    for a block of two seeds and a third for more: 40 runs of 5 seeds (8 each: every block
-    one seed), the same 40 after 3 more runs of seed 0 (every block but the first two seeds),
-    and the first 7 alone (one block of five seeds) give those runs the same bits."""
+    """The kernel reads the streams one way for a block whose lanes share a seed, another for
+    a block of two seeds and a third for more: runs of 5 seeds, as many per seed as a block
+    has lanes (every block one seed), the same runs after 3 more runs of seed 0 (blocks of
+    two seeds), and the first 7 alone (one block of five seeds) give those runs the same bits."""
     from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state, initial_weights
-    from fade_core.linear.kernel import lane_blocks
+    from fade_core.linear.kernel import lane_blocks, lanes_for
 
     steps, seeds, d = 60, 5, 20
     rng = np.random.default_rng(3)
     x = torch.from_numpy(rng.standard_normal((steps, seeds, d))).to(dtype)
     y = torch.from_numpy(rng.standard_normal((steps, seeds))).to(dtype)
-    slot = np.arange(40) % seeds
-    layouts = {"one seed": (slot, np.arange(40)), "two seeds": (np.concatenate([slot, [0, 0, 0]]), np.arange(40)),
-               "five seeds": (slot[:7], np.arange(7))}
-    for name, (slots, _) in layouts.items():
-        lane_run, _ = lane_blocks(slots)
-        per_block = {len(set(slots[lanes])) for lanes in lane_run}
-        assert per_block == {"one seed": {1}, "two seeds": {1, 2}, "five seeds": {5}}[name], (name, per_block)
     for learner_name in ("sgd", "fade", "coupled"):
         learner = LINEAR_LEARNERS[learner_name]
-        scale = 1 + rng.uniform(-0.5, 0.5, 43)
+        lanes = lanes_for(learner, np.dtype(str(dtype)[6:]))
+        slot = np.arange(seeds * lanes) % seeds
+        layouts = {"one seed": (slot, len(slot)), "two seeds": (np.concatenate([slot, [0, 0, 0]]), len(slot)),
+                   "five seeds": (slot[:7], 7)}
+        for name, (slots, _) in layouts.items():
+            per_block = {len(set(slots[lane_run])) for lane_run in lane_blocks(slots, lanes)[0]}
+            assert per_block == {"one seed": {1}, "two seeds": {1, 2}, "five seeds": {5}}[name], (name, per_block)
+        scale = 1 + rng.uniform(-0.5, 0.5, len(slot) + 3)
 
         def run(slots: np.ndarray) -> list[np.ndarray]:
             hp = {n: 0.01 * scale[: len(slots)] for n in learner.hyperparameters}
@@ -183,7 +183,7 @@ def test_a_run_reads_its_stream_alike_whichever_seeds_share_its_block(dtype):
         assert np.isfinite(alone[0]).all()
         for name, (slots, kept) in layouts.items():
             for got, want in zip(run(slots), alone):
-                np.testing.assert_array_equal(got[: len(kept)], want[kept], err_msg=f"{learner_name}: {name}")
+                np.testing.assert_array_equal(got[:kept], want[:kept], err_msg=f"{learner_name}: {name}")
 
 
 def test_linear_pack_gives_the_same_bits_on_one_or_two_threads():

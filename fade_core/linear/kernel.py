@@ -1,8 +1,8 @@
 """The compiled chunk drivers of the linear learners: runs in SIMD lanes (numba).
 
-A driver advances R runs by T steps. Runs are grouped in blocks of LANES; a block keeps
-its state component-major, (d, LANES) per slot, and each rule runs on all lanes of a
-component at once as explicit vector code (`simd` traces the plain-Python rule, exp
+A driver advances R runs by T steps. Runs are grouped in blocks of 8 or 16 (`lanes_for`);
+a block keeps its state component-major, (d, lanes) per slot, and each rule runs on all
+lanes of a component at once as explicit vector code (`simd` traces the plain-Python rule, exp
 included, into LLVM vector instructions; the d = 20 components of one run are too few
 and too dependent to vectorise well). A block advances through a tile of steps in one
 intrinsic (`intrinsics`), which reads the streams itself and keeps the error and loss sum
@@ -33,17 +33,17 @@ import numpy as np
 from fade_core.linear import intrinsics, simd, vexp
 from fade_core.linear.rules import LinearLearner
 
-LANES = 8  # runs per block: one AVX2 register of float32
+LANES = 8  # runs per block: one AVX2 register of float32 (16 for some learners: `lanes_for`)
 TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 cache
 
 # Reassociation and fused multiply-add let LLVM vectorise and schedule the loops; we keep
 # IEEE NaN/inf semantics (no 'nnan'/'ninf') so diverging runs stay visible as NaN/inf.
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
-# The rows of a block's lane buffer (d, LANE_ROWS, LANES) float64, viewed as the state's dtype
+# The rows of a block's lane buffer (d, LANE_ROWS, lanes) float64, viewed as the state's dtype
 # for all but the float64 row: per component i, the state slots; in the rows of i = 0 only,
 # the hyperparameters and the float64 loss sums. A row of a component is one vector, which
-# the intrinsic loads and stores. (A float32 view has 2 LANES columns; the first LANES are used.)
+# the intrinsic loads and stores. (A float32 view has 2 lanes columns; the first lanes are used.)
 _W, _BETA, _H, _GAMMA, _G, _HP = range(6)
 _SUM = _HP + 3  # a float64 row (past the hyperparameters, of which there are at most 3)
 LANE_ROWS = _SUM + 1
@@ -56,7 +56,7 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     losses has no columns (the pack engine reads only the sums).
 
     x: (T, S, d) and y: (T, S) hold one stream per slot; run r reads slot run_slot[r].
-    lane_run: (blocks, LANES) the run of each lane, the first lanes_used[b] distinct, the
+    lane_run: (blocks, lanes) the run of each lane, the first lanes_used[b] distinct, the
     rest padding (copies of a run of the block, never written back). A call advances share
     `share` of `shares` (one thread's blocks; `in_threads` runs the shares), stepping in
     tiles of `tile`, each tile through all its blocks (the state goes back to w, ... in
@@ -127,12 +127,13 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     # the prediction's chain is the longest of its step and two sums halve it (float64 sgd
     # 1.4x); the adaptive rules need those registers (fade 8% slower with two).
     partial_sums = 1 if learner.adapts_step_size or learner.adapts_decay else 2
-    advance = intrinsics.advance_intrinsic(learner.rule, dtype, LANES, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM,
+    lanes = lanes_for(learner, dtype)
+    advance = intrinsics.advance_intrinsic(learner.rule, dtype, lanes, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM,
                                            partial_sums)
     sources = (learner.rule, vexp, simd, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
-    scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": LANES}
+    scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
     compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(template)  # parallel=True: 2.4x the compile time
@@ -144,15 +145,25 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     return compiled
 
 
-def lane_blocks(run_slot: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The runs sorted by slot, cut into blocks of LANES: (lane_run (blocks, LANES),
+def lanes_for(learner: LinearLearner, dtype: np.dtype) -> int:
+    """Runs per block for this learner and dtype. 16 (two vectors per operation) for the float32
+    rules that adapt a step size or decay: their step is the rule's long dependency chain
+    (meta-update, exp, decay), and two independent chains per component keep the core busier
+    (+5-20%); float64 vectors of 16 spill (8 already take two registers), and sgd's short rule
+    is bound elsewhere (both slower with 16)."""
+    adaptive = learner.adapts_step_size or learner.adapts_decay
+    return 2 * LANES if adaptive and np.dtype(dtype) == np.float32 else LANES
+
+
+def lane_blocks(run_slot: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
+    """The runs sorted by slot, cut into blocks of `lanes`: (lane_run (blocks, lanes),
     lanes_used (blocks,)) as `_run_blocks` reads them; the last block is padded by
     repeating its last run."""
     order = np.argsort(run_slot, kind="stable")
-    blocks = -(-len(order) // LANES)
-    lane_run = np.concatenate([order, np.repeat(order[-1:], blocks * LANES - len(order))]).reshape(blocks, LANES)
-    lanes_used = np.full(blocks, LANES, dtype=np.int64)
-    lanes_used[-1] = len(order) - (blocks - 1) * LANES
+    blocks = -(-len(order) // lanes)
+    lane_run = np.concatenate([order, np.repeat(order[-1:], blocks * lanes - len(order))]).reshape(blocks, lanes)
+    lanes_used = np.full(blocks, lanes, dtype=np.int64)
+    lanes_used[-1] = len(order) - (blocks - 1) * lanes
     return lane_run.astype(np.int64), lanes_used
 
 
@@ -170,10 +181,10 @@ def _pool(threads: int) -> ThreadPoolExecutor:
     return ThreadPoolExecutor(threads, thread_name_prefix="fade-linear")
 
 
-def schedule(run_slot: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """`_run_blocks`' (lane_run, lanes_used, shares, tile) for these runs and streams: one
-    share of the blocks per thread numba may use now (`numba.set_num_threads`)."""
-    lane_run, lanes_used = lane_blocks(run_slot)
+def schedule(run_slot: np.ndarray, x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray, int, int]:
+    """`_run_blocks`' (lane_run, lanes_used, shares, tile) for these runs and streams, in blocks
+    of `lanes`: one share of the blocks per thread numba may use now (`numba.set_num_threads`)."""
+    lane_run, lanes_used = lane_blocks(run_slot, lanes)
     return lane_run, lanes_used, min(numba.get_num_threads(), len(lane_run)), tile_steps(x)
 
 

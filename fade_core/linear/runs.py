@@ -16,7 +16,7 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from fade_core.linear.kernel import driver, in_threads, schedule
+from fade_core.linear.kernel import driver, in_threads, lanes_for, schedule
 from fade_core.linear.rules import LinearLearner, get_linear_learner
 
 
@@ -111,7 +111,7 @@ def advance(
     x_, y_ = (np.ascontiguousarray(t.numpy()) for t in (x, y))
     hp = np.ascontiguousarray(hp_matrix.numpy())
     kernel = driver(learner, dtype)
-    lane_run, lanes_used, shares, tile = schedule(slots, x_)
+    lane_run, lanes_used, shares, tile = schedule(slots, x_, lanes_for(learner, dtype))
     in_threads(lambda share: kernel(hp, lo, hi, slots, lane_run, lanes_used, share, shares, tile, x_, y_, *written), shares)
 
 
