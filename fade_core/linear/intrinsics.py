@@ -202,8 +202,11 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                     b.store(b.fsub(streams.y64_at(t), prediction.total(), flags=FLAGS), error)
 
                 prediction.start()  # step t0's from the weights in A; later steps' are fused into the update
-                _components(b, rows.shape[0], partial_sums, lambda i, part: prediction.add(
-                    part, b.load(rows.row(slots[0], narrow, i), align=dtype.itemsize), streams.x_at(first, i, wide=True)))
+                def weight(i: ir.Value, part: int) -> None:
+                    w = b.load(rows.row(slots[0], narrow, i), align=dtype.itemsize)
+                    prediction.add(part, w, streams.x_at(first, i, wide=True))
+
+                _components(b, rows.shape[0], partial_sums, weight)
                 predicted(first)
 
                 with cgutils.for_range(b, end, start=first) as loop:  # [t0, t1)

@@ -65,7 +65,8 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
     keep_losses = losses.shape[1] > 0
-    A64 = np.empty((d, LANE_ROWS, _LANES))  # noqa: F821  (_LANES, _ADVANCE: bound by `driver`); every row is written before it is read
+    # _LANES, _ADVANCE: bound by `driver`. Every row of A64 is written before it is read.
+    A64 = np.empty((d, LANE_ROWS, _LANES))  # noqa: F821
     A = A64.view(w.dtype)
     lane_slot = np.empty(_LANES, np.int64)  # noqa: F821
     tile_losses = np.empty((tile, _LANES), w.dtype)  # noqa: F821  a block's, step-major
