@@ -18,7 +18,7 @@ block.
 The prediction p = sum_i w_i x_i is accumulated in float64 (products of float32 factors
 are exact) over components 0..d-1 in order, into one or two partial sums
 (`partial_sums`) added at the end, products fused into the sums; then the error y - p,
-its square (a step's loss: into the tile's losses and, unfused, the loss sum), and the
+its square (a step's loss: into the tile's losses, and fused into the loss sum), and the
 error in the state's dtype (delta, read by the next step's rule).
 """
 
@@ -37,6 +37,15 @@ from fade_core.linear.rules import STATE_ARGS
 from fade_core.linear.simd import FLAGS, Traced, Tracer, splat, traced_rule
 
 _I64 = ir.IntType(64)
+
+
+def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a * b + c rounded once (llvm.fma on vectors of doubles)."""
+    vector = a.type
+    name = f"llvm.fma.v{vector.count}f64"
+    function = builder.module.globals.get(name) or ir.Function(
+        builder.module, ir.FunctionType(vector, [vector] * 3), name)
+    return builder.call(function, [a, b, c])
 
 
 class _Buffer:
@@ -212,8 +221,8 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                 with cgutils.for_range(b, end, start=first) as loop:  # [t0, t1)
                     t = loop.index
                     e = b.load(error)
-                    squared = b.fmul(e, e)  # not fused into the sum: rounded as in a plain loop
-                    b.store(b.fadd(b.load(loss_sum), squared), loss_sum)
+                    squared = b.fmul(e, e)
+                    b.store(_fma(b, e, e, b.load(loss_sum)), loss_sum)  # e^2 fused into the sum
                     row = b.mul(b.sub(t, first), losses.strides[0])
                     b.store(squared if dtype == np.float64 else b.fptrunc(squared, narrow), losses.at(row, narrow),
                             align=dtype.itemsize)
