@@ -34,18 +34,9 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from fade_core.linear.rules import STATE_ARGS
-from fade_core.linear.simd import FLAGS, Traced, Tracer, splat, traced_rule
+from fade_core.linear.simd import Traced, Tracer, fma, splat, traced_rule
 
 _I64 = ir.IntType(64)
-
-
-def _fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
-    """a * b + c rounded once (llvm.fma on vectors of doubles)."""
-    vector = a.type
-    name = f"llvm.fma.v{vector.count}f64"
-    function = builder.module.globals.get(name) or ir.Function(
-        builder.module, ir.FunctionType(vector, [vector] * 3), name)
-    return builder.call(function, [a, b, c])
 
 
 class _Buffer:
@@ -141,14 +132,14 @@ class _Prediction:
         """Adds w x64 to sum k."""
         b = self.builder
         w64 = w if w.type == self.wide else b.fpext(w, self.wide)
-        b.store(b.fadd(b.load(self.sums[k]), b.fmul(w64, x64, flags=FLAGS), flags=FLAGS), self.sums[k])
+        b.store(fma(b, w64, x64, b.load(self.sums[k])), self.sums[k])
 
     def total(self) -> ir.Value:
         b = self.builder
         s = [b.load(total) for total in self.sums]
         prediction = s[0]
         for v in s[1:]:
-            prediction = b.fadd(prediction, v, flags=FLAGS)
+            prediction = b.fadd(prediction, v)
         return prediction
 
 
@@ -208,7 +199,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                 prediction = _Prediction(b, lanes, partial_sums)
 
                 def predicted(t: ir.Value) -> None:
-                    b.store(b.fsub(streams.y64_at(t), prediction.total(), flags=FLAGS), error)
+                    b.store(b.fsub(streams.y64_at(t), prediction.total()), error)
 
                 prediction.start()  # step t0's from the weights in A; later steps' are fused into the update
                 def weight(i: ir.Value, part: int) -> None:
@@ -222,7 +213,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                     t = loop.index
                     e = b.load(error)
                     squared = b.fmul(e, e)
-                    b.store(_fma(b, e, e, b.load(loss_sum)), loss_sum)  # e^2 fused into the sum
+                    b.store(fma(b, e, e, b.load(loss_sum)), loss_sum)  # e^2 fused into the sum
                     row = b.mul(b.sub(t, first), losses.strides[0])
                     b.store(squared if dtype == np.float64 else b.fptrunc(squared, narrow), losses.at(row, narrow),
                             align=dtype.itemsize)

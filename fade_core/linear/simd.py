@@ -8,10 +8,11 @@ is run once, in Python, on `Traced` values: each arithmetic operation, `max`/`mi
 instruction to the IR being built. `intrinsics.step_intrinsic` wraps that as a numba
 intrinsic that applies the rule to every component of a block.
 
-Semantics are those of the compiled scalar rule, lane by lane: IEEE arithmetic with
-'contract' only (a multiply-add may fuse; nothing is reassociated), `max(a, b)` as numba
-compiles it (b if b > a else a, so a NaN `a` stays NaN), numeric literals in the state's
-dtype. A lane's result never depends on the other lanes.
+Semantics, lane by lane: IEEE arithmetic in the written order (nothing reassociated), a
+product added or subtracted right away fused into one multiply-add by the tracer itself
+(so the rounding is fixed by the rule's source, whatever LLVM would choose), `max(a, b)`
+as numba compiles it (b if b > a else a, so a NaN `a` stays NaN), numeric literals in the
+state's dtype. A lane's result never depends on the other lanes.
 """
 
 from __future__ import annotations
@@ -28,7 +29,9 @@ from numba.extending import intrinsic
 from fade_core.linear import vexp
 from fade_core.linear.rules import clamp
 
-FLAGS = ("contract",)  # fused multiply-add allowed; no reassociation, NaN/inf kept
+# Plain IEEE operations: no fast-math flag (no reassociation, NaN/inf kept), and no
+# 'contract' either, so LLVM fuses nothing on its own: which multiply-adds fuse is the
+# tracer's choice (`Traced._binary`), fixed by the rule's source, not by the compiler.
 
 
 def splat(builder: ir.IRBuilder, scalar: ir.Value, vector: ir.VectorType) -> ir.Value:
@@ -70,22 +73,31 @@ class Traced:
     """One vector value of the rule being traced. Arithmetic with another Traced or a
     number emits an instruction; numbers become constants of the element type."""
 
-    __slots__ = ("tracer", "value", "is_int")
+    __slots__ = ("tracer", "value", "is_int", "factors")
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
 
-    def __init__(self, tracer: Tracer, value: ir.Value, is_int: bool):
+    def __init__(self, tracer: Tracer, value: ir.Value, is_int: bool, factors: tuple | None = None):
         self.tracer, self.value, self.is_int = tracer, value, is_int
+        self.factors = factors  # (a, b) when this is the float product a * b: a sum may fuse it
 
     def _binary(self, other, float_op: str, int_op: str | None, reflected: bool = False) -> "Traced":
+        """One instruction. A float sum or difference with a product fuses it into one
+        multiply-add, rounded once: the right operand's if it is a product, else the left's
+        (`a * b + c * d` is fma(c, d, a * b))."""
         t, b = self.tracer, self.tracer.builder
-        lhs, rhs = self.value, t.value(other, self.is_int)
-        if reflected:
-            lhs, rhs = rhs, lhs
+        left, right = (other, self) if reflected else (self, other)
+        lhs, rhs = t.value(left, self.is_int), t.value(right, self.is_int)
         if self.is_int:
             if int_op is None:
                 raise TypeError(f"{float_op} of integer vectors is not traced")
             return Traced(t, getattr(b, int_op)(lhs, rhs), True)
-        return Traced(t, getattr(b, float_op)(lhs, rhs, flags=FLAGS), False)
+        if float_op == "fmul":
+            return Traced(t, b.fmul(lhs, rhs), False, (lhs, rhs))
+        if float_op in ("fadd", "fsub"):
+            fused = _fused(b, left, right, float_op == "fsub")
+            if fused is not None:
+                return Traced(t, fused, False)
+        return Traced(t, getattr(b, float_op)(lhs, rhs), False)
 
     def __add__(self, other):
         return self._binary(other, "fadd", "add")
@@ -116,6 +128,28 @@ class Traced:
 
     def __lshift__(self, other):
         return self._binary(other, "", "shl")
+
+
+def fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
+    """a * b + c rounded once (llvm.fma of a float or double vector)."""
+    vector = a.type
+    element = "f32" if vector.element == ir.FloatType() else "f64"
+    name = f"llvm.fma.v{vector.count}{element}"
+    function = builder.module.globals.get(name) or ir.Function(builder.module, ir.FunctionType(vector, [vector] * 3), name)
+    return builder.call(function, [a, b, c])
+
+
+def _fused(builder: ir.IRBuilder, left, right, subtract: bool) -> ir.Value | None:
+    """left +/- right as one multiply-add when right (else left) is a traced product; None when
+    neither is."""
+    t = (left if isinstance(left, Traced) else right).tracer
+    if isinstance(right, Traced) and right.factors is not None:
+        a, b = right.factors
+        return fma(builder, builder.fneg(a) if subtract else a, b, t.value(left, False))
+    if isinstance(left, Traced) and left.factors is not None:
+        c = t.value(right, False)
+        return fma(builder, *left.factors, builder.fneg(c) if subtract else c)
+    return None
 
 
 def _select_if(op: str) -> Callable:

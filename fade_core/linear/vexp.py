@@ -9,8 +9,9 @@ subnormal range round once, as for libm. Inputs are clamped just beyond the fini
 first (exp(+big) = inf, exp(-big) = 0); NaN propagates.
 
 Written as plain Python on numpy scalars; `simd` traces it, like the rules, into the
-kernels' vector instructions (multiply-adds may fuse; nothing is reassociated: the
-rounding trick (t + M) - M and the two-part ln2 only work in the written order).
+kernels' vector instructions (a product added right away fuses into a multiply-add;
+nothing is reassociated: the rounding trick (t + M) - M and the two-part ln2 only work
+in the written order).
 Accuracy of the traced code is measured in tests/test_linear_learners.py.
 """
 
