@@ -339,3 +339,20 @@ def test_a_directory_or_a_missing_results_folder_is_named_as_such(tmp_path, caps
     assert "a directory, not a sweep file" in capsys.readouterr().err
     assert main(["status", str(tmp_path / "nowhere")]) == 2  # never taken for a job id without --address
     assert "no such results folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_the_command_printed_after_an_interrupt_resumes_the_same_sweep(dtype):
+    """`continue with ...` after Ctrl-C, parsed back: the same sweep, store, cluster and dtype,
+    with --resume (without --dtype a float64 sweep would resume as float32)."""
+    import shlex
+
+    from sweeps.cli import _interrupted_message
+
+    given = ["run", "linear-demo", "--storage", "/tmp/a store", "--address", "ray://head:10001", "--dtype", dtype]
+    message = _interrupted_message(build_parser().parse_args(given), KeyboardInterrupt("interrupted: 3 of 10 packs done"))
+    assert message.startswith("interrupted: 3 of 10 packs done; continue with `fade-sweep run ")
+    command = shlex.split(message.split("`")[1])
+    again = build_parser().parse_args(command[1:])
+    assert (again.sweep, again.storage, again.address, again.dtype, again.resume) == (
+        "linear-demo", "/tmp/a store", "ray://head:10001", dtype, True)

@@ -48,6 +48,8 @@ def _interrupted_message(args: argparse.Namespace, err: KeyboardInterrupt) -> st
     command = ["fade-sweep", "run", args.sweep, "--storage", args.storage]
     if args.address:
         command += ["--address", args.address]
+    if args.dtype != "float32":  # without it the resumed run would be float32
+        command += ["--dtype", args.dtype]
     return f"{what}; continue with `{shlex.join([*command, '--resume'])}`"
 
 
