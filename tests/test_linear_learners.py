@@ -159,6 +159,15 @@ def test_bad_hyperparameters_rejected():
         run_linear("adam", {"alpha": 0.1}, x, y)
 
 
+def test_no_steps_or_no_runs_leave_the_state_as_it_was():
+    """T = 0 or R = 0 is an empty run, not an IndexError from the kernel's scheduling."""
+    hp = {"alpha": 0.1, "theta_lambda": 0.1, "gamma0": -1.0}
+    w0 = torch.full((2, 3), 0.5)
+    empty = run_linear("fade", hp, torch.zeros(0, 2, 3), torch.zeros(0, 2), w0)
+    assert empty.losses.shape == (0, 2) and torch.equal(empty.state.w, w0)
+    assert run_linear("fade", hp, torch.zeros(4, 0, 3), torch.zeros(4, 0)).losses.shape == (4, 0)
+
+
 def test_unknown_learner_is_a_value_error():
     with pytest.raises(ValueError, match="unknown linear learner 'fade_sgd'; choose one of sgd, sgd_wd, "):
         get_linear_learner("fade_sgd")

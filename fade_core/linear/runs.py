@@ -105,6 +105,8 @@ def advance(
     written = [t.numpy() for t in (*state, losses)] + [loss_sums]
     if not all(a.flags.c_contiguous for a in written):
         raise ValueError("advance writes the state, losses and loss_sums in place: they must be contiguous")
+    if x.shape[0] == 0 or state.w.shape[0] == 0:  # no step or no run: nothing to advance
+        return
     dtype = written[0].dtype
     lo, hi = (dtype.type(b) for b in gamma_bounds)
     slots = np.ascontiguousarray(run_slot.numpy(), dtype=np.int64)
