@@ -102,11 +102,11 @@ def end_to_end(preset: str) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].replace("\n", " "))
     parser.add_argument("--runs", type=int, default=200, help="runs in the batched pack (default 200)")
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--steps", type=int, default=20_000)
-    parser.add_argument("--naive-steps", type=int, default=3_000)
+    parser.add_argument("--seeds", type=int, default=10, help="seeds the runs share (default 10)")
+    parser.add_argument("--steps", type=int, default=20_000, help="steps of the batched pack (default 20,000)")
+    parser.add_argument("--naive-steps", type=int, default=3_000, help="steps of the per-run loop (default 3,000)")
     parser.add_argument("--e2e", default="linear-noise0", help="preset to run end to end, or 'none'")
     args = parser.parse_args()
     cores = numba.config.NUMBA_NUM_THREADS
