@@ -10,8 +10,9 @@ checkout) to a temporary folder as the package `fade_other`, imported beside thi
 checkout's fade_core, and both drivers advance the same pack: 200 runs of 10 seeds,
 d = 20, float32 normal data, per-step losses kept. Repeats alternate other, this,
 other, ...; the best CPU-time rate of each is kept (one numba thread). The last column
-is the largest relative difference of the runs' loss sums: 0 when the change keeps the
-numbers to the bit.
+is the largest relative difference of the runs' loss sums (runs that diverge in both count
+as equal; nan: one diverged and the other did not): 0 when the change keeps the numbers
+to the bit.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ def export(other: str, folder: Path) -> None:
     if Path(other).is_dir():
         shutil.copytree(Path(other) / "fade_core", target, ignore=shutil.ignore_patterns("__pycache__"))
     else:
-        archive = subprocess.run(["git", "-C", str(ROOT), "archive", other, "fade_core"], capture_output=True, check=False)
+        command = ["git", "-C", str(ROOT), "archive", other, "fade_core"]
+        archive = subprocess.run(command, capture_output=True, check=False)
         if archive.returncode != 0:
             fail(f"{other!r} is neither a checkout nor a git revision here: {archive.stderr.decode().strip()}")
         subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
@@ -107,7 +109,9 @@ def main() -> None:
                         got, sums = rate(module, learner, dtype, x, y)
                         best[side] = max(best.get(side, (0.0,))[0], got), sums
                 (a, sums_a), (b, sums_b) = best["other"], best["this"]
-                diff = np.max(np.abs(sums_b - sums_a) / np.abs(sums_a))
+                with np.errstate(invalid="ignore"):  # runs that diverge in both: NaN alike, no difference
+                    relative = np.abs(sums_b - sums_a) / np.abs(sums_a)
+                    diff = np.max(np.where(np.isnan(sums_a) & np.isnan(sums_b), 0.0, relative))
                 print(f"{name:<10} {dtype.name:<8} {a / 1e6:>7.1f}M {b / 1e6:>7.1f}M {b / a:>9.2f}x {diff:>13.1e}",
                       flush=True)
 
