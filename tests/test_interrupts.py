@@ -104,7 +104,7 @@ def _assert_interrupted(run: subprocess.Popen, out: str, results_dir: Path, swee
     saved = _packs_in_store(results_dir)
     assert 0 < saved < PACKS, out
     expected = (f"fade-sweep: interrupted: {saved} of {PACKS} packs done; continue with "
-                f"`fade-sweep run {sweep_file} --storage {storage} --resume`")
+                f"`fade-sweep run {sweep_file} --storage {storage} --dtype float64 --resume`")  # RUN_OPTIONS' dtype
     assert out.strip().splitlines()[-1] == expected, out
     assert "Done:" not in out and not (results_dir / "report.html").exists()
     status = read_status_json(results_dir)
