@@ -120,14 +120,13 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     key hashes a closure's cells, and a dispatcher pickles with a per-process id, so a
     closure over the rule would miss the cache in every new process. The cache file is
     named after the learner, the dtype and a digest of the source of the rule, vexp, simd and
-    intrinsics:
-    numba only watches this file, not the ones its callees come from.
+    intrinsics: numba only watches this file, not the ones its callees come from.
     """
     dtype = np.dtype(dtype)
     # The prediction's float64 partial sums: a rule that adapts nothing is a few operations, so
     # the prediction's chain is the longest of its step and two sums halve it (float64 sgd
     # 1.4x); the adaptive rules need those registers (fade 8% slower with two).
-    partial_sums = 1 if learner.adapts_step_size or learner.adapts_decay else 2
+    partial_sums = 1 if learner.adaptive else 2
     lanes = lanes_for(learner, dtype)
     advance = intrinsics.advance_intrinsic(learner.rule, dtype, lanes, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM,
                                            partial_sums)
@@ -152,8 +151,7 @@ def lanes_for(learner: LinearLearner, dtype: np.dtype) -> int:
     (meta-update, exp, decay), and two independent chains per component keep the core busier
     (+5-20%); float64 vectors of 16 spill (8 already take two registers), and sgd's short rule
     is bound elsewhere (both slower with 16)."""
-    adaptive = learner.adapts_step_size or learner.adapts_decay
-    return 2 * LANES if adaptive and np.dtype(dtype) == np.float32 else LANES
+    return 2 * LANES if learner.adaptive and np.dtype(dtype) == np.float32 else LANES
 
 
 def lane_blocks(run_slot: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:

@@ -129,6 +129,11 @@ class LinearLearner:
         """Has gamma = log decay rate (reports exp(gamma))."""
         return "gamma0" in self.hyperparameters
 
+    @property
+    def adaptive(self) -> bool:
+        """Adapts a step size or a decay rate: a meta-update and an exp per component."""
+        return self.adapts_step_size or self.adapts_decay
+
 
 LINEAR_LEARNERS: dict[str, LinearLearner] = {
     learner.name: learner

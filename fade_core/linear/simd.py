@@ -5,7 +5,7 @@ vectoriser, a rule inlined in a loop over the lanes compiled to about twice the 
 instructions it needs (spills of the lane buffer's rows, runtime checks). Here the rule
 is run once, in Python, on `Traced` values: each arithmetic operation, `max`/`min`,
 `clamp` and `exp` (vexp's own algorithm, traced the same way) appends one vector
-instruction to the IR being built. `intrinsics.step_intrinsic` wraps that as a numba
+instruction to the IR being built. `intrinsics.advance_intrinsic` wraps that as a numba
 intrinsic that applies the rule to every component of a block.
 
 Semantics, lane by lane: IEEE arithmetic in the written order (nothing reassociated), a
