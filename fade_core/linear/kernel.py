@@ -80,9 +80,12 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
                 A64[0, _SUM, l] = loss_sums[r]
                 for j in range(n_hp):
                     A[0, _HP + j, l] = p[r, j]
-                for i in range(d):
-                    A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = (
-                        w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i])
+                for i in range(d):  # only the rows the learner keeps (_STEP_SIZE, _DECAY: bound by `driver`)
+                    A[i, _W, l] = w[r, i]
+                    if _STEP_SIZE:  # noqa: F821
+                        A[i, _BETA, l], A[i, _H, l] = beta[r, i], h[r, i]
+                    if _DECAY:  # noqa: F821
+                        A[i, _GAMMA, l], A[i, _G, l] = gamma[r, i], g[r, i]
             slots_read = 1
             for l in range(1, _LANES):  # noqa: F821  (runs come sorted by slot)
                 slots_read += lane_slot[l] != lane_slot[l - 1]
@@ -93,8 +96,11 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
                     losses[r, t0:t1] = tile_losses[: t1 - t0, l]
                 loss_sums[r] = A64[0, _SUM, l]
                 for i in range(d):
-                    w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i] = (
-                        A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l])
+                    w[r, i] = A[i, _W, l]
+                    if _STEP_SIZE:  # noqa: F821
+                        beta[r, i], h[r, i] = A[i, _BETA, l], A[i, _H, l]
+                    if _DECAY:  # noqa: F821
+                        gamma[r, i], g[r, i] = A[i, _GAMMA, l], A[i, _G, l]
 
 
 @contextlib.contextmanager
@@ -133,7 +139,8 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     sources = (learner.rule, vexp, simd, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
-    scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes}
+    scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes, "_STEP_SIZE": learner.adapts_step_size,
+             "_DECAY": learner.adapts_decay}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
     compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(template)  # parallel=True: 2.4x the compile time
