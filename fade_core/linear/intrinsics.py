@@ -34,7 +34,7 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from fade_core.linear.rules import STATE_ARGS
-from fade_core.linear.simd import Traced, Tracer, fma, splat, traced_rule
+from fade_core.linear.simd import Leaf, Shape, Traced, Tracer, fma, shape, splat, traced_rule
 
 _I64 = ir.IntType(64)
 
@@ -143,6 +143,102 @@ class _Prediction:
         return prediction
 
 
+class _Pipeline:
+    """A step's loop over components, software-pipelined: the rule's instructions fall in
+    `stages` by their depth, and iteration j runs stage s on component j - s. One component's
+    chain (meta-update, clamp, exp, decay: ~22 instructions deep) is too deep for the
+    out-of-order core to overlap enough components on its own; an iteration instead holds
+    `stages` pieces of independent chains. The instructions and their order per component are
+    the rule's, so the bits are too. Values crossing stages are carried in a ring of slots
+    per component (a stage runs at most RING components behind the first)."""
+
+    RING = 4
+
+    def __init__(self, builder: ir.IRBuilder, cuts: tuple[int, ...], j: ir.Value, d: ir.Value):
+        stages = len(cuts) + 1
+        assert stages <= self.RING
+        self.builder, self.cuts = builder, cuts
+        self.components, self.blocks, self.ends = [], [], []
+        self.carried: dict[int, tuple[Traced, ir.Value]] = {}
+        self.loads: dict[tuple[int, int], ir.Value] = {}
+        self.head = builder.append_basic_block("invariants")  # closed by `finish`
+        builder.branch(self.head)
+        builder.position_at_end(builder.append_basic_block("stages"))
+        self.stages_start = builder.block
+        for stage in range(stages):
+            c = builder.sub(j, ir.Constant(_I64, stage))
+            inside = builder.and_(builder.icmp_signed(">=", c, ir.Constant(_I64, 0)), builder.icmp_signed("<", c, d))
+            body, end = builder.append_basic_block(f"stage{stage}"), builder.append_basic_block(f"stage{stage}_end")
+            builder.cbranch(inside, body, end)
+            builder.position_at_end(end)
+            self.components.append(c)
+            self.blocks.append(body)
+            self.ends.append(end)
+
+    def component(self, stage: int) -> ir.Value:
+        return self.components[stage]
+
+    def stage_of(self, depth: int) -> int:
+        return sum(depth > cut for cut in self.cuts)
+
+    def enter_head(self) -> None:
+        """Before the stages: where instructions on invariants go (LLVM hoists them from the loop)."""
+        self.builder.position_at_end(self.head)
+
+    def enter(self, stage: int) -> None:
+        self.builder.position_at_end(self.blocks[stage])
+
+    def carry(self, value: Traced, stage: int) -> ir.Value:
+        """`value` (of an earlier stage) in `stage`: stored to its component's slot where it is
+        made, loaded where it is used."""
+        b = self.builder
+        if id(value) not in self.carried:
+            ring = cgutils.alloca_once(b, ir.ArrayType(value.value.type, self.RING))
+            self.carried[id(value)] = value, ring
+            self.enter(value.stage)
+            b.store(value.value, self._slot(ring, value.stage))
+        if (id(value), stage) not in self.loads:
+            self.enter(stage)
+            self.loads[id(value), stage] = b.load(self._slot(self.carried[id(value)][1], stage))
+        return self.loads[id(value), stage]
+
+    def _slot(self, ring: ir.Value, stage: int) -> ir.Value:
+        index = self.builder.and_(self.component(stage), ir.Constant(_I64, self.RING - 1))
+        return self.builder.gep(ring, [ir.Constant(_I64, 0), index])
+
+    def finish(self) -> None:
+        """Closes the stages' blocks; the builder continues after the last."""
+        for body, end in [(self.head, self.stages_start), *zip(self.blocks, self.ends)]:
+            self.builder.position_at_end(body)
+            self.builder.branch(end)
+        self.builder.position_at_end(self.ends[-1])
+
+
+def _pipelined(tracer: Tracer, d: ir.Value, cuts: tuple[int, ...], body: Callable[[Callable[[int], ir.Value]], None]
+               ) -> None:
+    """A loop over components 0 .. d - 1 in len(cuts) + 1 pipeline stages (`_Pipeline`): per
+    iteration, body(component) traces the rule once, component(stage) being the component that
+    stage is on."""
+    b = tracer.builder
+    with cgutils.for_range(b, b.add(d, ir.Constant(_I64, len(cuts)))) as iteration:
+        tracer.pipeline = _Pipeline(b, cuts, iteration.index, d)
+        body(tracer.pipeline.component)
+        tracer.pipeline.finish()
+        tracer.pipeline = None
+
+
+def _cuts(rule: Shape, stages: int, slack: int = 2) -> tuple[int, ...]:
+    """Where to cut a rule into `stages`: the depths after which a stage ends, each within
+    `slack` of an even split, where the fewest values cross (they go through memory)."""
+    cuts: list[int] = []
+    for k in range(1, stages):
+        ideal = round(rule.depth * k / stages)
+        near = range(max(ideal - slack, cuts[-1] + 1 if cuts else 1), min(ideal + slack, rule.depth - 1) + 1)
+        if near:  # (a rule too shallow for `stages` gets fewer)
+            cuts.append(min(near, key=lambda c: (rule.crossing[c - 1], abs(c - ideal))))
+    return tuple(cuts)
+
+
 def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[ir.Value, int], None]) -> None:
     """body(i, part) for i = 0 .. d - 1 in order: part i % parts for the first d // parts * parts
     components (`parts` per loop iteration, so each one's part is known when the IR is built),
@@ -159,7 +255,7 @@ def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[
 
 
 def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequence[int], hp_row: int,
-                      sum_row: int, partial_sums: int) -> Callable:
+                      sum_row: int, partial_sums: int, stages: int = 1) -> Callable:
     """`advance(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps t0 .. t1 - 1
     of a block, every component and lane.
 
@@ -171,6 +267,9 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
     dtype = np.dtype(dtype)
     n_hp = len(rule.__code__.co_varnames[: rule.__code__.co_argcount]) - len(STATE_ARGS)
     vectorised = traced_rule(rule, dtype)
+    invariant = [name in ("delta", "lo", "hi") for name in STATE_ARGS] + [True] * n_hp
+    cuts = _cuts(shape(vectorised, invariant, dtype, lanes), stages)
+    assert not cuts or partial_sums == 1, "a pipelined step keeps one partial sum"
 
     @intrinsic
     def advance(typingctx, A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses):
@@ -224,15 +323,27 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                     t_next = b.select(b.icmp_signed("<", t_next, end), t_next, t)
                     prediction.start()
 
-                    def component(i: ir.Value, part: int) -> None:
-                        state = [load(rows.row(k, narrow, i)) for k in slots]
-                        outputs = vectorised(Traced(tracer, streams.x_at(t, i), False), delta, *state, lo_v, hi_v, *hps)
+                    def rule_on(component: Callable[[int], ir.Value], part: int) -> None:
+                        """The rule on a component (component(stage): the one a pipeline stage is on),
+                        its changed rows stored and its new weight added to prediction sum `part`."""
+                        def row(k: int, stage: int) -> ir.Value:
+                            return rows.row(k, narrow, component(stage))
+
+                        state = [Leaf(tracer, lambda stage, k=k: b.load(row(k, stage), align=dtype.itemsize))
+                                 for k in slots]
+                        x_t = Leaf(tracer, lambda stage: streams.x_at(t, component(stage)))
+                        outputs = vectorised(x_t, delta, *state, lo_v, hi_v, *hps)
                         for k, before, after in zip(slots, state, outputs):
                             if after is not before:
-                                b.store(tracer.value(after, False), rows.row(k, narrow, i), align=dtype.itemsize)
-                        prediction.add(part, tracer.value(outputs[0], False), streams.x_at(t_next, i, wide=True))
+                                stage, value = tracer.place(after)
+                                b.store(value, row(k, stage), align=dtype.itemsize)
+                        stage, w = tracer.place(outputs[0])
+                        prediction.add(part, w, streams.x_at(t_next, component(stage), wide=True))
 
-                    _components(b, rows.shape[0], partial_sums, component)
+                    if cuts:
+                        _pipelined(tracer, rows.shape[0], cuts, lambda component: rule_on(component, 0))
+                    else:
+                        _components(b, rows.shape[0], partial_sums, lambda i, part: rule_on(lambda stage: i, part))
                     predicted(t_next)
 
             slots_read = context.cast(b, args[7], signature.args[7], nbtypes.int64)

@@ -134,11 +134,13 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     # 1.4x); the adaptive rules need those registers (fade 8% slower with two).
     partial_sums = 1 if learner.adaptive else 2
     lanes = lanes_for(learner, dtype)
+    import os
+    stages = int(os.environ.get("FADE_STAGES", "3")) if learner.adaptive else 1
     advance = intrinsics.advance_intrinsic(learner.rule, dtype, lanes, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM,
-                                           partial_sums)
+                                           partial_sums, stages)
     sources = (learner.rule, vexp, simd, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
-    name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
+    name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}_{stages}_{lanes}"
     scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes, "_STEP_SIZE": learner.adapts_step_size,
              "_DECAY": learner.adapts_decay}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
@@ -158,6 +160,9 @@ def lanes_for(learner: LinearLearner, dtype: np.dtype) -> int:
     (meta-update, exp, decay), and two independent chains per component keep the core busier
     (+5-20%); float64 vectors of 16 spill (8 already take two registers), and sgd's short rule
     is bound elsewhere (both slower with 16)."""
+    import os
+    if learner.adaptive and "FADE_LANES" in os.environ:
+        return int(os.environ["FADE_LANES"])
     return 2 * LANES if learner.adaptive and np.dtype(dtype) == np.float32 else LANES
 
 
