@@ -85,8 +85,8 @@ class _Streams:
             for l, s in enumerate(slot):
                 every = builder.insert_element(every, s, ir.Constant(ir.IntType(32), l))
             self.second = builder.icmp_signed("!=", every, first)
-        self.x_slots = [builder.mul(s, self.x.strides[1]) for s in read]
-        self.y_slots = [builder.mul(s, self.y.strides[1]) for s in read]
+        self.x_slots = [builder.mul(s, self.x.strides[0]) for s in read]
+        self.y_slots = [builder.mul(s, self.y.strides[0]) for s in read]
         self.itemsize = ir.Constant(_I64, 4 if real == ir.FloatType() else 8)
 
     def _lanes(self, stream: _Buffer, offsets: list[ir.Value], base: ir.Value, wide: bool) -> ir.Value:
@@ -108,11 +108,11 @@ class _Streams:
 
     def x_at(self, t: ir.Value, i: ir.Value, wide: bool = False) -> ir.Value:
         b = self.builder
-        base = b.add(b.mul(t, self.x.strides[0]), b.mul(i, self.itemsize))
+        base = b.add(b.mul(t, self.x.strides[1]), b.mul(i, self.itemsize))
         return self._lanes(self.x, self.x_slots, base, wide)
 
     def y64_at(self, t: ir.Value) -> ir.Value:
-        return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[0]), wide=True)
+        return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[1]), wide=True)
 
 
 class _Prediction:

@@ -70,8 +70,14 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     A = A64.view(w.dtype)
     lane_slot = np.empty(_LANES, np.int64)  # noqa: F821
     tile_losses = np.empty((tile, _LANES), w.dtype)  # noqa: F821  a block's, step-major
-    for t0 in range(0, x.shape[0], tile):  # x[t0:t0 + tile] stays in cache for all blocks of the share
+    x_tile, y_tile = np.empty((x.shape[1], tile, d), x.dtype), np.empty((x.shape[1], tile), y.dtype)
+    for t0 in range(0, x.shape[0], tile):  # the tile stays in cache for all blocks of the share
         t1 = min(t0 + tile, x.shape[0])
+        for t in range(t0, t1):  # slot-major: a block reads its slot's steps contiguously
+            for s in range(x.shape[1]):
+                y_tile[s, t - t0] = y[t, s]
+                for i in range(d):
+                    x_tile[s, t - t0, i] = x[t, s, i]
         for b in range(share * blocks // shares, (share + 1) * blocks // shares):
             runs, used = lane_run[b], lanes_used[b]
             for l in range(_LANES):  # noqa: F821
@@ -89,7 +95,7 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
             slots_read = 1
             for l in range(1, _LANES):  # noqa: F821  (runs come sorted by slot)
                 slots_read += lane_slot[l] != lane_slot[l - 1]
-            _ADVANCE(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)  # noqa: F821  (intrinsics.py)
+            _ADVANCE(A64, A, x_tile, y_tile, lane_slot, 0, t1 - t0, slots_read, lo, hi, tile_losses)  # noqa: F821  (intrinsics.py)
             for l in range(used):
                 r = runs[l]
                 if keep_losses:
