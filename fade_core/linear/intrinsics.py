@@ -72,9 +72,10 @@ class _Streams:
     more (`lanes`: a load per lane). Each gives a lane the same values."""
 
     def __init__(self, context, builder: ir.IRBuilder, signature, args, reading: int, lanes: int, real: ir.Type):
-        (x_type, y_type, slot_type), (x, y, lane_slot) = signature.args[2:5], args[2:5]
+        (x_type, wide_type, y_type, slot_type), (x, x_wide, y, lane_slot) = signature.args[2:6], args[2:6]
         self.builder, self.lanes, self.real = builder, lanes, real
-        self.x, self.y = _Buffer(context, builder, x_type, x), _Buffer(context, builder, y_type, y)
+        self.x, self.x_wide = _Buffer(context, builder, x_type, x), _Buffer(context, builder, wide_type, x_wide)
+        self.y = _Buffer(context, builder, y_type, y)
         slots = _Buffer(context, builder, slot_type, lane_slot)
         slot = [builder.load(slots.at(ir.Constant(_I64, 8 * l), _I64)) for l in range(lanes)]
         read = {1: slot[:1], 2: [slot[0], slot[-1]], lanes: slot}[reading]
@@ -86,17 +87,14 @@ class _Streams:
                 every = builder.insert_element(every, s, ir.Constant(ir.IntType(32), l))
             self.second = builder.icmp_signed("!=", every, first)
         self.x_slots = [builder.mul(s, self.x.strides[0]) for s in read]
+        self.wide_slots = [builder.mul(s, self.x_wide.strides[0]) for s in read]
         self.y_slots = [builder.mul(s, self.y.strides[0]) for s in read]
-        self.itemsize = ir.Constant(_I64, 4 if real == ir.FloatType() else 8)
 
-    def _lanes(self, stream: _Buffer, offsets: list[ir.Value], base: ir.Value, wide: bool) -> ir.Value:
-        """Each lane's element `base` bytes into its slot: as a vector of the state's dtype, or
-        of float64 (`wide`); widening a scalar before the broadcast gives the same values."""
+    def _lanes(self, stream: _Buffer, offsets: list[ir.Value], base: ir.Value, element: ir.Type) -> ir.Value:
+        """Each lane's element `base` bytes into its slot, as a vector."""
         b = self.builder
-        values = [b.load(stream.at(b.add(base, offset), self.real)) for offset in offsets]
-        if wide and self.real != ir.DoubleType():
-            values = [b.fpext(v, ir.DoubleType()) for v in values]
-        vector = ir.VectorType(ir.DoubleType() if wide else self.real, self.lanes)
+        values = [b.load(stream.at(b.add(base, offset), element)) for offset in offsets]
+        vector = ir.VectorType(element, self.lanes)
         if len(values) == 1:
             return splat(b, values[0], vector)
         if self.second is not None:
@@ -107,12 +105,14 @@ class _Streams:
         return out
 
     def x_at(self, t: ir.Value, i: ir.Value, wide: bool = False) -> ir.Value:
-        b = self.builder
-        base = b.add(b.mul(t, self.x.strides[1]), b.mul(i, self.itemsize))
-        return self._lanes(self.x, self.x_slots, base, wide)
+        """x of step t, component i: in the state's dtype, or in float64 (`wide`)."""
+        b, stream = self.builder, self.x_wide if wide else self.x
+        base = b.add(b.mul(t, stream.strides[1]), b.mul(i, stream.strides[2]))
+        return self._lanes(stream, self.wide_slots if wide else self.x_slots, base, ir.DoubleType() if wide else self.real)
 
     def y64_at(self, t: ir.Value) -> ir.Value:
-        return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[1]), wide=True)
+        """y of step t in float64."""
+        return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[1]), ir.DoubleType())
 
 
 class _Prediction:
@@ -272,18 +272,18 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
     assert not cuts or partial_sums == 1, "a pipelined step keeps one partial sum"
 
     @intrinsic
-    def advance(typingctx, A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses):
+    def advance(typingctx, A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses):
         def codegen(context, builder, signature, args):
             b = builder
             tracer = Tracer(b, dtype, lanes)
             narrow, wide = tracer.real_vector, ir.VectorType(ir.DoubleType(), lanes)
             rows64 = _LaneBuffer(context, b, signature.args[0], args[0])
             rows = _LaneBuffer(context, b, signature.args[1], args[1])
-            losses = _Buffer(context, b, signature.args[10], args[10])
-            first, end = args[5], args[6]
+            losses = _Buffer(context, b, signature.args[11], args[11])
+            first, end = args[6], args[7]
             real = numba.from_dtype(dtype)
-            lo_v = tracer.splat(context.cast(b, args[8], signature.args[8], real))
-            hi_v = tracer.splat(context.cast(b, args[9], signature.args[9], real))
+            lo_v = tracer.splat(context.cast(b, args[9], signature.args[9], real))
+            hi_v = tracer.splat(context.cast(b, args[10], signature.args[10], real))
             sum_pointer = rows64.row(sum_row, wide)
             loss_sum = cgutils.alloca_once_value(b, b.load(sum_pointer, align=8))
             error = cgutils.alloca_once(b, wide)
@@ -346,7 +346,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                         _components(b, rows.shape[0], partial_sums, lambda i, part: rule_on(lambda stage: i, part))
                     predicted(t_next)
 
-            slots_read = context.cast(b, args[7], signature.args[7], nbtypes.int64)
+            slots_read = context.cast(b, args[8], signature.args[8], nbtypes.int64)
             with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 1))) as (one, more):
                 with one:
                     emit(1)
@@ -359,6 +359,6 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
             b.store(b.load(loss_sum), sum_pointer, align=8)
             return context.get_dummy_value()
 
-        return nbtypes.void(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses), codegen
+        return nbtypes.void(A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses), codegen
 
     return advance

@@ -70,7 +70,11 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     A = A64.view(w.dtype)
     lane_slot = np.empty(_LANES, np.int64)  # noqa: F821
     tile_losses = np.empty((tile, _LANES), w.dtype)  # noqa: F821  a block's, step-major
-    x_tile, y_tile = np.empty((x.shape[1], tile, d), x.dtype), np.empty((x.shape[1], tile), y.dtype)
+    x_tile, y_tile = np.empty((x.shape[1], tile, d), x.dtype), np.empty((x.shape[1], tile))
+    if _WIDEN:  # noqa: F821  (float32: the prediction's x in float64 too)
+        x_wide = np.empty((x.shape[1], tile, d))
+    else:
+        x_wide = x_tile
     for t0 in range(0, x.shape[0], tile):  # the tile stays in cache for all blocks of the share
         t1 = min(t0 + tile, x.shape[0])
         for t in range(t0, t1):  # slot-major: a block reads its slot's steps contiguously
@@ -78,6 +82,8 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
                 y_tile[s, t - t0] = y[t, s]
                 for i in range(d):
                     x_tile[s, t - t0, i] = x[t, s, i]
+                    if _WIDEN:  # noqa: F821
+                        x_wide[s, t - t0, i] = x[t, s, i]
         for b in range(share * blocks // shares, (share + 1) * blocks // shares):
             runs, used = lane_run[b], lanes_used[b]
             for l in range(_LANES):  # noqa: F821
@@ -95,7 +101,7 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
             slots_read = 1
             for l in range(1, _LANES):  # noqa: F821  (runs come sorted by slot)
                 slots_read += lane_slot[l] != lane_slot[l - 1]
-            _ADVANCE(A64, A, x_tile, y_tile, lane_slot, 0, t1 - t0, slots_read, lo, hi, tile_losses)  # noqa: F821  (intrinsics.py)
+            _ADVANCE(A64, A, x_tile, x_wide, y_tile, lane_slot, 0, t1 - t0, slots_read, lo, hi, tile_losses)  # noqa: F821  (intrinsics.py)
             for l in range(used):
                 r = runs[l]
                 if keep_losses:
@@ -148,7 +154,7 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}_{stages}_{lanes}"
     scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes, "_STEP_SIZE": learner.adapts_step_size,
-             "_DECAY": learner.adapts_decay}
+             "_DECAY": learner.adapts_decay, "_WIDEN": dtype == np.float32}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
     compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(template)  # parallel=True: 2.4x the compile time
