@@ -8,8 +8,10 @@ the float64 view A64 of the same buffer, the loss sums.
 `advance` runs the steps of a tile in one piece of straight vector code: per step it
 applies the rule (traced into vector code by `simd`) to every component and, in the same
 pass, accumulates the next step's prediction from the new weights, so the weights are
-touched once per step and the error, delta and loss sum never leave registers. A lane
-reads its seed's stream x (T, S, d), y (T, S) straight from the stream arrays: one
+touched once per step and the error, delta and loss sum never leave registers. For the
+rules that adapt a step size or decay, the loop over components is software-pipelined
+(`_Pipeline`). A lane reads its seed's stream straight from the tile's slot-major copies
+x (S, tile, d), x_wide (the same in float64) and y (S, tile) float64: one
 broadcast per element when all lanes of the block read one slot, two and a blend when
 they read two (a block where one seed's runs end and the next seed's begin), a load per
 lane when more. Each gives a lane the same values, so a run's bits do not depend on its
@@ -144,13 +146,18 @@ class _Prediction:
 
 
 class _Pipeline:
-    """A step's loop over components, software-pipelined: the rule's instructions fall in
-    `stages` by their depth, and iteration j runs stage s on component j - s. One component's
-    chain (meta-update, clamp, exp, decay: ~22 instructions deep) is too deep for the
-    out-of-order core to overlap enough components on its own; an iteration instead holds
-    `stages` pieces of independent chains. The instructions and their order per component are
-    the rule's, so the bits are too. Values crossing stages are carried in a ring of slots
-    per component (a stage runs at most RING components behind the first)."""
+    """One iteration of a step's loop over components, software-pipelined: the rule's
+    instructions fall in stages by their depth (cut after the depths `cuts`), and iteration j
+    runs stage s on component j - s. One component's chain (meta-update, clamp, exp, decay:
+    ~22 instructions deep) is longer than the out-of-order core can overlap with the next
+    components'; an iteration instead holds a piece of a chain per stage, each independent of
+    the others. A component gets the rule's instructions in the rule's order, so its bits
+    are the same. Values crossing stages are carried in a ring of slots per component (a
+    stage runs at most RING - 1 components behind the first); instructions on invariants
+    only go to a block before the stages, from which LLVM hoists them out of the loop.
+
+    `Tracer.op` places each instruction (`stage_of`, `enter`, `carry`); `finish` closes the
+    iteration's blocks."""
 
     RING = 4
 
@@ -256,8 +263,9 @@ def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[
 
 def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequence[int], hp_row: int,
                       sum_row: int, partial_sums: int, stages: int = 1) -> Callable:
-    """`advance(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps t0 .. t1 - 1
-    of a block, every component and lane.
+    """`advance(A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps
+    t0 .. t1 - 1 of a block, every component and lane, the loop over components in `stages`
+    pipeline stages (1: not pipelined; then the prediction may have several partial sums).
 
     `slots` are the rows of (w, beta, h, gamma, g) in A; the hyperparameters are in rows
     hp_row on, and the float64 loss sums in A64's row sum_row, of component 0. Each step's
@@ -288,10 +296,8 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
             loss_sum = cgutils.alloca_once_value(b, b.load(sum_pointer, align=8))
             error = cgutils.alloca_once(b, wide)
 
-            def load(pointer: ir.Value) -> Traced:
-                return Traced(tracer, b.load(pointer, align=dtype.itemsize), False)
-
-            hps = [load(rows.row(hp_row + j, narrow)) for j in range(n_hp)]  # component 0's: the same for all
+            hps = [Traced(tracer, b.load(rows.row(hp_row + j, narrow), align=dtype.itemsize), False)
+                   for j in range(n_hp)]  # component 0's rows: the same for all
 
             def emit(reading: int) -> None:
                 streams = _Streams(context, b, signature, args, reading, lanes, tracer.real)

@@ -6,7 +6,10 @@ lanes of a component at once as explicit vector code (`simd` traces the plain-Py
 included, into LLVM vector instructions; the d = 20 components of one run are too few
 and too dependent to vectorise well). A block advances through a tile of steps in one
 intrinsic (`intrinsics`), which reads the streams itself and keeps the error and loss sum
-in registers. Blocks go to threads in shares (`in_threads`: the compiled driver releases
+in registers; the rules that adapt a step size or decay run their loop over components
+software-pipelined (`PIPELINE_STAGES`). Each tile of the streams is first copied
+slot-major, so that a block reads its seed's steps contiguously (float32 runs also get a
+float64 copy of x, which the prediction reads). Blocks go to threads in shares (`in_threads`: the compiled driver releases
 the GIL).
 
 Pack invariance: a lane computes exactly what its run computes alone. Lanes never mix
@@ -35,6 +38,9 @@ from fade_core.linear.rules import LinearLearner
 
 LANES = 8  # runs per block: one AVX2 register of float32 (16 for some learners: `lanes_for`)
 TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 cache
+# Stages of the software-pipelined component loop of the rules that adapt a step size or decay
+# (`intrinsics._Pipeline`): float32 +10-25%, float64 +0-15% over one stage; 2 and 4 gained less.
+PIPELINE_STAGES = 3
 
 # Reassociation and fused multiply-add let LLVM vectorise and schedule the loops; we keep
 # IEEE NaN/inf semantics (no 'nnan'/'ninf') so diverging runs stay visible as NaN/inf.
@@ -60,12 +66,14 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     rest padding (copies of a run of the block, never written back). A call advances share
     `share` of `shares` (one thread's blocks; `in_threads` runs the shares), stepping in
     tiles of `tile`, each tile through all its blocks (the state goes back to w, ... in
-    between, exactly: a tile is a chunk). A template: `driver` compiles one copy per
-    learner and dtype, with _ADVANCE and _LANES bound.
+    between, exactly: a tile is a chunk). A tile is first copied slot-major: x_tile (S, tile,
+    d), y_tile (S, tile) in float64, and x_wide, x in float64 (x_tile itself for float64
+    runs). A template: `driver` compiles one copy per
+    learner and dtype, with _ADVANCE, _LANES, _STEP_SIZE, _DECAY and _WIDEN bound.
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
     keep_losses = losses.shape[1] > 0
-    # _LANES, _ADVANCE: bound by `driver`. Every row of A64 is written before it is read.
+    # Every row of A64 that the rule reads is written before it is read.
     A64 = np.empty((d, LANE_ROWS, _LANES))  # noqa: F821
     A = A64.view(w.dtype)
     lane_slot = np.empty(_LANES, np.int64)  # noqa: F821
@@ -146,13 +154,12 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     # 1.4x); the adaptive rules need those registers (fade 8% slower with two).
     partial_sums = 1 if learner.adaptive else 2
     lanes = lanes_for(learner, dtype)
-    import os
-    stages = int(os.environ.get("FADE_STAGES", "3")) if learner.adaptive else 1
+    stages = PIPELINE_STAGES if learner.adaptive else 1
     advance = intrinsics.advance_intrinsic(learner.rule, dtype, lanes, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM,
                                            partial_sums, stages)
     sources = (learner.rule, vexp, simd, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
-    name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}_{stages}_{lanes}"
+    name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
     scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes, "_STEP_SIZE": learner.adapts_step_size,
              "_DECAY": learner.adapts_decay, "_WIDEN": dtype == np.float32}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
@@ -172,9 +179,6 @@ def lanes_for(learner: LinearLearner, dtype: np.dtype) -> int:
     (meta-update, exp, decay), and two independent chains per component keep the core busier
     (+5-20%); float64 vectors of 16 spill (8 already take two registers), and sgd's short rule
     is bound elsewhere (both slower with 16)."""
-    import os
-    if learner.adaptive and "FADE_LANES" in os.environ:
-        return int(os.environ["FADE_LANES"])
     return 2 * LANES if learner.adaptive and np.dtype(dtype) == np.float32 else LANES
 
 

@@ -54,9 +54,15 @@ class Tracer:
         self.real_vector = ir.VectorType(self.real, lanes)
         self.int_vector = ir.VectorType(self.integer, lanes)
         self.pipeline = None
-        self.constants: dict[tuple, ir.Value] = {}
+        self.constants: dict[float, ir.Value] = {}
+        self.uses: list[tuple[int, int, Traced]] | None = None  # kept by `shape`: (depth made, depth used, value)
 
     def constant(self, value, is_int: bool) -> ir.Value:
+        """A number as a vector of the element type. Inside a pipeline, a float constant is made
+        once, in the function's entry block, as a value LLVM cannot see through (`_opaque`):
+        LLVM would otherwise re-broadcast it from the constant pool at every use (two
+        instructions each under numba's code model) once the stages use all registers; opaque,
+        it is kept or spilled once and read as a memory operand."""
         if is_int:
             return ir.Constant(self.int_vector, [ir.Constant(self.integer, int(value))] * self.lanes)
         constant = ir.Constant(self.real_vector, [ir.Constant(self.real, float(self.dtype.type(value)))] * self.lanes)
@@ -96,8 +102,10 @@ class Tracer:
         stage = 0 if self.pipeline is None else max(self.pipeline.stage_of(depth), *stages)
         values = [self.value(o, is_int, stage) for o in operands]
         self.enter(stage)  # after the operands' loads, which may have moved the builder
-        return Traced(self, make(self.builder, *values), out_int, factors, depth, stage)
-
+        result = Traced(self, make(self.builder, *values), out_int, factors, depth, stage)
+        if self.uses is not None:
+            self.uses.extend((o.depth, depth, o) for o in traced if o.stage is not None)
+        return result
 
     def enter(self, stage: int) -> None:
         """Emit into pipeline stage `stage`'s block (no-op without a pipeline)."""
@@ -311,15 +319,7 @@ def shape(vectorised: Callable, invariant: Sequence[bool], dtype: np.dtype, lane
     that are the same for every component (they start no chain)."""
     function = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "shape")
     tracer = Tracer(ir.IRBuilder(function.append_basic_block()), dtype, lanes)
-    uses: list[tuple[int, int, int]] = []  # (depth made, depth used, value) of each non-invariant operand
-    make = tracer.op
-
-    def recording(function, operands, is_int, **options):
-        result = make(function, operands, is_int, **options)
-        uses.extend((o.depth, result.depth, id(o)) for o in operands if isinstance(o, Traced) and o.stage is not None)
-        return result
-
-    tracer.op = recording
+    uses = tracer.uses = []
     undefined = ir.Constant(tracer.real_vector, ir.Undefined)
     arguments = [Traced(tracer, undefined, False, stage=None if i else 0) for i in invariant]
     results = vectorised(*arguments)
