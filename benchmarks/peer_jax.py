@@ -143,10 +143,10 @@ def linear_case(learner: str, steps: int, dtype: torch.dtype) -> Case:
     w0 = initial_weights(range(seeds), D, dtype)
 
     def prepare(n: int) -> Callable[[], None]:
-        # The losses buffer is written (zeroed) here, untimed: a fresh buffer's first touch (page faults,
+        # The losses buffer is written here, untimed (torch.zeros would not touch it): a fresh buffer's first touch (page faults,
         # 16 MB at 20,000 steps: half the time of a float32 sgd call) is not the kernel's, and the
         # peer's XLA allocator reuses its buffers from call to call.
-        state, losses = init_state(spec, hpm, w0[slot]), torch.zeros(len(slot), n, dtype=dtype)
+        state, losses = init_state(spec, hpm, w0[slot]), torch.empty(len(slot), n, dtype=dtype).fill_(0.0)
         return lambda: advance(spec, hpm, state, x[:n], y[:n], slot, losses)
 
     def guard() -> np.ndarray:
