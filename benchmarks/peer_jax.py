@@ -243,7 +243,11 @@ def compare(case: Case, steps: int, cpus: list[int], repeats: int, folder: Path)
     try:
         cost = [reply(w) for w in workers][0]
         peer_guard = np.concatenate([np.load(f"{path}.guard{k}.npy") for k in range(cores)])
+        # As a sweep's trainable does: torch's threads too. With torch's default (every core), its OpenMP
+        # workers spin after each torch call of `prepare`, on the project's pinned CPUs: a third of a
+        # float32 sgd call's CPU time went to them.
         numba.set_num_threads(cores)
+        torch.set_num_threads(cores)
         diff = max_rel_diff(case.guard(), peer_guard)  # also compiles the project's kernel
         project, peer = [], []
         for _ in range(repeats):
