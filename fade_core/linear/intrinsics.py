@@ -265,7 +265,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                       sum_row: int, partial_sums: int, stages: int = 1) -> Callable:
     """`advance(A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps
     t0 .. t1 - 1 of a block, every component and lane, the loop over components in `stages`
-    pipeline stages (1: not pipelined; then the prediction may have several partial sums).
+    pipeline stages (fewer for a rule too shallow; none with several partial sums).
 
     `slots` are the rows of (w, beta, h, gamma, g) in A; the hyperparameters are in rows
     hp_row on, and the float64 loss sums in A64's row sum_row, of component 0. Each step's
@@ -276,8 +276,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
     n_hp = len(rule.__code__.co_varnames[: rule.__code__.co_argcount]) - len(STATE_ARGS)
     vectorised = traced_rule(rule, dtype)
     invariant = [name in ("delta", "lo", "hi") for name in STATE_ARGS] + [True] * n_hp
-    cuts = _cuts(shape(vectorised, invariant, dtype, lanes), stages)
-    assert not cuts or partial_sums == 1, "a pipelined step keeps one partial sum"
+    cuts = _cuts(shape(vectorised, invariant, dtype, lanes), stages) if partial_sums == 1 else ()
 
     @intrinsic
     def advance(typingctx, A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses):

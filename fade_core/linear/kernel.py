@@ -137,16 +137,17 @@ def _slp_vectorizer() -> Iterator[None]:
 
 
 @functools.cache
-def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
+def driver(learner: LinearLearner, dtype: np.dtype, stages: int | None = None) -> Callable:
     """`_run_blocks` compiled for one learner's rule and dtype (on first call), taking
-    C-contiguous arrays only.
+    C-contiguous arrays only. `stages`: of the pipelined loop over components (default:
+    PIPELINE_STAGES for the adaptive rules, 1 for the others; the tests compare them).
 
     The block's step (`intrinsics.advance_intrinsic`: the rule traced into vector code, and
     the prediction) is bound as a global of a copy of the template. Not a closure: numba's cache
     key hashes a closure's cells, and a dispatcher pickles with a per-process id, so a
     closure over the rule would miss the cache in every new process. The cache file is
-    named after the learner, the dtype and a digest of the source of the rule, vexp, simd and
-    intrinsics: numba only watches this file, not the ones its callees come from.
+    named after the learner, the dtype, the stages and a digest of the source of the rule,
+    vexp, simd and intrinsics: numba only watches this file, not the ones its callees come from.
     """
     dtype = np.dtype(dtype)
     # The prediction's float64 partial sums: a rule that adapts nothing is a few operations, so
@@ -154,12 +155,13 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     # 1.4x); the adaptive rules need those registers (fade 8% slower with two).
     partial_sums = 1 if learner.adaptive else 2
     lanes = lanes_for(learner, dtype)
-    stages = PIPELINE_STAGES if learner.adaptive else 1
+    if stages is None:
+        stages = PIPELINE_STAGES if learner.adaptive else 1
     advance = intrinsics.advance_intrinsic(learner.rule, dtype, lanes, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM,
                                            partial_sums, stages)
     sources = (learner.rule, vexp, simd, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
-    name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
+    name = f"_run_blocks_{learner.name}_{dtype.name}_{stages}_{digest}"
     scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes, "_STEP_SIZE": learner.adapts_step_size,
              "_DECAY": learner.adapts_decay, "_WIDEN": dtype == np.float32}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
