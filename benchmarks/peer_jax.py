@@ -143,7 +143,10 @@ def linear_case(learner: str, steps: int, dtype: torch.dtype) -> Case:
     w0 = initial_weights(range(seeds), D, dtype)
 
     def prepare(n: int) -> Callable[[], None]:
-        state, losses = init_state(spec, hpm, w0[slot]), torch.empty(len(slot), n, dtype=dtype)
+        # The losses buffer is written here, untimed (torch.zeros would not touch it): a fresh buffer's first touch (page faults,
+        # 16 MB at 20,000 steps: half the time of a float32 sgd call) is not the kernel's, and the
+        # peer's XLA allocator reuses its buffers from call to call.
+        state, losses = init_state(spec, hpm, w0[slot]), torch.empty(len(slot), n, dtype=dtype).fill_(0.0)
         return lambda: advance(spec, hpm, state, x[:n], y[:n], slot, losses)
 
     def guard() -> np.ndarray:
@@ -240,7 +243,11 @@ def compare(case: Case, steps: int, cpus: list[int], repeats: int, folder: Path)
     try:
         cost = [reply(w) for w in workers][0]
         peer_guard = np.concatenate([np.load(f"{path}.guard{k}.npy") for k in range(cores)])
+        # As a sweep's trainable does: torch's threads too. With torch's default (every core), its OpenMP
+        # workers spin after each torch call of `prepare`, on the project's pinned CPUs: a third of a
+        # float32 sgd call's CPU time went to them.
         numba.set_num_threads(cores)
+        torch.set_num_threads(cores)
         diff = max_rel_diff(case.guard(), peer_guard)  # also compiles the project's kernel
         project, peer = [], []
         for _ in range(repeats):

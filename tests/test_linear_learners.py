@@ -251,3 +251,42 @@ def test_registry_imports_neither_torch_nor_numba():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize("name, dtype, stages", [("fade", np.float32, 2), ("fade", np.float64, 4), ("coupled", np.float32, 3),
+                                                 ("coupled", np.float64, 3), ("idbd_wd", np.float32, 3)])
+def test_a_pipelined_step_gives_the_bits_of_the_plain_one(name, dtype, stages):
+    """The adaptive rules' loop over components runs software-pipelined (`kernel.PIPELINE_STAGES`):
+    each component gets the rule's instructions in the rule's order, only interleaved with
+    other components'. Losses, loss sums and every state row equal the unpipelined loop's to
+    the bit, over 3 tiles, with runs of 6 seeds in blocks of one seed and of several, and
+    d = 7 (fewer components than a block has lanes; the pipeline's first and last iterations
+    run only some stages)."""
+    from fade_core.linear import kernel
+
+    learner, dtype = LINEAR_LEARNERS[name], np.dtype(dtype)
+    seeds, d, steps = 6, 7, 120
+    rng = np.random.default_rng(5)
+    x, y = rng.standard_normal((steps, seeds, d)).astype(dtype), rng.standard_normal((steps, seeds)).astype(dtype)
+    slots = np.repeat(np.arange(seeds), [16, 8, 6, 6, 3, 2])
+    runs = len(slots)
+    hp = np.stack([rng.uniform(0.005, 0.05, runs) if n not in ("beta0", "gamma0") else np.full(runs, -3.0)
+                   for n in learner.hyperparameters], axis=1).astype(dtype)
+    lane_run, lanes_used = kernel.lane_blocks(slots, kernel.lanes_for(learner, dtype))
+    seeds_per_block = {len(set(slots[block])) for block in lane_run}
+    assert 1 in seeds_per_block and len(seeds_per_block) > 1
+
+    def run(stages: int) -> list[np.ndarray]:
+        state = [row.copy() for row in start]
+        losses, sums = np.zeros((runs, steps), dtype), np.zeros(runs)
+        kernel.driver(learner, dtype, stages)(hp, dtype.type(-8.0), dtype.type(0.0), slots, lane_run, lanes_used, 0, 1,
+                                              steps // 3, x, y, *state, losses, sums)
+        return [losses, sums, *state]
+
+    start = [rng.uniform(-0.5, 0.5, (runs, d)).astype(dtype) for _ in range(5)]
+    start[1] = np.full((runs, d), -3.0, dtype)  # beta: log step sizes
+    start[3] = np.full((runs, d), -3.0, dtype)  # gamma: log decay rates
+    plain, pipelined = run(1), run(stages)
+    assert np.isfinite(plain[0]).all() and not np.array_equal(plain[2], start[0])
+    for got, want, what in zip(pipelined, plain, ("losses", "loss sums", "w", "beta", "h", "gamma", "g")):
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} {dtype} {stages} stages: {what}")

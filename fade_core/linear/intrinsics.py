@@ -8,8 +8,10 @@ the float64 view A64 of the same buffer, the loss sums.
 `advance` runs the steps of a tile in one piece of straight vector code: per step it
 applies the rule (traced into vector code by `simd`) to every component and, in the same
 pass, accumulates the next step's prediction from the new weights, so the weights are
-touched once per step and the error, delta and loss sum never leave registers. A lane
-reads its seed's stream x (T, S, d), y (T, S) straight from the stream arrays: one
+touched once per step and the error, delta and loss sum never leave registers. For the
+rules that adapt a step size or decay, the loop over components is software-pipelined
+(`_Pipeline`). A lane reads its seed's stream straight from the tile's slot-major copies
+x (S, tile, d), x_wide (the same in float64) and y (S, tile) float64: one
 broadcast per element when all lanes of the block read one slot, two and a blend when
 they read two (a block where one seed's runs end and the next seed's begin), a load per
 lane when more. Each gives a lane the same values, so a run's bits do not depend on its
@@ -34,7 +36,7 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from fade_core.linear.rules import STATE_ARGS
-from fade_core.linear.simd import Traced, Tracer, fma, splat, traced_rule
+from fade_core.linear.simd import Leaf, Shape, Traced, Tracer, fma, shape, splat, traced_rule
 
 _I64 = ir.IntType(64)
 
@@ -72,9 +74,10 @@ class _Streams:
     more (`lanes`: a load per lane). Each gives a lane the same values."""
 
     def __init__(self, context, builder: ir.IRBuilder, signature, args, reading: int, lanes: int, real: ir.Type):
-        (x_type, y_type, slot_type), (x, y, lane_slot) = signature.args[2:5], args[2:5]
+        (x_type, wide_type, y_type, slot_type), (x, x_wide, y, lane_slot) = signature.args[2:6], args[2:6]
         self.builder, self.lanes, self.real = builder, lanes, real
-        self.x, self.y = _Buffer(context, builder, x_type, x), _Buffer(context, builder, y_type, y)
+        self.x, self.x_wide = _Buffer(context, builder, x_type, x), _Buffer(context, builder, wide_type, x_wide)
+        self.y = _Buffer(context, builder, y_type, y)
         slots = _Buffer(context, builder, slot_type, lane_slot)
         slot = [builder.load(slots.at(ir.Constant(_I64, 8 * l), _I64)) for l in range(lanes)]
         read = {1: slot[:1], 2: [slot[0], slot[-1]], lanes: slot}[reading]
@@ -85,18 +88,15 @@ class _Streams:
             for l, s in enumerate(slot):
                 every = builder.insert_element(every, s, ir.Constant(ir.IntType(32), l))
             self.second = builder.icmp_signed("!=", every, first)
-        self.x_slots = [builder.mul(s, self.x.strides[1]) for s in read]
-        self.y_slots = [builder.mul(s, self.y.strides[1]) for s in read]
-        self.itemsize = ir.Constant(_I64, 4 if real == ir.FloatType() else 8)
+        self.x_slots = [builder.mul(s, self.x.strides[0]) for s in read]
+        self.wide_slots = [builder.mul(s, self.x_wide.strides[0]) for s in read]
+        self.y_slots = [builder.mul(s, self.y.strides[0]) for s in read]
 
-    def _lanes(self, stream: _Buffer, offsets: list[ir.Value], base: ir.Value, wide: bool) -> ir.Value:
-        """Each lane's element `base` bytes into its slot: as a vector of the state's dtype, or
-        of float64 (`wide`); widening a scalar before the broadcast gives the same values."""
+    def _lanes(self, stream: _Buffer, offsets: list[ir.Value], base: ir.Value, element: ir.Type) -> ir.Value:
+        """Each lane's element `base` bytes into its slot, as a vector."""
         b = self.builder
-        values = [b.load(stream.at(b.add(base, offset), self.real)) for offset in offsets]
-        if wide and self.real != ir.DoubleType():
-            values = [b.fpext(v, ir.DoubleType()) for v in values]
-        vector = ir.VectorType(ir.DoubleType() if wide else self.real, self.lanes)
+        values = [b.load(stream.at(b.add(base, offset), element)) for offset in offsets]
+        vector = ir.VectorType(element, self.lanes)
         if len(values) == 1:
             return splat(b, values[0], vector)
         if self.second is not None:
@@ -107,12 +107,14 @@ class _Streams:
         return out
 
     def x_at(self, t: ir.Value, i: ir.Value, wide: bool = False) -> ir.Value:
-        b = self.builder
-        base = b.add(b.mul(t, self.x.strides[0]), b.mul(i, self.itemsize))
-        return self._lanes(self.x, self.x_slots, base, wide)
+        """x of step t, component i: in the state's dtype, or in float64 (`wide`)."""
+        b, stream = self.builder, self.x_wide if wide else self.x
+        base = b.add(b.mul(t, stream.strides[1]), b.mul(i, stream.strides[2]))
+        return self._lanes(stream, self.wide_slots if wide else self.x_slots, base, ir.DoubleType() if wide else self.real)
 
     def y64_at(self, t: ir.Value) -> ir.Value:
-        return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[0]), wide=True)
+        """y of step t in float64."""
+        return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[1]), ir.DoubleType())
 
 
 class _Prediction:
@@ -143,6 +145,107 @@ class _Prediction:
         return prediction
 
 
+class _Pipeline:
+    """One iteration of a step's loop over components, software-pipelined: the rule's
+    instructions fall in stages by their depth (cut after the depths `cuts`), and iteration j
+    runs stage s on component j - s. One component's chain (meta-update, clamp, exp, decay:
+    ~22 instructions deep) is longer than the out-of-order core can overlap with the next
+    components'; an iteration instead holds a piece of a chain per stage, each independent of
+    the others. A component gets the rule's instructions in the rule's order, so its bits
+    are the same. Values crossing stages are carried in a ring of slots per component (a
+    stage runs at most RING - 1 components behind the first); instructions on invariants
+    only go to a block before the stages, from which LLVM hoists them out of the loop.
+
+    `Tracer.op` places each instruction (`stage_of`, `enter`, `carry`); `finish` closes the
+    iteration's blocks."""
+
+    RING = 4
+
+    def __init__(self, builder: ir.IRBuilder, cuts: tuple[int, ...], j: ir.Value, d: ir.Value):
+        stages = len(cuts) + 1
+        assert stages <= self.RING
+        self.builder, self.cuts = builder, cuts
+        self.components, self.blocks, self.ends = [], [], []
+        self.carried: dict[int, tuple[Traced, ir.Value]] = {}
+        self.loads: dict[tuple[int, int], ir.Value] = {}
+        self.head = builder.append_basic_block("invariants")  # closed by `finish`
+        builder.branch(self.head)
+        builder.position_at_end(builder.append_basic_block("stages"))
+        self.stages_start = builder.block
+        for stage in range(stages):
+            c = builder.sub(j, ir.Constant(_I64, stage))
+            inside = builder.and_(builder.icmp_signed(">=", c, ir.Constant(_I64, 0)), builder.icmp_signed("<", c, d))
+            body, end = builder.append_basic_block(f"stage{stage}"), builder.append_basic_block(f"stage{stage}_end")
+            builder.cbranch(inside, body, end)
+            builder.position_at_end(end)
+            self.components.append(c)
+            self.blocks.append(body)
+            self.ends.append(end)
+
+    def component(self, stage: int) -> ir.Value:
+        return self.components[stage]
+
+    def stage_of(self, depth: int) -> int:
+        return sum(depth > cut for cut in self.cuts)
+
+    def enter_head(self) -> None:
+        """Before the stages: where instructions on invariants go (LLVM hoists them from the loop)."""
+        self.builder.position_at_end(self.head)
+
+    def enter(self, stage: int) -> None:
+        self.builder.position_at_end(self.blocks[stage])
+
+    def carry(self, value: Traced, stage: int) -> ir.Value:
+        """`value` (of an earlier stage) in `stage`: stored to its component's slot where it is
+        made, loaded where it is used."""
+        b = self.builder
+        if id(value) not in self.carried:
+            ring = cgutils.alloca_once(b, ir.ArrayType(value.value.type, self.RING))
+            self.carried[id(value)] = value, ring
+            self.enter(value.stage)
+            b.store(value.value, self._slot(ring, value.stage))
+        if (id(value), stage) not in self.loads:
+            self.enter(stage)
+            self.loads[id(value), stage] = b.load(self._slot(self.carried[id(value)][1], stage))
+        return self.loads[id(value), stage]
+
+    def _slot(self, ring: ir.Value, stage: int) -> ir.Value:
+        index = self.builder.and_(self.component(stage), ir.Constant(_I64, self.RING - 1))
+        return self.builder.gep(ring, [ir.Constant(_I64, 0), index])
+
+    def finish(self) -> None:
+        """Closes the stages' blocks; the builder continues after the last."""
+        for body, end in [(self.head, self.stages_start), *zip(self.blocks, self.ends)]:
+            self.builder.position_at_end(body)
+            self.builder.branch(end)
+        self.builder.position_at_end(self.ends[-1])
+
+
+def _pipelined(tracer: Tracer, d: ir.Value, cuts: tuple[int, ...], body: Callable[[Callable[[int], ir.Value]], None]
+               ) -> None:
+    """A loop over components 0 .. d - 1 in len(cuts) + 1 pipeline stages (`_Pipeline`): per
+    iteration, body(component) traces the rule once, component(stage) being the component that
+    stage is on."""
+    b = tracer.builder
+    with cgutils.for_range(b, b.add(d, ir.Constant(_I64, len(cuts)))) as iteration:
+        tracer.pipeline = _Pipeline(b, cuts, iteration.index, d)
+        body(tracer.pipeline.component)
+        tracer.pipeline.finish()
+        tracer.pipeline = None
+
+
+def _cuts(rule: Shape, stages: int, slack: int = 2) -> tuple[int, ...]:
+    """Where to cut a rule into `stages`: the depths after which a stage ends, each within
+    `slack` of an even split, where the fewest values cross (they go through memory)."""
+    cuts: list[int] = []
+    for k in range(1, stages):
+        ideal = round(rule.depth * k / stages)
+        near = range(max(ideal - slack, cuts[-1] + 1 if cuts else 1), min(ideal + slack, rule.depth - 1) + 1)
+        if near:  # (a rule too shallow for `stages` gets fewer)
+            cuts.append(min(near, key=lambda c: (rule.crossing[c - 1], abs(c - ideal))))
+    return tuple(cuts)
+
+
 def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[ir.Value, int], None]) -> None:
     """body(i, part) for i = 0 .. d - 1 in order: part i % parts for the first d // parts * parts
     components (`parts` per loop iteration, so each one's part is known when the IR is built),
@@ -159,9 +262,10 @@ def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[
 
 
 def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequence[int], hp_row: int,
-                      sum_row: int, partial_sums: int) -> Callable:
-    """`advance(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps t0 .. t1 - 1
-    of a block, every component and lane.
+                      sum_row: int, partial_sums: int, stages: int = 1) -> Callable:
+    """`advance(A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps
+    t0 .. t1 - 1 of a block, every component and lane, the loop over components in `stages`
+    pipeline stages (fewer for a rule too shallow; none with several partial sums).
 
     `slots` are the rows of (w, beta, h, gamma, g) in A; the hyperparameters are in rows
     hp_row on, and the float64 loss sums in A64's row sum_row, of component 0. Each step's
@@ -171,28 +275,28 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
     dtype = np.dtype(dtype)
     n_hp = len(rule.__code__.co_varnames[: rule.__code__.co_argcount]) - len(STATE_ARGS)
     vectorised = traced_rule(rule, dtype)
+    invariant = [name in ("delta", "lo", "hi") for name in STATE_ARGS] + [True] * n_hp
+    cuts = _cuts(shape(vectorised, invariant, dtype, lanes), stages) if partial_sums == 1 else ()
 
     @intrinsic
-    def advance(typingctx, A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses):
+    def advance(typingctx, A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses):
         def codegen(context, builder, signature, args):
             b = builder
             tracer = Tracer(b, dtype, lanes)
             narrow, wide = tracer.real_vector, ir.VectorType(ir.DoubleType(), lanes)
             rows64 = _LaneBuffer(context, b, signature.args[0], args[0])
             rows = _LaneBuffer(context, b, signature.args[1], args[1])
-            losses = _Buffer(context, b, signature.args[10], args[10])
-            first, end = args[5], args[6]
+            losses = _Buffer(context, b, signature.args[11], args[11])
+            first, end = args[6], args[7]
             real = numba.from_dtype(dtype)
-            lo_v = tracer.splat(context.cast(b, args[8], signature.args[8], real))
-            hi_v = tracer.splat(context.cast(b, args[9], signature.args[9], real))
+            lo_v = tracer.splat(context.cast(b, args[9], signature.args[9], real))
+            hi_v = tracer.splat(context.cast(b, args[10], signature.args[10], real))
             sum_pointer = rows64.row(sum_row, wide)
             loss_sum = cgutils.alloca_once_value(b, b.load(sum_pointer, align=8))
             error = cgutils.alloca_once(b, wide)
 
-            def load(pointer: ir.Value) -> Traced:
-                return Traced(tracer, b.load(pointer, align=dtype.itemsize), False)
-
-            hps = [load(rows.row(hp_row + j, narrow)) for j in range(n_hp)]  # component 0's: the same for all
+            hps = [Traced(tracer, b.load(rows.row(hp_row + j, narrow), align=dtype.itemsize), False)
+                   for j in range(n_hp)]  # component 0's rows: the same for all
 
             def emit(reading: int) -> None:
                 streams = _Streams(context, b, signature, args, reading, lanes, tracer.real)
@@ -224,18 +328,30 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                     t_next = b.select(b.icmp_signed("<", t_next, end), t_next, t)
                     prediction.start()
 
-                    def component(i: ir.Value, part: int) -> None:
-                        state = [load(rows.row(k, narrow, i)) for k in slots]
-                        outputs = vectorised(Traced(tracer, streams.x_at(t, i), False), delta, *state, lo_v, hi_v, *hps)
+                    def rule_on(component: Callable[[int], ir.Value], part: int) -> None:
+                        """The rule on a component (component(stage): the one a pipeline stage is on),
+                        its changed rows stored and its new weight added to prediction sum `part`."""
+                        def row(k: int, stage: int) -> ir.Value:
+                            return rows.row(k, narrow, component(stage))
+
+                        state = [Leaf(tracer, lambda stage, k=k: b.load(row(k, stage), align=dtype.itemsize))
+                                 for k in slots]
+                        x_t = Leaf(tracer, lambda stage: streams.x_at(t, component(stage)))
+                        outputs = vectorised(x_t, delta, *state, lo_v, hi_v, *hps)
                         for k, before, after in zip(slots, state, outputs):
                             if after is not before:
-                                b.store(tracer.value(after, False), rows.row(k, narrow, i), align=dtype.itemsize)
-                        prediction.add(part, tracer.value(outputs[0], False), streams.x_at(t_next, i, wide=True))
+                                stage, value = tracer.place(after)
+                                b.store(value, row(k, stage), align=dtype.itemsize)
+                        stage, w = tracer.place(outputs[0])
+                        prediction.add(part, w, streams.x_at(t_next, component(stage), wide=True))
 
-                    _components(b, rows.shape[0], partial_sums, component)
+                    if cuts:
+                        _pipelined(tracer, rows.shape[0], cuts, lambda component: rule_on(component, 0))
+                    else:
+                        _components(b, rows.shape[0], partial_sums, lambda i, part: rule_on(lambda stage: i, part))
                     predicted(t_next)
 
-            slots_read = context.cast(b, args[7], signature.args[7], nbtypes.int64)
+            slots_read = context.cast(b, args[8], signature.args[8], nbtypes.int64)
             with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 1))) as (one, more):
                 with one:
                     emit(1)
@@ -248,6 +364,6 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
             b.store(b.load(loss_sum), sum_pointer, align=8)
             return context.get_dummy_value()
 
-        return nbtypes.void(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses), codegen
+        return nbtypes.void(A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses), codegen
 
     return advance

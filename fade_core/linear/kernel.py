@@ -6,7 +6,10 @@ lanes of a component at once as explicit vector code (`simd` traces the plain-Py
 included, into LLVM vector instructions; the d = 20 components of one run are too few
 and too dependent to vectorise well). A block advances through a tile of steps in one
 intrinsic (`intrinsics`), which reads the streams itself and keeps the error and loss sum
-in registers. Blocks go to threads in shares (`in_threads`: the compiled driver releases
+in registers; the rules that adapt a step size or decay run their loop over components
+software-pipelined (`PIPELINE_STAGES`). Each tile of the streams is first copied
+slot-major, so that a block reads its seed's steps contiguously (float32 runs also get a
+float64 copy of x, which the prediction reads). Blocks go to threads in shares (`in_threads`: the compiled driver releases
 the GIL).
 
 Pack invariance: a lane computes exactly what its run computes alone. Lanes never mix
@@ -35,6 +38,9 @@ from fade_core.linear.rules import LinearLearner
 
 LANES = 8  # runs per block: one AVX2 register of float32 (16 for some learners: `lanes_for`)
 TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 cache
+# Stages of the software-pipelined component loop of the rules that adapt a step size or decay
+# (`intrinsics._Pipeline`): float32 +10-25%, float64 +0-15% over one stage; 2 and 4 gained less.
+PIPELINE_STAGES = 3
 
 # Reassociation and fused multiply-add let LLVM vectorise and schedule the loops; we keep
 # IEEE NaN/inf semantics (no 'nnan'/'ninf') so diverging runs stay visible as NaN/inf.
@@ -60,18 +66,32 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     rest padding (copies of a run of the block, never written back). A call advances share
     `share` of `shares` (one thread's blocks; `in_threads` runs the shares), stepping in
     tiles of `tile`, each tile through all its blocks (the state goes back to w, ... in
-    between, exactly: a tile is a chunk). A template: `driver` compiles one copy per
-    learner and dtype, with _ADVANCE and _LANES bound.
+    between, exactly: a tile is a chunk). A tile is first copied slot-major: x_tile (S, tile,
+    d), y_tile (S, tile) in float64, and x_wide, x in float64 (x_tile itself for float64
+    runs). A template: `driver` compiles one copy per
+    learner and dtype, with _ADVANCE, _LANES, _STEP_SIZE, _DECAY and _WIDEN bound.
     """
     d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
     keep_losses = losses.shape[1] > 0
-    # _LANES, _ADVANCE: bound by `driver`. Every row of A64 is written before it is read.
+    # Every row of A64 that the rule reads is written before it is read.
     A64 = np.empty((d, LANE_ROWS, _LANES))  # noqa: F821
     A = A64.view(w.dtype)
     lane_slot = np.empty(_LANES, np.int64)  # noqa: F821
     tile_losses = np.empty((tile, _LANES), w.dtype)  # noqa: F821  a block's, step-major
-    for t0 in range(0, x.shape[0], tile):  # x[t0:t0 + tile] stays in cache for all blocks of the share
+    x_tile, y_tile = np.empty((x.shape[1], tile, d), x.dtype), np.empty((x.shape[1], tile))
+    if _WIDEN:  # noqa: F821  (float32: the prediction's x in float64 too)
+        x_wide = np.empty((x.shape[1], tile, d))
+    else:
+        x_wide = x_tile
+    for t0 in range(0, x.shape[0], tile):  # the tile stays in cache for all blocks of the share
         t1 = min(t0 + tile, x.shape[0])
+        for t in range(t0, t1):  # slot-major: a block reads its slot's steps contiguously
+            for s in range(x.shape[1]):
+                y_tile[s, t - t0] = y[t, s]
+                for i in range(d):
+                    x_tile[s, t - t0, i] = x[t, s, i]
+                    if _WIDEN:  # noqa: F821
+                        x_wide[s, t - t0, i] = x[t, s, i]
         for b in range(share * blocks // shares, (share + 1) * blocks // shares):
             runs, used = lane_run[b], lanes_used[b]
             for l in range(_LANES):  # noqa: F821
@@ -80,21 +100,27 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
                 A64[0, _SUM, l] = loss_sums[r]
                 for j in range(n_hp):
                     A[0, _HP + j, l] = p[r, j]
-                for i in range(d):
-                    A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l] = (
-                        w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i])
+                for i in range(d):  # only the rows the learner keeps (_STEP_SIZE, _DECAY: bound by `driver`)
+                    A[i, _W, l] = w[r, i]
+                    if _STEP_SIZE:  # noqa: F821
+                        A[i, _BETA, l], A[i, _H, l] = beta[r, i], h[r, i]
+                    if _DECAY:  # noqa: F821
+                        A[i, _GAMMA, l], A[i, _G, l] = gamma[r, i], g[r, i]
             slots_read = 1
             for l in range(1, _LANES):  # noqa: F821  (runs come sorted by slot)
                 slots_read += lane_slot[l] != lane_slot[l - 1]
-            _ADVANCE(A64, A, x, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)  # noqa: F821  (intrinsics.py)
+            _ADVANCE(A64, A, x_tile, x_wide, y_tile, lane_slot, 0, t1 - t0, slots_read, lo, hi, tile_losses)  # noqa: F821  (intrinsics.py)
             for l in range(used):
                 r = runs[l]
                 if keep_losses:
                     losses[r, t0:t1] = tile_losses[: t1 - t0, l]
                 loss_sums[r] = A64[0, _SUM, l]
                 for i in range(d):
-                    w[r, i], beta[r, i], h[r, i], gamma[r, i], g[r, i] = (
-                        A[i, _W, l], A[i, _BETA, l], A[i, _H, l], A[i, _GAMMA, l], A[i, _G, l])
+                    w[r, i] = A[i, _W, l]
+                    if _STEP_SIZE:  # noqa: F821
+                        beta[r, i], h[r, i] = A[i, _BETA, l], A[i, _H, l]
+                    if _DECAY:  # noqa: F821
+                        gamma[r, i], g[r, i] = A[i, _GAMMA, l], A[i, _G, l]
 
 
 @contextlib.contextmanager
@@ -111,16 +137,17 @@ def _slp_vectorizer() -> Iterator[None]:
 
 
 @functools.cache
-def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
+def driver(learner: LinearLearner, dtype: np.dtype, stages: int | None = None) -> Callable:
     """`_run_blocks` compiled for one learner's rule and dtype (on first call), taking
-    C-contiguous arrays only.
+    C-contiguous arrays only. `stages`: of the pipelined loop over components (default:
+    PIPELINE_STAGES for the adaptive rules, 1 for the others; the tests compare them).
 
     The block's step (`intrinsics.advance_intrinsic`: the rule traced into vector code, and
     the prediction) is bound as a global of a copy of the template. Not a closure: numba's cache
     key hashes a closure's cells, and a dispatcher pickles with a per-process id, so a
     closure over the rule would miss the cache in every new process. The cache file is
-    named after the learner, the dtype and a digest of the source of the rule, vexp, simd and
-    intrinsics: numba only watches this file, not the ones its callees come from.
+    named after the learner, the dtype, the stages and a digest of the source of the rule,
+    vexp, simd and intrinsics: numba only watches this file, not the ones its callees come from.
     """
     dtype = np.dtype(dtype)
     # The prediction's float64 partial sums: a rule that adapts nothing is a few operations, so
@@ -128,12 +155,15 @@ def driver(learner: LinearLearner, dtype: np.dtype) -> Callable:
     # 1.4x); the adaptive rules need those registers (fade 8% slower with two).
     partial_sums = 1 if learner.adaptive else 2
     lanes = lanes_for(learner, dtype)
+    if stages is None:
+        stages = PIPELINE_STAGES if learner.adaptive else 1
     advance = intrinsics.advance_intrinsic(learner.rule, dtype, lanes, (_W, _BETA, _H, _GAMMA, _G), _HP, _SUM,
-                                           partial_sums)
+                                           partial_sums, stages)
     sources = (learner.rule, vexp, simd, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
-    name = f"_run_blocks_{learner.name}_{dtype.name}_{digest}"
-    scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes}
+    name = f"_run_blocks_{learner.name}_{dtype.name}_{stages}_{digest}"
+    scope = {**_run_blocks.__globals__, "_ADVANCE": advance, "_LANES": lanes, "_STEP_SIZE": learner.adapts_step_size,
+             "_DECAY": learner.adapts_decay, "_WIDEN": dtype == np.float32}
     template = types.FunctionType(_run_blocks.__code__, scope, name)
     template.__qualname__ = name
     compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(template)  # parallel=True: 2.4x the compile time

@@ -18,7 +18,7 @@ state's dtype. A lane's result never depends on the other lanes.
 from __future__ import annotations
 
 import types
-from typing import Callable
+from typing import Callable, NamedTuple, Sequence
 
 import numba
 import numpy as np
@@ -42,7 +42,9 @@ def splat(builder: ir.IRBuilder, scalar: ir.Value, vector: ir.VectorType) -> ir.
 
 
 class Tracer:
-    """Emits vector instructions of one element type into `builder`."""
+    """Emits vector instructions of one element type into `builder`. With a `pipeline` set
+    (`intrinsics._Pipeline`), each instruction goes to the pipeline stage its depth falls in,
+    and values that cross stages are carried by the pipeline."""
 
     def __init__(self, builder: ir.IRBuilder, dtype: np.dtype, lanes: int):
         self.builder, self.lanes = builder, lanes
@@ -51,53 +53,111 @@ class Tracer:
         self.integer = ir.IntType(8 * self.dtype.itemsize)
         self.real_vector = ir.VectorType(self.real, lanes)
         self.int_vector = ir.VectorType(self.integer, lanes)
+        self.pipeline = None
+        self.constants: dict[float, ir.Value] = {}
+        self.uses: list[tuple[int, int, Traced]] | None = None  # kept by `shape`: (depth made, depth used, value)
 
-    def constant(self, value, is_int: bool) -> ir.Constant:
+    def constant(self, value, is_int: bool) -> ir.Value:
+        """A number as a vector of the element type. Inside a pipeline, a float constant is made
+        once, in the function's entry block, as a value LLVM cannot see through (`_opaque`):
+        LLVM would otherwise re-broadcast it from the constant pool at every use (two
+        instructions each under numba's code model) once the stages use all registers; opaque,
+        it is kept or spilled once and read as a memory operand."""
         if is_int:
             return ir.Constant(self.int_vector, [ir.Constant(self.integer, int(value))] * self.lanes)
-        return ir.Constant(self.real_vector, [ir.Constant(self.real, float(self.dtype.type(value)))] * self.lanes)
+        constant = ir.Constant(self.real_vector, [ir.Constant(self.real, float(self.dtype.type(value)))] * self.lanes)
+        if self.pipeline is None:
+            return constant
+        key = float(self.dtype.type(value))
+        if key not in self.constants:
+            with self.builder.goto_entry_block():
+                self.constants[key] = _opaque(self.builder, constant)
+        return self.constants[key]
 
     def splat(self, scalar: ir.Value) -> "Traced":
-        """A vector with `scalar` in every lane."""
+        """A vector with `scalar` in every lane (an invariant: usable in every stage)."""
         return Traced(self, splat(self.builder, scalar, self.real_vector), False)
 
-    def value(self, operand, is_int: bool) -> ir.Value:
+    def value(self, operand, is_int: bool, stage: int = 0) -> ir.Value:
+        """The operand as an LLVM value in `stage` (a number as a constant)."""
         if isinstance(operand, Traced):
             if operand.is_int != is_int:
                 raise TypeError("a traced rule mixes integer and float vectors")
-            return operand.value
+            return operand.value_in(stage)
         return self.constant(operand, is_int)
+
+    def op(self, make: Callable, operands: tuple, is_int: bool, *, result_int: bool | None = None, cost: int = 1,
+           factors: tuple | None = None) -> "Traced":
+        """One instruction make(builder, *operand values), in the stage of its depth (one more than
+        its deepest operand's, `cost` 0 for a bitcast) or of a later operand."""
+        traced = [o for o in operands if isinstance(o, Traced)]
+        stages = [o.stage for o in traced if o.stage is not None]
+        out_int = is_int if result_int is None else result_int
+        if not stages:  # of invariants only: an invariant, before the pipeline's stages
+            if self.pipeline is not None:
+                self.pipeline.enter_head()
+            values = [self.value(o, is_int) for o in operands]
+            return Traced(self, make(self.builder, *values), out_int, factors)
+        depth = max(o.depth for o in traced) + cost
+        stage = 0 if self.pipeline is None else max(self.pipeline.stage_of(depth), *stages)
+        values = [self.value(o, is_int, stage) for o in operands]
+        self.enter(stage)  # after the operands' loads, which may have moved the builder
+        result = Traced(self, make(self.builder, *values), out_int, factors, depth, stage)
+        if self.uses is not None:
+            self.uses.extend((o.depth, depth, o) for o in traced if o.stage is not None)
+        return result
+
+    def enter(self, stage: int) -> None:
+        """Emit into pipeline stage `stage`'s block (no-op without a pipeline)."""
+        if self.pipeline is not None:
+            self.pipeline.enter(stage)
+
+    def place(self, operand) -> tuple[int, ir.Value]:
+        """The stage where `operand` is made (0 for an invariant or a number) and its value
+        there; the builder emits there next."""
+        stage = operand.stage if isinstance(operand, Traced) and operand.stage is not None else 0
+        value = self.value(operand, False, stage)
+        self.enter(stage)
+        return stage, value
 
 
 class Traced:
     """One vector value of the rule being traced. Arithmetic with another Traced or a
-    number emits an instruction; numbers become constants of the element type."""
+    number emits an instruction; numbers become constants of the element type. `stage` is
+    None for an invariant (defined before the rule, usable anywhere)."""
 
-    __slots__ = ("tracer", "value", "is_int", "factors")
+    __slots__ = ("tracer", "value", "is_int", "factors", "depth", "stage")
     __array_ufunc__ = None  # numpy scalars defer to our reflected operators
 
-    def __init__(self, tracer: Tracer, value: ir.Value, is_int: bool, factors: tuple | None = None):
+    def __init__(self, tracer: Tracer, value: ir.Value | None, is_int: bool, factors: tuple | None = None,
+                 depth: int = 0, stage: int | None = None):
         self.tracer, self.value, self.is_int = tracer, value, is_int
-        self.factors = factors  # (a, b) when this is the float product a * b: a sum may fuse it
+        self.factors = factors  # the operands (a, b) when this is the float product a * b: a sum may fuse it
+        self.depth, self.stage = depth, stage
+
+    def value_in(self, stage: int) -> ir.Value:
+        """This value where stage `stage`'s instructions can use it."""
+        if self.stage is None or self.stage == stage or self.tracer.pipeline is None:
+            return self.value
+        return self.tracer.pipeline.carry(self, stage)
 
     def _binary(self, other, float_op: str, int_op: str | None, reflected: bool = False) -> "Traced":
         """One instruction. A float sum or difference with a product fuses it into one
         multiply-add, rounded once: the right operand's if it is a product, else the left's
         (`a * b + c * d` is fma(c, d, a * b))."""
-        t, b = self.tracer, self.tracer.builder
+        t = self.tracer
         left, right = (other, self) if reflected else (self, other)
-        lhs, rhs = t.value(left, self.is_int), t.value(right, self.is_int)
         if self.is_int:
             if int_op is None:
                 raise TypeError(f"{float_op} of integer vectors is not traced")
-            return Traced(t, getattr(b, int_op)(lhs, rhs), True)
+            return t.op(lambda b, l, r: getattr(b, int_op)(l, r), (left, right), True)
         if float_op == "fmul":
-            return Traced(t, b.fmul(lhs, rhs), False, (lhs, rhs))
+            return t.op(lambda b, l, r: b.fmul(l, r), (left, right), False, factors=(left, right))
         if float_op in ("fadd", "fsub"):
-            fused = _fused(b, left, right, float_op == "fsub")
+            fused = _fused(t, left, right, float_op == "fsub")
             if fused is not None:
-                return Traced(t, fused, False)
-        return Traced(t, getattr(b, float_op)(lhs, rhs), False)
+                return fused
+        return t.op(lambda b, l, r: getattr(b, float_op)(l, r), (left, right), False)
 
     def __add__(self, other):
         return self._binary(other, "fadd", "add")
@@ -130,6 +190,34 @@ class Traced:
         return self._binary(other, "", "shl")
 
 
+class Leaf(Traced):
+    """An input of the rule read per stage (a state row, x): `load(stage)` emits the read
+    where that stage's instructions are, once per stage."""
+
+    __slots__ = ("load", "loaded")
+
+    def __init__(self, tracer: Tracer, load: Callable[[int], ir.Value]):
+        super().__init__(tracer, None, False, stage=0)
+        self.load, self.loaded = load, {}
+
+    def value_in(self, stage: int) -> ir.Value:
+        if stage not in self.loaded:
+            self.tracer.enter(stage)
+            self.loaded[stage] = self.load(stage)
+        return self.loaded[stage]
+
+
+def _opaque(builder: ir.IRBuilder, constant: ir.Constant) -> ir.Value:
+    """`constant` (a splat) as a value LLVM cannot see through: an empty asm per 256-bit
+    register, the halves of a wider vector joined."""
+    vector = constant.type
+    if vector.count * (32 if vector.element == ir.FloatType() else 64) <= 256:
+        return builder.asm(ir.FunctionType(vector, [vector]), "", "=x,0", [constant], False)
+    half = _opaque(builder, ir.Constant(ir.VectorType(vector.element, vector.count // 2), constant.constant[: vector.count // 2]))
+    joined = ir.Constant(ir.VectorType(ir.IntType(32), vector.count), list(range(vector.count)))
+    return builder.shuffle_vector(half, half, joined)
+
+
 def fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Value:
     """a * b + c rounded once (llvm.fma of a float or double vector)."""
     vector = a.type
@@ -139,16 +227,17 @@ def fma(builder: ir.IRBuilder, a: ir.Value, b: ir.Value, c: ir.Value) -> ir.Valu
     return builder.call(function, [a, b, c])
 
 
-def _fused(builder: ir.IRBuilder, left, right, subtract: bool) -> ir.Value | None:
+def _fused(tracer: Tracer, left, right, subtract: bool) -> Traced | None:
     """left +/- right as one multiply-add when right (else left) is a traced product; None when
     neither is."""
-    t = (left if isinstance(left, Traced) else right).tracer
     if isinstance(right, Traced) and right.factors is not None:
-        a, b = right.factors
-        return fma(builder, builder.fneg(a) if subtract else a, b, t.value(left, False))
+        if subtract:
+            return tracer.op(lambda b, a, c, s: fma(b, b.fneg(a), c, s), (*right.factors, left), False)
+        return tracer.op(lambda b, a, c, s: fma(b, a, c, s), (*right.factors, left), False)
     if isinstance(left, Traced) and left.factors is not None:
-        c = t.value(right, False)
-        return fma(builder, *left.factors, builder.fneg(c) if subtract else c)
+        if subtract:
+            return tracer.op(lambda b, a, c, s: fma(b, a, c, b.fneg(s)), (*left.factors, right), False)
+        return tracer.op(lambda b, a, c, s: fma(b, a, c, s), (*left.factors, right), False)
     return None
 
 
@@ -159,8 +248,7 @@ def _select_if(op: str) -> Callable:
         if not isinstance(a, Traced) and not isinstance(b, Traced):
             return max(a, b) if op == ">" else min(a, b)
         t = a.tracer if isinstance(a, Traced) else b.tracer
-        av, bv = t.value(a, False), t.value(b, False)
-        return Traced(t, t.builder.select(t.builder.fcmp_ordered(op, bv, av), bv, av), False)
+        return t.op(lambda bld, av, bv: bld.select(bld.fcmp_ordered(op, bv, av), bv, av), (a, b), False)
 
     return pick
 
@@ -170,12 +258,12 @@ _max, _min = _select_if(">"), _select_if("<")
 
 def _bits(value: Traced) -> Traced:
     t = value.tracer
-    return Traced(t, t.builder.bitcast(value.value, t.int_vector), True)
+    return t.op(lambda b, v: b.bitcast(v, t.int_vector), (value,), False, result_int=True, cost=0)
 
 
 def _float_from_bits(bits: Traced, like: Traced) -> Traced:
     t = bits.tracer
-    return Traced(t, t.builder.bitcast(bits.value, t.real_vector), False)
+    return t.op(lambda b, v: b.bitcast(v, t.real_vector), (bits,), True, result_int=False, cost=0)
 
 
 def _retraced(function: Callable, **names) -> Callable:
@@ -215,3 +303,26 @@ def elementwise(function: Callable, dtype: np.dtype, lanes: int) -> Callable:
             chunk(values, out, start)
 
     return apply
+
+
+class Shape(NamedTuple):
+    """A traced function's dependency structure: the longest chain of instructions from its
+    arguments to its results (bitcasts free), and for each depth c < depth, how many values
+    made at depth <= c are used deeper (what a pipeline cut after depth c carries)."""
+
+    depth: int
+    crossing: tuple[int, ...]  # crossing[c - 1]: across a cut after depth c
+
+
+def shape(vectorised: Callable, invariant: Sequence[bool], dtype: np.dtype, lanes: int) -> Shape:
+    """`vectorised`'s Shape: traced once into a scratch function. `invariant`: the arguments
+    that are the same for every component (they start no chain)."""
+    function = ir.Function(ir.Module(), ir.FunctionType(ir.VoidType(), []), "shape")
+    tracer = Tracer(ir.IRBuilder(function.append_basic_block()), dtype, lanes)
+    uses = tracer.uses = []
+    undefined = ir.Constant(tracer.real_vector, ir.Undefined)
+    arguments = [Traced(tracer, undefined, False, stage=None if i else 0) for i in invariant]
+    results = vectorised(*arguments)
+    depth = max(r.depth for r in results if isinstance(r, Traced))
+    crossing = tuple(len({v for made, used, v in uses if 0 < made <= c < used}) for c in range(1, depth))
+    return Shape(depth, crossing)
