@@ -110,13 +110,26 @@ def _fade_constants_for(like):
 
 
 @_scalar
+def fade_decay(gamma, trace, grad, theta, fc):
+    """FADE's meta-update of one parameter's log decay rate -> (gamma, decay = exp(gamma)):
+    the first half of `fade`, the long dependency chain (clamp, exp)."""
+    gamma = min(max(gamma - theta * grad * trace, fc[0]), fc[1])
+    return gamma, _exp_small(gamma, fc[4:])
+
+
+@_scalar
+def fade_apply(decay, trace, w, q, alpha_eff, fc):
+    """The second half of `fade` -> (trace, decayed w)."""
+    one, zero = fc[2], fc[3]
+    return trace * max(one - decay - alpha_eff * q, zero) - decay * w, w * (one - decay)
+
+
+@_scalar
 def fade(gamma, trace, w, grad, q, alpha_eff, theta, fc):
     """FADE on one parameter before its base step -> (gamma, trace, decayed w); fc from
     `fade_constants`."""
-    lo, hi, one, zero = fc[0], fc[1], fc[2], fc[3]
-    gamma = min(max(gamma - theta * grad * trace, lo), hi)
-    decay = _exp_small(gamma, fc[4:])
-    return gamma, trace * max(one - decay - alpha_eff * q, zero) - decay * w, w * (one - decay)
+    gamma, decay = fade_decay(gamma, trace, grad, theta, fc)
+    return (gamma, *fade_apply(decay, trace, w, q, alpha_eff, fc))
 
 
 @_scalar
