@@ -206,9 +206,9 @@ def _fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
 
 @_dense
 def _fade_adam_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, first_step, ac,
-                        back, delta_in):
+                        back, delta_in, decay):
     """FADE then Adam on the layer whose W starts at p[w0] (its gamma and trace at gm[e0],
-    tr[e0]); `back` as in `_sgd_rank_one`."""
+    tr[e0]); `back` as in `_sgd_rank_one`; a row's passes as in `_fade_sgd_rank_one`."""
     if back:
         delta_in[:] = 0
     for j in range(fan_out):
@@ -219,10 +219,12 @@ def _fade_adam_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, fa
         if back:
             for i in range(fan_in):
                 delta_in[i] += pr[i] * dj
-        for i in range(fan_in):  # (a second loop over the row in L1: Adam's divisions bound it, not the loads)
+        for i in range(fan_in):
+            gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
+        for i in range(fan_in):
             xi = inp[i]
             alpha_eff = adam_alpha_eff(vr[i], alpha, first_step, ac)
-            gr[i], tr_[i], w = fade(gr[i], tr_[i], pr[i], dj * xi, xi * xi * fj, alpha_eff, theta, fc)
+            tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha_eff, fc)
             mr[i], vr[i], pr[i] = adam(mr[i], vr[i], w, dj * xi, ac)
 
 
@@ -428,7 +430,7 @@ def run_segment(setup, hp, state, data, sums):
                                        back, d_in, row_buffer)
                 elif fade_on:
                     _fade_adam_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th,
-                                        fc, first, ac, back, d_in)
+                                        fc, first, ac, back, d_in, row_buffer)
                 elif layer == 0 and fused_adam:
                     _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, bounds[0],
                                                x[t + 1, s] if t + 1 < steps else zero_in, z, one - one)
