@@ -4,7 +4,7 @@ LLVM inlines them into the row loops of cpu_kernel and vectorises those, so ever
 here is branch-free arithmetic in the parameters' own dtype: a float64 constant in a
 float32 run would make numba widen the whole rule to float64 (half the vector width,
 plus conversions), and torch computes a float32 run's rule in float32 too. The dtype's
-constants come in as `FadeConstants` (or from `_exp_small`'s per-dtype specialisation).
+constants come in as tuples made at run time (`fade_constants`, `adam_constants`).
 (numba's IR-level inline="always" defeated vectorisation: 4x slower.)
 """
 
@@ -17,6 +17,8 @@ import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.extending import intrinsic, overload
+from numba.np.numpy_support import as_dtype
+from numba.np.unsafe.ndarray import to_fixed_tuple
 
 from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN
 
@@ -48,58 +50,86 @@ def _pow2(typingctx, k):
     return k(k), codegen
 
 
-def _exp_small(x):
-    """exp(x) for x in FADE's clamp range [-15, 0], in x's dtype (compiled only)."""
+def _exp_constants(dtype: type) -> tuple[float, ...]:
+    """`_exp_small`'s constants in float64: log2(e), 1/2, ln 2 split in a high part whose product
+    with k is exact and a low part (Cody-Waite), then the Taylor coefficients 1/n! of exp(r)
+    for |r| <= ln 2 / 2: degree 7 in float32 (measured: within 1.2 ulp of exp over [-15, 0]),
+    12 in float64 (5 ulp, relative 8e-16)."""
+    if dtype is np.float32:
+        split, degree = (0.693359375, -2.12194440e-4), 7
+    else:
+        split, degree = (6.93147180369123816490e-01, 1.90821492927058770002e-10), 12
+    return (1 / math.log(2), 0.5, *split, *(1 / math.factorial(n) for n in range(degree + 1)))
+
+
+def _exp_small(x, c):
+    """exp(x) for x in FADE's clamp range [-15, 0], in x's dtype, with c the dtype's
+    `_exp_constants` (compiled only)."""
 
 
 @overload(_exp_small, fastmath=FASTMATH)
-def _exp_small_for(x):
-    """exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2 (Cody-Waite: ln 2 split in
-    a high part whose product with k is exact and a low part), exp(r) as a Taylor
-    polynomial for |r| <= ln 2 / 2: degree 7 in float32 (measured: within 1.2 ulp of
-    exp over [-15, 0]), 12 in float64 (5 ulp, relative 8e-16). libm's exp is a scalar call
-    that LLVM cannot vectorise, and it dominated the FADE rows."""
-    dtype = np.float32 if x.bitwidth == 32 else np.float64
-    log2e, half = dtype(1 / math.log(2)), dtype(0.5)
-    if dtype is np.float32:
-        hi, lo = dtype(0.693359375), dtype(-2.12194440e-4)
+def _exp_small_for(x, c):
+    """exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2, exp(r) by Horner's scheme.
+    libm's exp is a scalar call that LLVM cannot vectorise, and it dominated the FADE rows."""
+    if x.bitwidth == 32:
+        def exp_poly(r, c):
+            return c[4] + r * (c[5] + r * (c[6] + r * (c[7] + r * (c[8] + r * (c[9] + r * (c[10] + r * c[11]))))))
     else:
-        hi, lo = dtype(6.93147180369123816490e-01), dtype(1.90821492927058770002e-10)
-    c = tuple(dtype(1 / math.factorial(n)) for n in range(13))
-
-    if dtype is np.float32:
-        def exp_poly(r):
-            return c[0] + r * (c[1] + r * (c[2] + r * (c[3] + r * (c[4] + r * (c[5] + r * (c[6] + r * c[7]))))))
-    else:
-        def exp_poly(r):
-            return c[0] + r * (c[1] + r * (c[2] + r * (c[3] + r * (c[4] + r * (c[5] + r * (c[6] + r * (
-                c[7] + r * (c[8] + r * (c[9] + r * (c[10] + r * (c[11] + r * c[12])))))))))))
+        def exp_poly(r, c):
+            return c[4] + r * (c[5] + r * (c[6] + r * (c[7] + r * (c[8] + r * (c[9] + r * (c[10] + r * (
+                c[11] + r * (c[12] + r * (c[13] + r * (c[14] + r * (c[15] + r * c[16])))))))))))
     poly = numba.njit(fastmath=FASTMATH)(exp_poly)
 
-    def exp_small(x):
-        k = np.floor(x * log2e + half)
-        r = (x - k * hi) - k * lo
-        return _pow2(k) * poly(r)
+    def exp_small(x, c):
+        k = np.floor(x * c[0] + c[1])
+        r = (x - k * c[2]) - k * c[3]
+        return _pow2(k) * poly(r, c)
 
     return exp_small
 
 
-@_scalar
 def fade_constants(like):
-    """FADE's constants in the dtype of array `like`: (gamma's lower and upper clamp, 1, 0)."""
-    c = np.empty(4, dtype=like.dtype)
-    c[0], c[1], c[2], c[3] = GAMMA_MIN, GAMMA_MAX, 1.0, 0.0
-    return (c[0], c[1], c[2], c[3])
+    """FADE's constants in the dtype of array `like`: gamma's lower and upper clamp, 1, 0, then
+    exp's (`_exp_constants`). Values made at run time, not literals: LLVM keeps them out of
+    the row loops as whole vectors (in registers, or spilled and read as memory operands); as
+    literals it re-broadcast each from the constant pool in every iteration."""
+
+
+@overload(fade_constants)
+def _fade_constants_for(like):
+    values = np.array((GAMMA_MIN, GAMMA_MAX, 1.0, 0.0, *_exp_constants(as_dtype(like.dtype).type)))
+    count = len(values)
+
+    def constants(like):
+        out = np.empty(count, dtype=like.dtype)
+        for k in range(count):
+            out[k] = values[k]
+        return to_fixed_tuple(out, count)
+
+    return constants
+
+
+@_scalar
+def fade_decay(gamma, trace, grad, theta, fc):
+    """FADE's meta-update of one parameter's log decay rate -> (gamma, decay = exp(gamma)):
+    the first half of `fade`, the long dependency chain (clamp, exp)."""
+    gamma = min(max(gamma - theta * grad * trace, fc[0]), fc[1])
+    return gamma, _exp_small(gamma, fc[4:])
+
+
+@_scalar
+def fade_apply(decay, trace, w, q, alpha_eff, fc):
+    """The second half of `fade` -> (trace, decayed w)."""
+    one, zero = fc[2], fc[3]
+    return trace * max(one - decay - alpha_eff * q, zero) - decay * w, w * (one - decay)
 
 
 @_scalar
 def fade(gamma, trace, w, grad, q, alpha_eff, theta, fc):
     """FADE on one parameter before its base step -> (gamma, trace, decayed w); fc from
     `fade_constants`."""
-    lo, hi, one, zero = fc
-    gamma = min(max(gamma - theta * grad * trace, lo), hi)
-    decay = _exp_small(gamma)
-    return gamma, trace * max(one - decay - alpha_eff * q, zero) - decay * w, w * (one - decay)
+    gamma, decay = fade_decay(gamma, trace, grad, theta, fc)
+    return (gamma, *fade_apply(decay, trace, w, q, alpha_eff, fc))
 
 
 @_scalar

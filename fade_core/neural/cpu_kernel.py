@@ -29,7 +29,9 @@ from fade_core.neural.cpu_elements import (
     adam_alpha_eff,
     adam_constants,
     fade,
+    fade_apply,
     fade_constants,
+    fade_decay,
     null_adam,
 )
 from fade_core.neural.rules import WD_COUPLED, WD_DECOUPLED, WD_NONE
@@ -179,33 +181,34 @@ def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, next_in
 
 
 @_dense
-def _fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, back, delta_in):
+def _fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, back, delta_in, decay):
     """FADE then SGD on the layer whose W starts at p[w0] (its gamma and trace at gm[e0],
-    tr[e0]); `back` as in `_sgd_rank_one`."""
+    tr[e0]); `back` as in `_sgd_rank_one`. A row in two passes, `fade_decay` then the rest
+    (decay: a row's buffer): one loop over both had each weight's whole dependency chain
+    (meta-update, clamp, exp, decay) in one iteration, longer than the out-of-order core
+    could overlap across iterations; the same arithmetic, so the same bits."""
     if back:
         delta_in[:] = 0
     for j in range(fan_out):
         row, e = w0 + j * fan_in, e0 + j * fan_in
         pr, gr, tr_ = p[row : row + fan_in], gm[e : e + fan_in], tr[e : e + fan_in]
         dj, fj = delta[j], factor[j]
+        for i in range(fan_in):
+            gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
         if back:
             for i in range(fan_in):
-                xi, wi = inp[i], pr[i]
-                delta_in[i] += wi * dj
-                gr[i], tr_[i], w = fade(gr[i], tr_[i], wi, dj * xi, xi * xi * fj, alpha, theta, fc)
-                pr[i] = w - alpha * (dj * xi)
-        else:
-            for i in range(fan_in):
-                xi = inp[i]
-                gr[i], tr_[i], w = fade(gr[i], tr_[i], pr[i], dj * xi, xi * xi * fj, alpha, theta, fc)
-                pr[i] = w - alpha * (dj * xi)
+                delta_in[i] += pr[i] * dj
+        for i in range(fan_in):
+            xi = inp[i]
+            tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha, fc)
+            pr[i] = w - alpha * (dj * xi)
 
 
 @_dense
 def _fade_adam_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, first_step, ac,
-                        back, delta_in):
+                        back, delta_in, decay):
     """FADE then Adam on the layer whose W starts at p[w0] (its gamma and trace at gm[e0],
-    tr[e0]); `back` as in `_sgd_rank_one`."""
+    tr[e0]); `back` as in `_sgd_rank_one`; a row's passes as in `_fade_sgd_rank_one`."""
     if back:
         delta_in[:] = 0
     for j in range(fan_out):
@@ -216,10 +219,12 @@ def _fade_adam_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, fa
         if back:
             for i in range(fan_in):
                 delta_in[i] += pr[i] * dj
-        for i in range(fan_in):  # (a second loop over the row in L1: Adam's divisions bound it, not the loads)
+        for i in range(fan_in):
+            gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
+        for i in range(fan_in):
             xi = inp[i]
             alpha_eff = adam_alpha_eff(vr[i], alpha, first_step, ac)
-            gr[i], tr_[i], w = fade(gr[i], tr_[i], pr[i], dj * xi, xi * xi * fj, alpha_eff, theta, fc)
+            tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha_eff, fc)
             mr[i], vr[i], pr[i] = adam(mr[i], vr[i], w, dj * xi, ac)
 
 
@@ -334,6 +339,7 @@ def run_segment(setup, hp, state, data, sums):
         acts = np.empty(n_in + units - n_out, dtype=params.dtype)  # each layer's input, concatenated
         z = np.empty(units, dtype=params.dtype)  # pre-activations of every layer
         delta = np.empty(units, dtype=params.dtype)
+        row_buffer = np.empty(sizes[:-1].max(), dtype=params.dtype)  # a weight row's decay rates
         ones = np.ones(units, dtype=params.dtype)
         adam_scalars = np.empty(7, dtype=params.dtype)
         bounds = np.empty(layers, dtype=params.dtype)  # each layer's clipping bound (inf: none)
@@ -421,10 +427,10 @@ def run_segment(setup, hp, state, data, sums):
                 factor = head_factor if layer == layers - 1 and classification else ones[:fan_out]
                 if fade_on and not adam_base:
                     _fade_sgd_rank_one(p, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
-                                       back, d_in)
+                                       back, d_in, row_buffer)
                 elif fade_on:
                     _fade_adam_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th,
-                                        fc, first, ac, back, d_in)
+                                        fc, first, ac, back, d_in, row_buffer)
                 elif layer == 0 and fused_adam:
                     _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, bounds[0],
                                                x[t + 1, s] if t + 1 < steps else zero_in, z, one - one)
