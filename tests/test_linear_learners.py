@@ -259,7 +259,8 @@ def test_a_pipelined_step_gives_the_bits_of_the_plain_one(name, dtype, stages):
     """The adaptive rules' loop over components runs software-pipelined (`kernel.PIPELINE_STAGES`):
     each component gets the rule's instructions in the rule's order, only interleaved with
     other components'. Losses, loss sums and every state row equal the unpipelined loop's to
-    the bit, over 3 tiles, with runs of 6 seeds in blocks of one seed and of several, and
+    the bit (in runs that do not overflow: where exp(gamma) nears the float's maximum, LLVM's
+    optimisation of the plain loop's single block made NaN of a finite value), over 3 tiles, with runs of 6 seeds in blocks of one seed and of several, and
     d = 7 (fewer components than a block has lanes; the pipeline's first and last iterations
     run only some stages)."""
     from fade_core.linear import kernel
@@ -290,3 +291,25 @@ def test_a_pipelined_step_gives_the_bits_of_the_plain_one(name, dtype, stages):
     assert np.isfinite(plain[0]).all() and not np.array_equal(plain[2], start[0])
     for got, want, what in zip(pipelined, plain, ("losses", "loss sums", "w", "beta", "h", "gamma", "g")):
         np.testing.assert_array_equal(got, want, err_msg=f"{name} {dtype} {stages} stages: {what}")
+
+
+def test_advance_rejects_inputs_the_compiled_driver_would_read_out_of_bounds():
+    """A slot outside the streams, x of another width, y of other steps, another dtype or a
+    losses buffer of the wrong length: one clear ValueError, before the compiled code runs."""
+    from fade_core.linear import advance, hyperparameter_matrix, init_state
+
+    learner = LINEAR_LEARNERS["fade"]
+    hp = hyperparameter_matrix(learner, {"alpha": 0.01, "theta_lambda": 0.01, "gamma0": -2.0}, 4, torch.float32)
+    x, y, slot = torch.zeros(5, 2, 20), torch.zeros(5, 2), torch.tensor([0, 1, 1, 0])
+    good = dict(x=x, y=y, run_slot=slot, losses=torch.empty(4, 5))
+    bad = {"slot": dict(run_slot=torch.tensor([0, 1, 2, 0])), "negative slot": dict(run_slot=torch.tensor([0, -1, 1, 0])),
+           "width": dict(x=torch.zeros(5, 2, 19)), "steps of y": dict(y=torch.zeros(4, 2)),
+           "dtype": dict(x=x.double(), y=y.double()), "losses": dict(losses=torch.empty(4, 3))}
+    for what, change in bad.items():
+        state = init_state(learner, hp, torch.zeros(4, 20))
+        args = {**good, **change}
+        with pytest.raises(ValueError, match="advance: "):
+            advance(learner, hp, state, args["x"], args["y"], args["run_slot"], args["losses"])
+        assert torch.equal(state.w, torch.zeros(4, 20)), what
+    state = init_state(learner, hp, torch.zeros(4, 20))
+    advance(learner, hp, state, x, y, slot, good["losses"])  # the good call runs
