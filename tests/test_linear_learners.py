@@ -259,8 +259,9 @@ def test_a_pipelined_step_gives_the_bits_of_the_plain_one(name, dtype, stages):
     """The adaptive rules' loop over components runs software-pipelined (`kernel.PIPELINE_STAGES`):
     each component gets the rule's instructions in the rule's order, only interleaved with
     other components'. Losses, loss sums and every state row equal the unpipelined loop's to
-    the bit (in runs that do not overflow: where exp(gamma) nears the float's maximum, LLVM's
-    optimisation of the plain loop's single block made NaN of a finite value), over 3 tiles, with runs of 6 seeds in blocks of one seed and of several, and
+    the bit (in runs that do not overflow: with exp(gamma) near the float's maximum, the plain
+    loop was seen to give NaN where the pipelined one, like the rule evaluated in IEEE order,
+    gives a finite value), over 3 tiles, with runs of 6 seeds in blocks of one seed and of several, and
     d = 7 (fewer components than a block has lanes; the pipeline's first and last iterations
     run only some stages)."""
     from fade_core.linear import kernel
