@@ -36,7 +36,7 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from fade_core.linear.rules import STATE_ARGS
-from fade_core.linear.simd import Leaf, Shape, Traced, Tracer, fma, shape, splat, traced_rule
+from fade_core.linear.simd import Leaf, Shape, Traced, Tracer, fma, ieee, shape, splat, traced_rule
 
 _I64 = ir.IntType(64)
 
@@ -166,7 +166,7 @@ class _Prediction:
         s = [b.load(total) for total in self.sums]
         prediction = s[0]
         for v in s[1:]:
-            prediction = b.fadd(prediction, v)
+            prediction = ieee(b.fadd(prediction, v))
         return prediction
 
 
@@ -330,7 +330,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                 prediction = _Prediction(b, lanes, partial_sums)
 
                 def predicted(t: ir.Value) -> None:
-                    b.store(b.fsub(streams.y64_at(t), prediction.total()), error)
+                    b.store(ieee(b.fsub(streams.y64_at(t), prediction.total())), error)
 
                 prediction.start()  # step t0's from the weights in A; later steps' are fused into the update
                 def weight(i: ir.Value, part: int) -> None:
@@ -343,7 +343,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                 with cgutils.for_range(b, end, start=first) as loop:  # [t0, t1)
                     t = loop.index
                     e = b.load(error)
-                    squared = b.fmul(e, e)
+                    squared = ieee(b.fmul(e, e))
                     b.store(fma(b, e, e, b.load(loss_sum)), loss_sum)  # e^2 fused into the sum
                     row = b.mul(b.sub(t, first), losses.strides[0])
                     b.store(squared if dtype == np.float64 else b.fptrunc(squared, narrow), losses.at(row, narrow),
