@@ -290,3 +290,53 @@ def test_a_pipelined_step_gives_the_bits_of_the_plain_one(name, dtype, stages):
     assert np.isfinite(plain[0]).all() and not np.array_equal(plain[2], start[0])
     for got, want, what in zip(pipelined, plain, ("losses", "loss sums", "w", "beta", "h", "gamma", "g")):
         np.testing.assert_array_equal(got, want, err_msg=f"{name} {dtype} {stages} stages: {what}")
+
+
+def test_advance_rejects_inputs_the_compiled_driver_would_read_out_of_bounds():
+    """A slot outside the streams, x of another width, y of other steps, another dtype or a
+    losses buffer of the wrong length: one clear ValueError, before the compiled code runs."""
+    from fade_core.linear import advance, hyperparameter_matrix, init_state
+
+    learner = LINEAR_LEARNERS["fade"]
+    hp = hyperparameter_matrix(learner, {"alpha": 0.01, "theta_lambda": 0.01, "gamma0": -2.0}, 4, torch.float32)
+    x, y, slot = torch.zeros(5, 2, 20), torch.zeros(5, 2), torch.tensor([0, 1, 1, 0])
+    good = dict(x=x, y=y, run_slot=slot, losses=torch.empty(4, 5))
+    bad = {"slot": dict(run_slot=torch.tensor([0, 1, 2, 0])), "negative slot": dict(run_slot=torch.tensor([0, -1, 1, 0])),
+           "width": dict(x=torch.zeros(5, 2, 19)), "steps of y": dict(y=torch.zeros(4, 2)),
+           "dtype": dict(x=x.double(), y=y.double()), "losses": dict(losses=torch.empty(4, 3))}
+    for what, change in bad.items():
+        state = init_state(learner, hp, torch.zeros(4, 20))
+        args = {**good, **change}
+        with pytest.raises(ValueError, match="advance: "):
+            advance(learner, hp, state, args["x"], args["y"], args["run_slot"], args["losses"])
+        assert torch.equal(state.w, torch.zeros(4, 20)), what
+    state = init_state(learner, hp, torch.zeros(4, 20))
+    advance(learner, hp, state, x, y, slot, good["losses"])  # the good call runs
+
+
+def test_the_rule_keeps_its_written_order_near_overflow():
+    """numba gives every float operation of the compiled driver its fast-math flags (reassociation
+    included) unless the operation has flags of its own, and the traced rule is inlined in the
+    driver: it must keep its written order all the same. A coupled run found by a hostile-user
+    pass: its third component has exp(beta) = 0 and exp(gamma) ~ 2e38, so a * l * w is
+    (a * l) * w = 0, but the reassociated a * (l * w) is 0 * inf = NaN. The plain loop gave NaN
+    for the second step's loss, the pipelined one 2989.42; both must give the written order's."""
+    from fade_core.linear import kernel
+
+    learner, f32 = LINEAR_LEARNERS["coupled"], np.float32
+    start = ([-6.168050765991211, 10.761673927307129, 48.400943756103516],  # w
+             [-270.9718322753906, -165.96731567382812, -2444.0615234375],  # beta
+             [-19.886537551879883, 10.573614120483398, 45.548912048339844],  # h
+             [-269.98291015625, -21.559633255004883, 88.24586486816406],  # gamma
+             [-19.82404327392578, 1.3671698570251465, -1.6672133207321167])  # g
+    x = np.array([[[0.6043933033943176, -0.8087853789329529, -0.1638939529657364]],
+                  [[0.18245713412761688, 1.581250786781311, 0.783768892288208]]], f32)
+    y = np.array([[0.5406731367111206], [-0.8489315509796143]], f32)
+    hp = np.array([[0.0424937829375267, -5.362948894500732, -5.868654727935791]], f32)
+    slots = np.zeros(1, np.int64)
+    lane_run, lanes_used = kernel.lane_blocks(slots, kernel.lanes_for(learner, np.dtype(f32)))
+    for stages in (1, 3):
+        state, losses = [np.array([row], f32) for row in start], np.zeros((1, 2), f32)
+        kernel.driver(learner, np.dtype(f32), stages)(hp, f32(-np.inf), f32(np.inf), slots, lane_run, lanes_used, 0, 1,
+                                                      16, x, y, *state, losses, np.zeros(1))
+        np.testing.assert_allclose(losses[0], [437.02356, 2989.4197], rtol=1e-6, err_msg=f"{stages} stages")

@@ -26,7 +26,7 @@ error in the state's dtype (delta, read by the next step's rule).
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from typing import Callable, NamedTuple, Sequence
 
 import numba
 import numpy as np
@@ -36,7 +36,7 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from fade_core.linear.rules import STATE_ARGS
-from fade_core.linear.simd import Leaf, Shape, Traced, Tracer, fma, shape, splat, traced_rule
+from fade_core.linear.simd import Leaf, Shape, Traced, Tracer, fma, ieee, shape, splat, traced_rule
 
 _I64 = ir.IntType(64)
 
@@ -67,20 +67,42 @@ class _LaneBuffer(_Buffer):
         return self.at(offset, vector)
 
 
+class _Stream(NamedTuple):
+    """One stream array as a block reads it: element (slot, step) at slot * slot_stride +
+    (first + step) * step_stride bytes."""
+
+    buffer: _Buffer
+    slot_stride: ir.Value
+    step_stride: ir.Value
+    first: ir.Value  # the array's step of the tile's step 0
+    element: ir.Type
+
+
 class _Streams:
-    """Where a block's lanes read x (T, S, d) and y (T, S). Runs come sorted by slot, so the
-    lanes read one slot (`reading` 1: a load and a broadcast per element), two (2: lanes
-    from the first whose slot differs read the last lane's: two broadcasts and a blend), or
-    more (`lanes`: a load per lane). Each gives a lane the same values."""
+    """Where a block's lanes read x and y. Runs come sorted by slot, so the lanes read one
+    slot (`reading` 1: a load and a broadcast per element), two (2: lanes from the first
+    whose slot differs read the last lane's: two broadcasts and a blend), or more (`lanes`: a
+    load per lane). The first two read the tile's slot-major copies (x (S, tile, d) and, for
+    float32, x_wide in float64; y (S, tile) in float64); the third reads the streams in place,
+    x (T, S, d) and y (T, S) from step t_full: where every lane reads its own slot, a copy
+    would cost more than it saves. Each gives a lane the same values."""
 
     def __init__(self, context, builder: ir.IRBuilder, signature, args, reading: int, lanes: int, real: ir.Type):
-        (x_type, wide_type, y_type, slot_type), (x, x_wide, y, lane_slot) = signature.args[2:6], args[2:6]
         self.builder, self.lanes, self.real = builder, lanes, real
-        self.x, self.x_wide = _Buffer(context, builder, x_type, x), _Buffer(context, builder, wide_type, x_wide)
-        self.y = _Buffer(context, builder, y_type, y)
-        slots = _Buffer(context, builder, slot_type, lane_slot)
+        buffers = [_Buffer(context, builder, signature.args[k], args[k]) for k in range(2, 8)]
+        x_tile, x_wide, y_tile, x_full, y_full, slots = buffers
         slot = [builder.load(slots.at(ir.Constant(_I64, 8 * l), _I64)) for l in range(lanes)]
-        read = {1: slot[:1], 2: [slot[0], slot[-1]], lanes: slot}[reading]
+        zero, f64 = ir.Constant(_I64, 0), ir.DoubleType()
+        if reading == lanes:
+            t_full = context.cast(builder, args[8], signature.args[8], nbtypes.int64)
+            self.x = _Stream(x_full, x_full.strides[1], x_full.strides[0], t_full, real)
+            self.x_wide = None
+            self.y = _Stream(y_full, y_full.strides[1], y_full.strides[0], t_full, real)
+        else:
+            self.x = _Stream(x_tile, x_tile.strides[0], x_tile.strides[1], zero, real)
+            self.x_wide = _Stream(x_wide, x_wide.strides[0], x_wide.strides[1], zero, f64)
+            self.y = _Stream(y_tile, y_tile.strides[0], y_tile.strides[1], zero, f64)
+        self.read = {1: slot[:1], 2: [slot[0], slot[-1]], lanes: slot}[reading]
         self.second = None
         if reading == 2:  # lanes whose slot is not the first lane's
             first = splat(builder, slot[0], ir.VectorType(_I64, lanes))
@@ -88,15 +110,13 @@ class _Streams:
             for l, s in enumerate(slot):
                 every = builder.insert_element(every, s, ir.Constant(ir.IntType(32), l))
             self.second = builder.icmp_signed("!=", every, first)
-        self.x_slots = [builder.mul(s, self.x.strides[0]) for s in read]
-        self.wide_slots = [builder.mul(s, self.x_wide.strides[0]) for s in read]
-        self.y_slots = [builder.mul(s, self.y.strides[0]) for s in read]
 
-    def _lanes(self, stream: _Buffer, offsets: list[ir.Value], base: ir.Value, element: ir.Type) -> ir.Value:
-        """Each lane's element `base` bytes into its slot, as a vector."""
+    def _lanes(self, stream: _Stream, t: ir.Value, offset: ir.Value) -> ir.Value:
+        """Each lane's element of step t, `offset` bytes into the step's row of its slot, as a vector."""
         b = self.builder
-        values = [b.load(stream.at(b.add(base, offset), element)) for offset in offsets]
-        vector = ir.VectorType(element, self.lanes)
+        base = b.add(b.mul(b.add(stream.first, t), stream.step_stride), offset)
+        values = [b.load(stream.buffer.at(b.add(base, b.mul(s, stream.slot_stride)), stream.element)) for s in self.read]
+        vector = ir.VectorType(stream.element, self.lanes)
         if len(values) == 1:
             return splat(b, values[0], vector)
         if self.second is not None:
@@ -106,15 +126,20 @@ class _Streams:
             out = b.insert_element(out, v, ir.Constant(ir.IntType(32), l))
         return out
 
+    def _wide(self, vector: ir.Value) -> ir.Value:
+        if vector.type.element == ir.DoubleType():
+            return vector
+        return self.builder.fpext(vector, ir.VectorType(ir.DoubleType(), self.lanes))
+
     def x_at(self, t: ir.Value, i: ir.Value, wide: bool = False) -> ir.Value:
         """x of step t, component i: in the state's dtype, or in float64 (`wide`)."""
-        b, stream = self.builder, self.x_wide if wide else self.x
-        base = b.add(b.mul(t, stream.strides[1]), b.mul(i, stream.strides[2]))
-        return self._lanes(stream, self.wide_slots if wide else self.x_slots, base, ir.DoubleType() if wide else self.real)
+        stream = self.x_wide if wide and self.x_wide is not None else self.x
+        vector = self._lanes(stream, t, self.builder.mul(i, stream.buffer.strides[2]))
+        return self._wide(vector) if wide else vector
 
     def y64_at(self, t: ir.Value) -> ir.Value:
         """y of step t in float64."""
-        return self._lanes(self.y, self.y_slots, self.builder.mul(t, self.y.strides[1]), ir.DoubleType())
+        return self._wide(self._lanes(self.y, t, ir.Constant(_I64, 0)))
 
 
 class _Prediction:
@@ -141,7 +166,7 @@ class _Prediction:
         s = [b.load(total) for total in self.sums]
         prediction = s[0]
         for v in s[1:]:
-            prediction = b.fadd(prediction, v)
+            prediction = ieee(b.fadd(prediction, v))
         return prediction
 
 
@@ -263,7 +288,8 @@ def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[
 
 def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequence[int], hp_row: int,
                       sum_row: int, partial_sums: int, stages: int = 1) -> Callable:
-    """`advance(A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses)`: steps
+    """`advance(A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read, lo, hi,
+    tile_losses)`: steps
     t0 .. t1 - 1 of a block, every component and lane, the loop over components in `stages`
     pipeline stages (fewer for a rule too shallow; none with several partial sums).
 
@@ -279,18 +305,19 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
     cuts = _cuts(shape(vectorised, invariant, dtype, lanes), stages) if partial_sums == 1 else ()
 
     @intrinsic
-    def advance(typingctx, A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses):
+    def advance(typingctx, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read, lo, hi,
+                tile_losses):
         def codegen(context, builder, signature, args):
             b = builder
             tracer = Tracer(b, dtype, lanes)
             narrow, wide = tracer.real_vector, ir.VectorType(ir.DoubleType(), lanes)
             rows64 = _LaneBuffer(context, b, signature.args[0], args[0])
             rows = _LaneBuffer(context, b, signature.args[1], args[1])
-            losses = _Buffer(context, b, signature.args[11], args[11])
-            first, end = args[6], args[7]
+            losses = _Buffer(context, b, signature.args[14], args[14])
+            first, end = args[9], args[10]
             real = numba.from_dtype(dtype)
-            lo_v = tracer.splat(context.cast(b, args[9], signature.args[9], real))
-            hi_v = tracer.splat(context.cast(b, args[10], signature.args[10], real))
+            lo_v = tracer.splat(context.cast(b, args[12], signature.args[12], real))
+            hi_v = tracer.splat(context.cast(b, args[13], signature.args[13], real))
             sum_pointer = rows64.row(sum_row, wide)
             loss_sum = cgutils.alloca_once_value(b, b.load(sum_pointer, align=8))
             error = cgutils.alloca_once(b, wide)
@@ -303,7 +330,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                 prediction = _Prediction(b, lanes, partial_sums)
 
                 def predicted(t: ir.Value) -> None:
-                    b.store(b.fsub(streams.y64_at(t), prediction.total()), error)
+                    b.store(ieee(b.fsub(streams.y64_at(t), prediction.total())), error)
 
                 prediction.start()  # step t0's from the weights in A; later steps' are fused into the update
                 def weight(i: ir.Value, part: int) -> None:
@@ -316,7 +343,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                 with cgutils.for_range(b, end, start=first) as loop:  # [t0, t1)
                     t = loop.index
                     e = b.load(error)
-                    squared = b.fmul(e, e)
+                    squared = ieee(b.fmul(e, e))
                     b.store(fma(b, e, e, b.load(loss_sum)), loss_sum)  # e^2 fused into the sum
                     row = b.mul(b.sub(t, first), losses.strides[0])
                     b.store(squared if dtype == np.float64 else b.fptrunc(squared, narrow), losses.at(row, narrow),
@@ -351,7 +378,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
                         _components(b, rows.shape[0], partial_sums, lambda i, part: rule_on(lambda stage: i, part))
                     predicted(t_next)
 
-            slots_read = context.cast(b, args[8], signature.args[8], nbtypes.int64)
+            slots_read = context.cast(b, args[11], signature.args[11], nbtypes.int64)
             with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 1))) as (one, more):
                 with one:
                     emit(1)
@@ -364,6 +391,7 @@ def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequen
             b.store(b.load(loss_sum), sum_pointer, align=8)
             return context.get_dummy_value()
 
-        return nbtypes.void(A64, A, x, x_wide, y, lane_slot, t0, t1, slots_read, lo, hi, tile_losses), codegen
+        return (nbtypes.void(A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read, lo, hi,
+                             tile_losses), codegen)
 
     return advance

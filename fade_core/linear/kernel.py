@@ -78,25 +78,42 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
     A = A64.view(w.dtype)
     lane_slot = np.empty(_LANES, np.int64)  # noqa: F821
     tile_losses = np.empty((tile, _LANES), w.dtype)  # noqa: F821  a block's, step-major
-    x_tile, y_tile = np.empty((x.shape[1], tile, d), x.dtype), np.empty((x.shape[1], tile))
+    first, last = share * blocks // shares, (share + 1) * blocks // shares
+    # How many slots each block's lanes read (runs come sorted by slot). Blocks reading one or
+    # two (broadcasts) read the tile's slot-major copy, whose row tile_row[slot] holds the
+    # slot; blocks reading more load per lane from the streams in place.
+    slots_read, tile_row = np.ones(blocks, np.int64), np.full(x.shape[1], -1, np.int64)
+    tiled = 0
+    for b in range(first, last):
+        for l in range(1, _LANES):  # noqa: F821
+            slots_read[b] += run_slot[lane_run[b, l]] != run_slot[lane_run[b, l - 1]]
+        if slots_read[b] <= 2:
+            for l in range(_LANES):  # noqa: F821
+                s = run_slot[lane_run[b, l]]
+                if tile_row[s] < 0:
+                    tile_row[s] = tiled
+                    tiled += 1
+    x_tile, y_tile = np.empty((tiled, tile, d), x.dtype), np.empty((tiled, tile))
     if _WIDEN:  # noqa: F821  (float32: the prediction's x in float64 too)
-        x_wide = np.empty((x.shape[1], tile, d))
+        x_wide = np.empty((tiled, tile, d))
     else:
         x_wide = x_tile
     for t0 in range(0, x.shape[0], tile):  # the tile stays in cache for all blocks of the share
         t1 = min(t0 + tile, x.shape[0])
         for t in range(t0, t1):  # slot-major: a block reads its slot's steps contiguously
             for s in range(x.shape[1]):
-                y_tile[s, t - t0] = y[t, s]
-                for i in range(d):
-                    x_tile[s, t - t0, i] = x[t, s, i]
-                    if _WIDEN:  # noqa: F821
-                        x_wide[s, t - t0, i] = x[t, s, i]
-        for b in range(share * blocks // shares, (share + 1) * blocks // shares):
+                k = tile_row[s]
+                if k >= 0:
+                    y_tile[k, t - t0] = y[t, s]
+                    for i in range(d):
+                        x_tile[k, t - t0, i] = x[t, s, i]
+                        if _WIDEN:  # noqa: F821
+                            x_wide[k, t - t0, i] = x[t, s, i]
+        for b in range(first, last):
             runs, used = lane_run[b], lanes_used[b]
             for l in range(_LANES):  # noqa: F821
                 r = runs[l]
-                lane_slot[l] = run_slot[r]
+                lane_slot[l] = run_slot[r] if slots_read[b] > 2 else tile_row[run_slot[r]]  # where the lane reads
                 A64[0, _SUM, l] = loss_sums[r]
                 for j in range(n_hp):
                     A[0, _HP + j, l] = p[r, j]
@@ -106,10 +123,8 @@ def _run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, 
                         A[i, _BETA, l], A[i, _H, l] = beta[r, i], h[r, i]
                     if _DECAY:  # noqa: F821
                         A[i, _GAMMA, l], A[i, _G, l] = gamma[r, i], g[r, i]
-            slots_read = 1
-            for l in range(1, _LANES):  # noqa: F821  (runs come sorted by slot)
-                slots_read += lane_slot[l] != lane_slot[l - 1]
-            _ADVANCE(A64, A, x_tile, x_wide, y_tile, lane_slot, 0, t1 - t0, slots_read, lo, hi, tile_losses)  # noqa: F821  (intrinsics.py)
+            _ADVANCE(A64, A, x_tile, x_wide, y_tile, x, y, lane_slot, t0, 0, t1 - t0, slots_read[b], lo, hi,  # noqa: F821
+                     tile_losses)  # (intrinsics.py)
             for l in range(used):
                 r = runs[l]
                 if keep_losses:

@@ -105,6 +105,7 @@ def advance(
     written = [t.numpy() for t in (*state, losses)] + [loss_sums]
     if not all(a.flags.c_contiguous for a in written):
         raise ValueError("advance writes the state, losses and loss_sums in place: they must be contiguous")
+    _check_shapes(state, x, y, run_slot, losses)
     if x.shape[0] == 0 or state.w.shape[0] == 0:  # no step or no run: nothing to advance
         return
     dtype = written[0].dtype
@@ -115,6 +116,22 @@ def advance(
     kernel = driver(learner, dtype)
     lane_run, lanes_used, shares, tile = schedule(slots, x_, lanes_for(learner, dtype))
     in_threads(lambda share: kernel(hp, lo, hi, slots, lane_run, lanes_used, share, shares, tile, x_, y_, *written), shares)
+
+
+def _check_shapes(state: LinearState, x: torch.Tensor, y: torch.Tensor, run_slot: torch.Tensor,
+                  losses: torch.Tensor) -> None:
+    """What the compiled driver reads without checking: a wrong shape, dtype or slot would read
+    outside the arrays (a segfault, or silently wrong numbers)."""
+    runs, d = state.w.shape
+    if x.dim() != 3 or x.shape[2] != d or tuple(y.shape) != tuple(x.shape[:2]):
+        raise ValueError(f"advance: x must be (T, S, {d}) and y (T, S) for a state of {d} inputs; got x "
+                         f"{tuple(x.shape)}, y {tuple(y.shape)}")
+    if x.dtype != state.w.dtype or y.dtype != state.w.dtype:
+        raise ValueError(f"advance: x and y must have the state's dtype {state.w.dtype}; got {x.dtype}, {y.dtype}")
+    if tuple(run_slot.shape) != (runs,) or (runs and not 0 <= int(run_slot.min()) <= int(run_slot.max()) < x.shape[1]):
+        raise ValueError(f"advance: run_slot must give each of the {runs} runs a slot in 0..{x.shape[1] - 1} of x")
+    if losses.shape[0] != runs or losses.shape[1] not in (0, x.shape[0]):
+        raise ValueError(f"advance: losses must be ({runs}, {x.shape[0]}) or ({runs}, 0); got {tuple(losses.shape)}")
 
 
 def run_linear(

@@ -29,9 +29,21 @@ from numba.extending import intrinsic
 from fade_core.linear import vexp
 from fade_core.linear.rules import clamp
 
-# Plain IEEE operations: no fast-math flag (no reassociation, NaN/inf kept), and no
-# 'contract' either, so LLVM fuses nothing on its own: which multiply-adds fuse is the
-# tracer's choice (`Traced._binary`), fixed by the rule's source, not by the compiler.
+# Plain IEEE operations: no reassociation, NaN/inf kept, and no 'contract' either, so LLVM
+# fuses nothing on its own: which multiply-adds fuse is the tracer's choice
+# (`Traced._binary`), fixed by the rule's source, not by the compiler. But numba gives every
+# float operation of a function that has no flag the function's fast-math flags
+# (reassociation and contraction included: numba.core.fastmathpass), and the intrinsics are
+# inlined into the fastmath driver; so each traced operation carries the one flag 'arcp'
+# (`ieee`), which only licenses x / y as x * (1 / y) (the rules divide by nothing).
+
+
+def ieee(value: ir.Value) -> ir.Value:
+    """`value` (a float instruction) kept as written: flagged 'arcp' so that numba's fast-math
+    pass, which flags only instructions without flags, leaves it alone."""
+    if isinstance(value, ir.Instruction) and value.opname in ("fadd", "fsub", "fmul", "fdiv", "frem") and not value.flags:
+        value.flags.append("arcp")
+    return value
 
 
 def splat(builder: ir.IRBuilder, scalar: ir.Value, vector: ir.VectorType) -> ir.Value:
@@ -97,12 +109,12 @@ class Tracer:
             if self.pipeline is not None:
                 self.pipeline.enter_head()
             values = [self.value(o, is_int) for o in operands]
-            return Traced(self, make(self.builder, *values), out_int, factors)
+            return Traced(self, ieee(make(self.builder, *values)), out_int, factors)
         depth = max(o.depth for o in traced) + cost
         stage = 0 if self.pipeline is None else max(self.pipeline.stage_of(depth), *stages)
         values = [self.value(o, is_int, stage) for o in operands]
         self.enter(stage)  # after the operands' loads, which may have moved the builder
-        result = Traced(self, make(self.builder, *values), out_int, factors, depth, stage)
+        result = Traced(self, ieee(make(self.builder, *values)), out_int, factors, depth, stage)
         if self.uses is not None:
             self.uses.extend((o.depth, depth, o) for o in traced if o.stage is not None)
         return result
