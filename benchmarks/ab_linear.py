@@ -73,7 +73,10 @@ def rate(module, learner, dtype: np.dtype, x: np.ndarray, y: np.ndarray) -> tupl
     slots = np.arange(RUNS) % SEEDS
     p = np.array([[HP[n] for n in learner.hyperparameters]] * RUNS, dtype)
     lane_run, lanes_used, _, tile = schedule(module, learner, slots, x, dtype)
-    state = [np.zeros((RUNS, D), dtype) for _ in range(5)]
+    state = [np.zeros((RUNS, D), dtype) for _ in range(5)]  # w, beta, h, gamma, g
+    for row, name in ((1, "beta0"), (3, "gamma0")):  # as init_state: beta = beta0, gamma = gamma0
+        if name in learner.hyperparameters:
+            state[row][:] = p[:, learner.hyperparameters.index(name), None]
     losses, sums = np.zeros((RUNS, x.shape[0]), dtype), np.zeros(RUNS)
     run = module.driver(learner, dtype)
     start = time.process_time()

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import sys
 
-import polars as pl
-
 from sweeps import results
 
 RTOL = 2e-3  # float32 on two engines whose sums are ordered differently, over thousands of steps
@@ -32,4 +30,11 @@ def main(dirs: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    if len(sys.argv) < 3:
+        print("compare_stores: give two or more results directories: python benchmarks/compare_stores.py DIR_A DIR_B", file=sys.stderr)
+        sys.exit(2)
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except (FileNotFoundError, ValueError) as err:  # no store there: one line, not a traceback
+        print(f"compare_stores: {err}", file=sys.stderr)
+        sys.exit(2)

@@ -14,7 +14,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any, Callable, Hashable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, Hashable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -62,17 +62,18 @@ class CounterStream(ABC):
 
     def chunk(self, start: int, n: int) -> Chunk:
         """Steps [start, start + n), the same whatever chunks were read before."""
-        if start < 0 or start + n > self.settings.steps:
-            raise ValueError(f"steps [{start}, {start + n}) outside the stream's {self.settings.steps} steps")
-        first, last = start // BLOCK, max(start, start + n - 1) // BLOCK
-        blocks = [self._cached_block(b) for b in range(first, last + 1)]
-        offset = start - first * BLOCK
-        # concatenate copies, so a caller never holds (or edits) a cached block
-        x = np.concatenate([blk[0] for blk in blocks])[offset : offset + n]
-        y = np.concatenate([blk[1] for blk in blocks])[offset : offset + n]
+        x, y = stacked([self], start, n)
         import torch  # here, not at import time: the task registry is read by commands that never run a stream
 
-        return Chunk(torch.from_numpy(x), torch.from_numpy(y))
+        return Chunk(torch.from_numpy(x[:, 0]), torch.from_numpy(y[:, 0]))
+
+    def _spans(self, start: int, n: int) -> Iterator[tuple[tuple[np.ndarray, np.ndarray], int, int]]:
+        """(block, first, last): the pieces of steps [start, start + n), in order, as steps
+        [first, last) of cached blocks."""
+        if start < 0 or n < 0 or start + n > self.settings.steps:
+            raise ValueError(f"steps [{start}, {start + n}) outside the stream's {self.settings.steps} steps")
+        for b in range(start // BLOCK, max(start, start + n - 1) // BLOCK + 1):
+            yield self._cached_block(b), max(start - b * BLOCK, 0), min(start + n - b * BLOCK, BLOCK)
 
     def inputs(self, x: torch.Tensor, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
         """The network's inputs for a chunk's `x` (here `x` itself, moved and cast)."""
@@ -87,6 +88,25 @@ class CounterStream(ABC):
             # (this per-stream LRU still serves consecutive chunks when the shared cache is full or off)
             self._blocks[b] = SHARED_BLOCKS.get((type(self), self.settings), (self.seed, b), lambda: self._block(b))
         return self._blocks[b]
+
+
+def stacked(streams: Sequence[CounterStream], start: int, n: int, dtype: np.dtype | type | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
+    """Steps [start, start + n) of every stream side by side: x (n, S, ...) and y (n, S, ...),
+    in `dtype` (default: the streams' own), written straight from the cached blocks in one
+    pass: a pack reads its chunks this way, with no per-seed copies to join and cast
+    (they took a tenth of a linear pack's time). New arrays: a caller never holds (or edits)
+    a cached block."""
+    spans = [list(stream._spans(start, n)) for stream in streams]
+    first = spans[0][0][0]  # every stream of a pack is of one kind: the same shapes and dtypes
+    x, y = (np.empty((n, len(streams), *a.shape[1:]), dtype or a.dtype) for a in first)
+    for s, pieces in enumerate(spans):
+        at = 0
+        for (block_x, block_y), lo, hi in pieces:
+            x[at : at + hi - lo, s] = block_x[lo:hi]
+            y[at : at + hi - lo, s] = block_y[lo:hi]
+            at += hi - lo
+    return x, y
 
 
 class BlockCache:

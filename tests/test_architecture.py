@@ -204,6 +204,17 @@ def test_commands_without_a_cluster_import_no_heavy_stack(what, small_store, tmp
     assert probe["heavy"] == [], f"`fade-sweep {argv[0][0]}` imported {probe['heavy'][:5]}"
 
 
+def test_the_driver_of_a_run_leaves_the_pack_engine_to_the_workers():
+    """`fade-sweep run` imports the Tune driver (sweeps.tune.driver, which names the trainable
+    and reads checkpoints' names to resume), never torch or numba: the workers run the packs."""
+    probe = "import json, sys, sweeps.tune.driver; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert done.returncode == 0, done.stderr
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "ray" in loaded, done.stderr  # the probe saw the driver's imports
+    assert [m for m in ("torch", "numba") if m in loaded] == []
+
+
 def test_the_store_of_the_probe_is_real(small_store):
     import polars as pl
 

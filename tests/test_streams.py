@@ -21,7 +21,7 @@ from tasks import (
     PartialEmnistSettings,
     make_stream,
 )
-from tasks.stream import SHARED_BLOCKS, BlockCache
+from tasks.stream import SHARED_BLOCKS, BlockCache, stacked
 from tests.emnist_fixture import write_idx_dataset
 
 
@@ -101,6 +101,25 @@ def test_a_block_is_drawn_once_per_process_and_shared_by_the_streams_of_its_seed
     SHARED_BLOCKS.clear()
     drawn.clear()
     assert torch.equal(_stream(case, emnist_dir).chunk(4000, 200).x, first.x) and len(drawn) == 2  # drawn anew, same
+
+
+@pytest.mark.parametrize("case", STREAMS)
+def test_stacked_puts_each_seed_s_chunk_in_its_column_in_the_pack_s_dtype(case, emnist_dir):
+    """What a pack reads per chunk (`stacked`): the seeds' chunks side by side, across a
+    block boundary, cast as a tensor cast would (float32 for the float tasks) and a copy."""
+    streams = [_stream(case, emnist_dir, seed) for seed in (3, 0, 5)]
+    start, n = 4000, 300  # blocks 0 and 1
+    chunks = [stream.chunk(start, n) for stream in streams]
+    dtype = np.float32 if STREAMS[case][2].is_floating_point else None
+    x, y = stacked(streams, start, n, dtype)
+    for got, part in [(x, "x"), (y, "y")]:
+        expected = torch.stack([getattr(c, part) for c in chunks], dim=1)
+        if dtype is not None:
+            expected = expected.to(torch.float32)
+        assert torch.equal(torch.from_numpy(got), expected)
+    x[:] = 0
+    assert torch.equal(streams[1].chunk(start, n).x, chunks[1].x)  # the cached blocks are untouched
+    assert [a.shape[:2] for a in stacked(streams, start, 0)] == [(0, 3), (0, 3)]
 
 
 def test_block_cache_keeps_a_too_large_group_s_first_blocks_and_evicts_old_groups():

@@ -8,36 +8,19 @@ notebook can run a pack directly:
     for progress in runner.run():
         pass
     outcome = runner.outcome()      # per-run scores and per-(run, bin) curves
+
+Names load their module on first access: the driver of a sweep reads the checkpoint files'
+names (`checkpoint_files`) without loading torch and numba, which only the workers need.
 """
 
-from __future__ import annotations
+from fade_core._lazy import lazy_exports
 
-import torch
-
-from sweeps.packs.linear import LinearPackRunner
-from sweeps.packs.neural import NeuralPackRunner
-from sweeps.packs.outcome import ChunkProgress, PackOutcome
-from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, Checkpoint, PackRunner
-from sweeps.spec import Pack
-from tasks import get_task
-
-RUNNERS: dict[str, type[PackRunner]] = {"linear": LinearPackRunner, "neural": NeuralPackRunner}  # by task family
-
-
-def make_runner(pack: Pack, chunk_steps: int = DEFAULT_CHUNK_STEPS, dtype: torch.dtype = torch.float32,
-                device: str | torch.device = "cpu") -> PackRunner:
-    """The runner of a pack's task family (neural tasks may run on a CUDA device)."""
-    return RUNNERS[get_task(pack.experiment.task).family](pack, chunk_steps, dtype, device)
-
-
-__all__ = [
-    "DEFAULT_CHUNK_STEPS",
-    "Checkpoint",
-    "ChunkProgress",
-    "LinearPackRunner",
-    "NeuralPackRunner",
-    "PackOutcome",
-    "PackRunner",
-    "RUNNERS",
-    "make_runner",
-]
+_EXPORTS = {
+    **dict.fromkeys(["DEFAULT_CHUNK_STEPS", "Checkpoint", "PackRunner"], "sweeps.packs.runner"),
+    **dict.fromkeys(["ChunkProgress", "PackOutcome"], "sweeps.packs.outcome"),
+    "LinearPackRunner": "sweeps.packs.linear",
+    "NeuralPackRunner": "sweeps.packs.neural",
+    **dict.fromkeys(["RUNNERS", "make_runner"], "sweeps.packs.runners"),
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

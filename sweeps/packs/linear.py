@@ -15,6 +15,7 @@ from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperpa
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
 from sweeps.spec import Pack
+from tasks.stream import stacked
 
 # Adaptive per-weight slot of the state -> the curve prefix of its mean rate.
 _RATES = (("gamma", "decay", "adapts_decay"), ("beta", "step_size", "adapts_step_size"))
@@ -40,10 +41,8 @@ class LinearPackRunner(PackRunner):
         self.curves = {name: np.full(shape, np.nan) for name in ["mse", *self.rate_curves]}
 
     def load(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        pieces = [s.chunk(start, n) for s in self.streams]
-        x = torch.stack([torch.as_tensor(p[0]) for p in pieces], dim=1).to(self.dtype)  # (n, S, d)
-        y = torch.stack([torch.as_tensor(p[1]) for p in pieces], dim=1).to(self.dtype)  # (n, S)
-        return x, y
+        x, y = stacked(self.streams, start, n, self.state.w.numpy().dtype)  # the state's dtype
+        return torch.from_numpy(x), torch.from_numpy(y)  # (n, S, d), (n, S)
 
     def advance(self, batch: tuple[torch.Tensor, torch.Tensor], lo: int, hi: int, bin_index: int) -> None:
         x, y = batch

@@ -23,6 +23,7 @@ from fade_core.neural import NeuralRuns, StepSums, get_neural_learner, make_runs
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
 from sweeps.spec import Pack
+from tasks.stream import stacked
 
 GRAPH_STEPS = 50  # steps per captured CUDA graph
 
@@ -133,9 +134,8 @@ class NeuralPackRunner(PackRunner):
     def load(self, start: int, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Every seed's chunk as the streams give it ([n, S, ...]: inputs, or image indices for
         EMNIST); targets on the device. Inputs are made per piece in `advance`."""
-        pieces = [s.chunk(start, n) for s in self.streams]
-        x = torch.stack([p[0] for p in pieces], dim=1)
-        y = torch.stack([p[1] for p in pieces], dim=1).to(self.device)
+        x, y = (torch.from_numpy(a) for a in stacked(self.streams, start, n))
+        y = y.to(self.device)
         return x, (y.to(self.dtype) if self.regression else y)
 
     def advance(self, batch: tuple[torch.Tensor, torch.Tensor], lo: int, hi: int, bin_index: int) -> None:

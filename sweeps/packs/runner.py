@@ -32,16 +32,15 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
 from sweeps.packs.outcome import ChunkProgress, PackOutcome
 from sweeps.spec import Pack
 from sweeps.spec.plan import DEFAULT_CHUNK_STEPS
 from tasks import TaskSpec, get_task
 
-__all__ = ["CHECKPOINT_FILE", "CHECKPOINT_META", "DEFAULT_CHUNK_STEPS", "PackRunner", "bin_ends"]
+__all__ = ["DEFAULT_CHUNK_STEPS", "PackRunner", "bin_ends"]
 
 Checkpoint = dict[str, Any]  # str -> torch.Tensor | int | float | str
-CHECKPOINT_FILE = "pack_state.pt"  # tensors only, loaded with weights_only=True
-CHECKPOINT_META = "pack.json"  # {"pack_id", "steps_done", "total_steps", "dtype"}
 
 
 def bin_ends(steps: int, bin_steps: int) -> np.ndarray:

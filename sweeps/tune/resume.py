@@ -13,11 +13,11 @@ import dataclasses
 import json
 from typing import Callable
 
+from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
 from sweeps.spec import TUNING, Config, Experiment, Pack, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import PACKS_FILE, PackConfig, PackEntry, PacksRecord, RecordError, read_record
 from sweeps.store.store import Store
-from sweeps.packs.runner import CHECKPOINT_FILE, CHECKPOINT_META
 
 TUNE_PREFIX = "tune-"
 

@@ -1,0 +1,19 @@
+"""The runner of each task family, and `make_runner`, which picks a pack's."""
+
+from __future__ import annotations
+
+import torch
+
+from sweeps.packs.linear import LinearPackRunner
+from sweeps.packs.neural import NeuralPackRunner
+from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
+from sweeps.spec import Pack
+from tasks import get_task
+
+RUNNERS: dict[str, type[PackRunner]] = {"linear": LinearPackRunner, "neural": NeuralPackRunner}  # by task family
+
+
+def make_runner(pack: Pack, chunk_steps: int = DEFAULT_CHUNK_STEPS, dtype: torch.dtype = torch.float32,
+                device: str | torch.device = "cpu") -> PackRunner:
+    """The runner of a pack's task family (neural tasks may run on a CUDA device)."""
+    return RUNNERS[get_task(pack.experiment.task).family](pack, chunk_steps, dtype, device)
