@@ -94,9 +94,10 @@ def stacked(streams: Sequence[CounterStream], start: int, n: int, dtype: np.dtyp
             ) -> tuple[np.ndarray, np.ndarray]:
     """Steps [start, start + n) of every stream side by side: x (n, S, ...) and y (n, S, ...),
     in `dtype` (default: the streams' own), written straight from the cached blocks in one
-    pass: a pack reads its chunks this way, with no per-seed copies to join and cast
-    (they took a tenth of a linear pack's time). New arrays: a caller never holds (or edits)
-    a cached block."""
+    pass: a pack reads its chunks this way (joining per-seed copies, stacking and casting
+    took twice as long). New arrays: a caller never holds (or edits) a cached block."""
+    if not streams:
+        raise ValueError("stacked needs at least one stream")
     spans = [list(stream._spans(start, n)) for stream in streams]
     first = spans[0][0][0]  # every stream of a pack is of one kind: the same shapes and dtypes
     x, y = (np.empty((n, len(streams), *a.shape[1:]), dtype or a.dtype) for a in first)
