@@ -23,6 +23,7 @@ import torch
 
 from fade_core.mlp import Architecture, BatchedMLP, ForwardCache
 from fade_core.neural import cpu_kernel
+from fade_core.neural.cached_build import call_cached
 from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN, WEIGHT_DECAY_MODES, NeuralLearner, get_neural_learner
 
 Loss = Literal["squared_error", "cross_entropy"]
@@ -159,7 +160,8 @@ class NeuralRuns:
             return self.hp.get(name, zeros).contiguous().numpy()
 
         target = target.contiguous().numpy()
-        cpu_kernel.run_segment(
+        call_cached(
+            cpu_kernel.run_segment,
             cpu_kernel.Setup(
                 sizes=np.array(arch.sizes, dtype=np.int64), starts=np.array(arch.offsets(), dtype=np.int64),
                 negative_slope=float(arch.negative_slope), classification=classification,
