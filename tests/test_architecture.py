@@ -204,11 +204,26 @@ def test_commands_without_a_cluster_import_no_heavy_stack(what, small_store, tmp
     assert probe["heavy"] == [], f"`fade-sweep {argv[0][0]}` imported {probe['heavy'][:5]}"
 
 
-def test_the_driver_of_a_run_leaves_the_pack_engine_to_the_workers():
+_DRIVER_PROBE = """
+import json, sys
+import sweeps.tune.driver
+from sweeps.spec import check_task_data, parse_sweep
+document = {"name": "e", "task": "emnist_label_permuted", "seeds": 1, "optimizers": {"sgd": {"alpha": 0.01}},
+            "task_settings": {"steps": 100, "period": 50, "bin": 50, "data_dir": sys.argv[1]}}
+check_task_data(parse_sweep(document, "probe"))  # an EMNIST sweep's data, checked before Ray starts
+print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))
+"""
+
+
+def test_the_driver_of_a_run_leaves_the_pack_engine_to_the_workers(tmp_path):
     """`fade-sweep run` imports the Tune driver (sweeps.tune.driver, which names the trainable
-    and reads checkpoints' names to resume), never torch or numba: the workers run the packs."""
-    probe = "import json, sys, sweeps.tune.driver; print(json.dumps(sorted({m.split('.')[0] for m in sys.modules})))"
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    and reads checkpoints' names to resume) and checks the tasks' data, never torch or numba:
+    the workers run the packs."""
+    from tests.emnist_fixture import write_idx_dataset
+
+    data = write_idx_dataset(tmp_path, images=100)
+    done = subprocess.run([sys.executable, "-c", _DRIVER_PROBE, str(data)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=300)
     assert done.returncode == 0, done.stderr
     loaded = json.loads(done.stdout.strip().splitlines()[-1])
     assert "ray" in loaded, done.stderr  # the probe saw the driver's imports
