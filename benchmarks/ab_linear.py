@@ -49,6 +49,8 @@ def export(other: str, folder: Path) -> None:
     """The other version's fade_core as the package fade_other in `folder`."""
     target = folder / "fade_other"
     if Path(other).is_dir():
+        if not (Path(other) / "fade_core" / "linear").is_dir():
+            fail(f"{other} is not a checkout of this project (no fade_core/linear in it)")
         shutil.copytree(Path(other) / "fade_core", target, ignore=shutil.ignore_patterns("__pycache__"))
     else:
         command = ["git", "-C", str(ROOT), "archive", other, "fade_core"]
@@ -95,6 +97,10 @@ def main() -> None:
     unknown = sorted(set(args.learners.split(",")) - set(LINEAR_LEARNERS))
     if unknown:
         fail(f"unknown learner {', '.join(unknown)}; choose from {', '.join(LINEAR_LEARNERS)}")
+    if args.steps <= 0 or args.repeats <= 0:
+        fail(f"--steps and --repeats must be positive, got {args.steps} and {args.repeats}")
+    if not set(args.dtypes.split(",")) <= {"float32", "float64"}:
+        fail(f"--dtypes {args.dtypes!r}: the linear kernels run float32 and float64")
     numba.set_num_threads(1)
     with tempfile.TemporaryDirectory() as folder:
         export(args.other, Path(folder))

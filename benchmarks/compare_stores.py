@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import sys
 
+import polars as pl
+
 from sweeps import results
+from sweeps.store import StoreError
 
 RTOL = 2e-3  # float32 on two engines whose sums are ordered differently, over thousands of steps
 
@@ -22,8 +25,15 @@ def main(dirs: list[str]) -> int:
         if joined.height != base.height or joined["score_b"].null_count() or joined["score"].null_count():
             print(f"{name}: different (config, seed) pairs than {dirs[0]} ({other.height} vs {base.height} rows)")
             return 1
-        rel = ((joined["score"] - joined["score_b"]).abs() / joined["score"].abs().clip(1e-12)).max()
-        worst = max(worst, rel)
+        finite = joined.filter(pl.col("score").is_finite() & pl.col("score_b").is_finite())
+        # a run diverged on one engine only, or non-finite scores that differ: not a rounding difference
+        if (joined["diverged"] != joined["diverged_b"]).any() or joined.height - finite.height != joined.filter(
+                pl.col("score").eq_missing(pl.col("score_b")) & ~pl.col("score").is_finite()).height:
+            print(f"DIFFERENT: {name} and {dirs[0]} disagree on which runs diverged")
+            return 1
+        if finite.height:
+            rel = ((finite["score"] - finite["score_b"]).abs() / finite["score"].abs().clip(1e-12)).max()
+            worst = max(worst, rel)
     verdict = "same numbers" if worst <= RTOL else "DIFFERENT"
     print(f"{verdict}: {base.height} runs in {len(dirs)} stores, largest relative score difference {worst:.2e} (tolerance {RTOL:g})")
     return 0 if worst <= RTOL else 1
@@ -35,6 +45,6 @@ if __name__ == "__main__":
         sys.exit(2)
     try:
         sys.exit(main(sys.argv[1:]))
-    except (FileNotFoundError, ValueError) as err:  # no store there: one line, not a traceback
+    except (OSError, ValueError, StoreError) as err:  # no store there, or a damaged one: one line, not a traceback
         print(f"compare_stores: {err}", file=sys.stderr)
         sys.exit(2)

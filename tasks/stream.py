@@ -96,8 +96,9 @@ def stacked(streams: Sequence[CounterStream], start: int, n: int, dtype: np.dtyp
     in `dtype` (default: the streams' own), written straight from the cached blocks in one
     pass: a pack reads its chunks this way (joining per-seed copies, stacking and casting
     took twice as long). New arrays: a caller never holds (or edits) a cached block."""
-    if not streams:
-        raise ValueError("stacked needs at least one stream")
+    if len({(type(stream), stream.settings) for stream in streams}) != 1:
+        raise ValueError(f"stacked reads the streams of one task and settings (a pack's seeds), got {len(streams)} "
+                         f"of {len({type(stream) for stream in streams})} kind(s)")
     spans = [list(stream._spans(start, n)) for stream in streams]
     first = spans[0][0][0]  # every stream of a pack is of one kind: the same shapes and dtypes
     x, y = (np.empty((n, len(streams), *a.shape[1:]), dtype or a.dtype) for a in first)

@@ -105,21 +105,29 @@ def test_a_block_is_drawn_once_per_process_and_shared_by_the_streams_of_its_seed
 
 @pytest.mark.parametrize("case", STREAMS)
 def test_stacked_puts_each_seed_s_chunk_in_its_column_in_the_pack_s_dtype(case, emnist_dir):
-    """What a pack reads per chunk (`stacked`): the seeds' chunks side by side, across a
-    block boundary, cast as a tensor cast would (float32 for the float tasks) and a copy."""
+    """What a pack reads per chunk (`stacked`): the seeds' steps side by side, across a block
+    boundary, cast as a tensor cast would (float32 for the float tasks), and a copy."""
     streams = [_stream(case, emnist_dir, seed) for seed in (3, 0, 5)]
     start, n = 4000, 300  # blocks 0 and 1
-    chunks = [stream.chunk(start, n) for stream in streams]
     dtype = np.float32 if STREAMS[case][2].is_floating_point else None
-    x, y = stacked(streams, start, n, dtype)
-    for got, part in [(x, "x"), (y, "y")]:
-        expected = torch.stack([getattr(c, part) for c in chunks], dim=1)
+    got = stacked(streams, start, n, dtype)
+    for part in (0, 1):  # x, y: each stream's blocks drawn afresh and joined by hand
+        columns = [np.concatenate([s._block(0)[part], s._block(1)[part]])[start : start + n] for s in streams]
+        expected = torch.stack([torch.from_numpy(c) for c in columns], dim=1)
         if dtype is not None:
             expected = expected.to(torch.float32)
-        assert torch.equal(torch.from_numpy(got), expected)
-    x[:] = 0
-    assert torch.equal(streams[1].chunk(start, n).x, chunks[1].x)  # the cached blocks are untouched
+        assert torch.equal(torch.from_numpy(got[part]), expected)
+    kept = streams[1].chunk(start, n).x.clone()
+    got[0][:] = 0
+    assert torch.equal(streams[1].chunk(start, n).x, kept)  # the cached blocks are untouched
     assert [a.shape[:2] for a in stacked(streams, start, 0)] == [(0, 3), (0, 3)]
+    with pytest.raises(ValueError, match="streams of one task and settings"):
+        stacked([], start, n)
+
+
+def test_stacked_refuses_streams_of_different_tasks(emnist_dir):
+    with pytest.raises(ValueError, match="streams of one task and settings"):
+        stacked([_stream("linear", emnist_dir), _stream("emnist", emnist_dir)], 0, 10)
 
 
 def test_block_cache_keeps_a_too_large_group_s_first_blocks_and_evicts_old_groups():
