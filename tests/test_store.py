@@ -452,7 +452,7 @@ def test_storage_that_is_a_file_is_one_line_exit_2_before_ray(tmp_path, capsys):
         started = time.monotonic()
         assert main(["run", str(sweep_file), "--storage", str(storage), "--no-report"]) == 2
         err = capsys.readouterr().err
-        assert err == f"fade-sweep: error: {storage / 'db'}: {a_file} is a file, not a folder; choose another --storage\n", err
+        assert err == f"fade-sweep: error: {storage / 'db'}: {a_file} is a file, not a folder; a store is a folder (for `run`: another --storage)\n", err
         assert time.monotonic() - started < 5 and a_file.read_text() == "not a folder"
 
 

@@ -61,7 +61,7 @@ class LocalFolder:
         for path in (here, *here.parents):
             if path.exists():
                 if not path.is_dir():
-                    raise StorageError(f"{self.display}: {path} is a file, not a folder; choose another --storage")
+                    raise StorageError(f"{self.display}: {path} is a file, not a folder; a store is a folder (for `run`: another --storage)")
                 return
 
     # ------------------------------------------------------------ reading
