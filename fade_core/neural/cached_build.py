@@ -17,6 +17,7 @@ import os
 import pickle
 import subprocess
 import sys
+import warnings
 from typing import Any
 
 import numba
@@ -31,9 +32,10 @@ getattr(importlib.import_module(module), name).compile(pickle.load(sys.stdin.buf
 def call_cached(kernel: Any, *args: Any) -> None:
     """kernel(*args) (a numba dispatcher with cache=True), its build for these argument types
     loaded from numba's cache: compiled and saved there by a child process first if missing."""
-    signature = tuple(numba.typeof(a) for a in args)
-    if signature not in kernel.overloads and not _in_cache(kernel, signature):
-        _compile_in_child(kernel, signature)
+    if hasattr(kernel, "overloads"):  # (not under NUMBA_DISABLE_JIT, where it is the plain function)
+        signature = tuple(numba.typeof(a) for a in args)
+        if signature not in kernel.overloads and not _in_cache(kernel, signature):
+            _compile_in_child(kernel, signature)
     kernel(*args)
 
 
@@ -53,5 +55,12 @@ def _compile_in_child(kernel: Any, signature: tuple) -> None:
     function = kernel.py_func
     path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))  # the parent's imports resolve alike
     env = {**os.environ, "PYTHONPATH": path}
-    subprocess.run([sys.executable, "-c", _CHILD, function.__module__, function.__qualname__],
-                   input=pickle.dumps(signature), env=env, capture_output=True, check=False)
+    command = [sys.executable, "-c", _CHILD, function.__module__, function.__qualname__]
+    try:
+        done = subprocess.run(command, input=pickle.dumps(signature), env=env, capture_output=True, timeout=1800)
+        failure = done.stderr.decode(errors="replace").strip().splitlines()[-1:] if done.returncode else []
+    except (OSError, subprocess.TimeoutExpired) as err:
+        failure = [str(err)]
+    if failure:
+        warnings.warn(f"{function.__qualname__}: compiling it in a child process failed ({failure[0]}); compiled here, "
+                      "its last bits may differ from a cached build's", RuntimeWarning, stacklevel=3)
