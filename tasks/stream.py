@@ -96,9 +96,10 @@ def stacked(streams: Sequence[CounterStream], start: int, n: int, dtype: np.dtyp
     in `dtype` (default: the streams' own), written straight from the cached blocks in one
     pass: a pack reads its chunks this way (joining per-seed copies, stacking and casting
     took twice as long). New arrays: a caller never holds (or edits) a cached block."""
-    if len({(type(stream), stream.settings) for stream in streams}) != 1:
+    kinds = len({(type(stream), stream.settings) for stream in streams})
+    if kinds != 1:
         raise ValueError(f"stacked reads the streams of one task and settings (a pack's seeds), got {len(streams)} "
-                         f"of {len({type(stream) for stream in streams})} kind(s)")
+                         f"stream(s) of {kinds} task/settings pair(s)")
     spans = [list(stream._spans(start, n)) for stream in streams]
     first = spans[0][0][0]  # every stream of a pack is of one kind: the same shapes and dtypes
     x, y = (np.empty((n, len(streams), *a.shape[1:]), dtype or a.dtype) for a in first)

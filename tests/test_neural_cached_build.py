@@ -4,11 +4,16 @@ loaded it from numba's cache (fade_core/neural/cached_build.py says why they cou
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import numba
 import numpy as np
+import pytest
+
+from fade_core.neural import cached_build
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,3 +49,19 @@ def test_a_process_that_compiled_the_kernel_and_one_that_loaded_it_agree_to_the_
     for key in compiled.files:
         assert np.isfinite(compiled[key]).all(), key
         np.testing.assert_array_equal(compiled[key], loaded[key], err_msg=key)
+
+
+@numba.njit
+def _double(a):
+    for i in range(a.shape[0]):
+        a[i] *= 2.0
+
+
+def test_a_child_that_fails_silently_is_a_warning_and_the_call_still_runs(monkeypatch):
+    """A child killed or failing without a word (OOM killer, a broken interpreter) is still reported."""
+    monkeypatch.setattr(cached_build, "_in_cache", lambda kernel, signature: False)
+    monkeypatch.setattr(sys, "executable", shutil.which("false"))  # exits 1, prints nothing
+    a = np.ones(3)
+    with pytest.warns(RuntimeWarning, match=r"_double: compiling it in a child process failed \(exit status 1\)"):
+        cached_build.call_cached(_double, a)
+    assert a.tolist() == [2.0, 2.0, 2.0]

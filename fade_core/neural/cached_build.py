@@ -35,7 +35,12 @@ def call_cached(kernel: Any, *args: Any) -> None:
     if hasattr(kernel, "overloads"):  # (not under NUMBA_DISABLE_JIT, where it is the plain function)
         signature = tuple(numba.typeof(a) for a in args)
         if signature not in kernel.overloads and not _in_cache(kernel, signature):
-            _compile_in_child(kernel, signature)
+            failure = _compile_in_child(kernel, signature)
+            if failure is None and not _in_cache(kernel, signature):  # e.g. NUMBA_CACHE_DIR changed after import
+                failure = "its build is not in this process's cache"
+            if failure is not None:
+                warnings.warn(f"{kernel.py_func.__qualname__}: compiling it in a child process failed ({failure}); "
+                              "compiled here, its last bits may differ from a cached build's", RuntimeWarning, stacklevel=2)
     kernel(*args)
 
 
@@ -51,16 +56,17 @@ def _in_cache(kernel: Any, signature: tuple) -> bool:
         return True
 
 
-def _compile_in_child(kernel: Any, signature: tuple) -> None:
+def _compile_in_child(kernel: Any, signature: tuple) -> str | None:
+    """Compile and cache `kernel` for `signature` in a child process: None, or what went wrong."""
     function = kernel.py_func
     path = os.pathsep.join(p for p in sys.path if p and os.path.isdir(p))  # the parent's imports resolve alike
     env = {**os.environ, "PYTHONPATH": path}
     command = [sys.executable, "-c", _CHILD, function.__module__, function.__qualname__]
     try:
-        done = subprocess.run(command, input=pickle.dumps(signature), env=env, capture_output=True, timeout=1800)
-        failure = done.stderr.decode(errors="replace").strip().splitlines()[-1:] if done.returncode else []
+        done = subprocess.run(command, input=pickle.dumps(signature), env=env, capture_output=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as err:
-        failure = [str(err)]
-    if failure:
-        warnings.warn(f"{function.__qualname__}: compiling it in a child process failed ({failure[0]}); compiled here, "
-                      "its last bits may differ from a cached build's", RuntimeWarning, stacklevel=3)
+        return str(err)
+    if done.returncode:
+        last = done.stderr.decode(errors="replace").strip().splitlines()[-1:]
+        return last[0] if last else f"exit status {done.returncode}"
+    return None
