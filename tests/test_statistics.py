@@ -6,6 +6,7 @@ import itertools
 import math
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import polars as pl
@@ -218,6 +219,19 @@ def test_paired_difference_and_probability_of_improvement(store, capsys):
 def test_compare_unknown_reference_is_bad_input(store, capsys):
     assert main(["table", str(store), "--kind", "compare", "--reference", "adamw"]) == 2
     assert "unknown reference method 'adamw'" in capsys.readouterr().err
+
+
+def test_one_seed_has_no_interval_so_nothing_is_tied_and_nothing_warns(tmp_path):
+    """A one-seed sweep: no confidence interval, no ties, and no warning in the user's output."""
+    document = {**SWEEP, "seeds": 1, "optimizers": {"fade": SWEEP["optimizers"]["fade"]}}
+    scores = {("fade", (0.1, t, g)): [s] for (t, g), s in {(0.0, -1.0): 3.0, (0.5, -1.0): 0.7, (0.0, -2.0): 0.71,
+                                                           (0.5, -2.0): 0.8}.items()}
+    one = write_known_store(tmp_path / "one", document, scores)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (table,) = results.sensitivity_tables(one)
+    assert table.cells["best"].sum() == 1 and not table.cells["tied"].any()
+    assert table.within == 2  # 0.71 is within 5% of 0.7
 
 
 def test_paired_comparisons_vectorised_direction():

@@ -139,11 +139,13 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
             top = ranked.row(0, named=True)
             tolerance = ROBUST_WITHIN * abs(top["stat_value"])
             usable = pl.col("status") == "ok"
+            # one seed: no interval, so nothing is tied (comparing with None would warn, and give null)
+            overlaps = ((pl.col("ci_low") <= top["ci_high"]) & (pl.col("ci_high") >= top["ci_low"])
+                        if top["ci_low"] is not None and top["ci_high"] is not None else pl.lit(False))
             full = full.with_columns(
                 best=(pl.col("config_id") == top["config_id"]).fill_null(False),
                 within_5pct=(usable & ((pl.col("stat_value") - top["stat_value"]).abs() <= tolerance)).fill_null(False),
-                tied=(usable & (pl.col("config_id") != top["config_id"])
-                      & (pl.col("ci_low") <= top["ci_high"]) & (pl.col("ci_high") >= top["ci_low"])).fill_null(False),
+                tied=(usable & (pl.col("config_id") != top["config_id"]) & overlaps).fill_null(False),
             )
         else:
             full = full.with_columns(best=pl.lit(False), within_5pct=pl.lit(False), tied=pl.lit(False))
