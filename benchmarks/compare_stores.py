@@ -25,10 +25,11 @@ def main(dirs: list[str]) -> int:
         if joined.height != base.height or joined["score_b"].null_count() or joined["score"].null_count():
             print(f"{name}: different (config, seed) pairs than {dirs[0]} ({other.height} vs {base.height} rows)")
             return 1
-        finite = joined.filter(pl.col("score").is_finite() & pl.col("score_b").is_finite())
+        both_finite = pl.col("score").is_finite() & pl.col("score_b").is_finite()
+        finite = joined.filter(both_finite)
         # a run diverged on one engine only, or non-finite scores that differ: not a rounding difference
-        if (joined["diverged"] != joined["diverged_b"]).any() or joined.height - finite.height != joined.filter(
-                pl.col("score").eq_missing(pl.col("score_b")) & ~pl.col("score").is_finite()).height:
+        unequal_non_finite = joined.filter(~both_finite & ~pl.col("score").eq_missing(pl.col("score_b"))).height
+        if unequal_non_finite or (joined["diverged"] != joined["diverged_b"]).any():
             print(f"DIFFERENT: {name} and {dirs[0]} disagree on which runs diverged")
             return 1
         if finite.height:
