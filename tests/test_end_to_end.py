@@ -136,3 +136,55 @@ def test_resume_runs_only_missing_and_reproduces_them(finished, tmp_path):
     assert len(list((results_dir / "scores").glob("**/*.parquet"))) == len(untouched) + 1
     assert not victim.exists()  # the orphan of the interrupted write is removed by --resume
     assert results.missing_runs(results_dir).height == 0
+
+
+def _damaged(path, how: str) -> None:
+    raw = path.read_bytes()
+    path.write_bytes({"truncated": raw[: len(raw) // 2], "empty": b"", "garbage": b"\x00\xffnot json at all"}[how])
+
+
+@pytest.mark.parametrize("how", ["truncated", "empty", "garbage"])
+def test_a_damaged_manifest_is_skipped_by_readers_and_healed_by_resume(finished, tmp_path, capsys, how):
+    """A damaged manifest commits nothing: readers answer from the rest and say what they skipped and the
+    command that repairs it; that command (`run ... --resume`) sets it aside, re-runs its pack, and the store
+    ends equal to the uninterrupted one."""
+    import shutil
+
+    sweep, original = finished
+    results_dir = tmp_path / "copy" / original.name
+    shutil.copytree(original, results_dir)
+    keys = ["optimizer", "config_id", "seed"]
+    before_scores = results.scores(original).collect().sort(keys)
+    before_curves = results.curves(original).collect().sort([*keys, "step"])
+    assert main(["table", str(original)]) == 0
+    before_table = capsys.readouterr().out
+    victim = sorted((results_dir / "manifests").glob("*.json"))[0]
+    lost = len(json.loads(victim.read_text())["configs"]) * len(json.loads(victim.read_text())["seeds"])
+    _damaged(victim, how)
+    resume = f"fade-sweep run {results_dir}/sweep.yaml --storage {results_dir.parent} --resume"
+
+    for command in (["table", str(results_dir)], ["report", str(results_dir), "--out", str(tmp_path / "r.html")],
+                    ["status", str(results_dir)]):
+        assert main(command) == 0, command
+        captured = capsys.readouterr()
+        err = captured.err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"fade-sweep: skipped 1 damaged manifest ({victim}: damaged Manifest"), err
+        assert err[0].endswith(f"`{resume}` sets it aside and runs them again"), err
+    assert results.scores(results_dir).collect().height == before_scores.height - lost
+    assert main(["verify", str(results_dir)]) == 1
+    out = capsys.readouterr().out
+    assert f"{victim}: damaged Manifest record" in out and "`fade-sweep run ... --resume` sets it aside" in out
+    assert f"{lost} runs missing" in out
+
+    assert main(["run", str(results_dir / "sweep.yaml"), "--storage", str(results_dir.parent), "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert f"Set aside 1 damaged file of committed packs (manifests/{victim.name})" in out
+    assert (results_dir / "history" / f"damaged-{victim.name}").exists()  # kept as it was, not lost
+    after = results.scores(results_dir).collect().sort(keys)
+    assert after.drop("wall_seconds").equals(before_scores.drop("wall_seconds"))  # the re-run pack's scores, bit for bit
+    assert results.curves(results_dir).collect().sort([*keys, "step"]).equals(before_curves)
+    assert main(["verify", str(results_dir)]) == 0
+    capsys.readouterr()
+    assert main(["table", str(results_dir)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == before_table and "damaged" not in captured.err

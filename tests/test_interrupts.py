@@ -156,7 +156,8 @@ def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scor
     os.killpg(run.pid, signal.SIGKILL)
     run.communicate()
     shown = _cli("status", str(original)).communicate(timeout=60)[0]
-    assert f"driver (pid {run.pid}) is not running: the sweep was interrupted; continue with --resume" in shown, shown
+    resume = f"fade-sweep run {original}/sweep.yaml --storage {original.parent} --dtype float64 --resume"
+    assert f"driver (pid {run.pid}) is not running: the sweep was interrupted; continue with `{resume}`" in shown, shown
     assert "ETA" not in shown, shown
 
     copy = tmp_path / "copy" / SWEEP["name"]
@@ -283,9 +284,9 @@ def test_status_of_a_dead_driver(tmp_path):
     status.write(StoreLocation.parse(tmp_path))
     back = read_status(StoreLocation.parse(tmp_path))
     assert (back.driver_pid, back.host) == (dead.pid, socket.gethostname())
-    text = format_status(back, 0)
+    text = format_status(back, 0, "fade-sweep run s.yaml --storage x --resume")
     assert driver_gone(back) and "ETA" not in text
-    assert f"driver (pid {dead.pid}) is not running: the sweep was interrupted; continue with --resume" in text
+    assert f"driver (pid {dead.pid}) is not running: the sweep was interrupted; continue with `fade-sweep run s.yaml --storage x --resume`" in text
     alive = SweepStatus("s", "running", now - 10, now, 200, {"a": TrialStatus("a", "running", 100, 200)})
     assert not driver_gone(alive) and "ETA" in format_status(alive, 0)
     elsewhere = SweepStatus("s", "running", now - 100, now - STALE_SECONDS - 1, 200, {}, driver_pid=1, host="elsewhere")

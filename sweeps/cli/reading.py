@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -30,7 +31,15 @@ def open_results(results_dir: str):
     if not store.location.is_dir("scores"):
         raise UserError(f"{store.location}: no results there (expected {store.location.url('scores')}/); "
                         "give STORAGE/<sweep name>")
+    _say_damage(store)
     return store
+
+
+def _say_damage(store) -> None:
+    """Readers answer from the committed rest; one line on stderr says what they skipped and the repair."""
+    notice = store.damage_notice()
+    if notice:
+        print(f"fade-sweep: {notice}", file=sys.stderr)
 
 
 def cmd_report(args: argparse.Namespace) -> None:
@@ -133,7 +142,8 @@ def _results_status(target: str) -> None:
     status = store.status()
     if status is None:
         raise UserError(f"{store.location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
-    print(format_status(status, store.committed_packs()))
+    _say_damage(store)
+    print(format_status(status, store.committed_packs(), store.resume_command()))
     stages = Counter(m.run_stage for m in store.manifests)
-    if len(stages) > 1 or TUNING not in stages:
+    if len(stages) > 1 or (stages and TUNING not in stages):
         print("committed packs: " + ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items(), reverse=True)))

@@ -54,6 +54,9 @@ class StoreLocation:
         if isinstance(target, StoreLocation):
             return target
         text = os.fspath(target)
+        if not text.strip():  # Path("") is the current folder: a store would land there unasked
+            raise StorageError(f"storage {text!r}: an empty path names no folder; give a folder (e.g. results) "
+                               "or s3://BUCKET/PREFIX")
         match = URI_SCHEME.match(text)
         if not match:
             typo = re.match(r"^(s3|gs|gcs|file):/?(?!/)", text, re.IGNORECASE)

@@ -36,7 +36,7 @@ from pydantic import ValidationError
 
 from sweeps.store.holder import LOCK_FILE, StoreLocked, describe, holder_body, stale
 from sweeps.store.lease import Lease, read_lease
-from sweeps.store.location import StoreLocation
+from sweeps.store.location import StorageError, StoreLocation
 from sweeps.store.records import LockHolder
 
 __all__ = ["LOCK_FILE", "StoreLock", "StoreLocked", "lock_holder", "refuse_if_locked", "store_lock", "writer_token"]
@@ -64,6 +64,7 @@ class StoreLock:
         self.fd: int | None = None
         self.lease: Lease | None = None
         self._owner = uuid.uuid4().hex
+        self._made: list[Path] = []  # folders the lock created (deepest first): removed on release if left empty
 
     @property
     def owner(self) -> str:
@@ -76,7 +77,16 @@ class StoreLock:
             lease.acquire()
             self.lease = lease
             return self
-        self.results_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            self._made = [p for p in (self.results_dir, *self.results_dir.parents) if not p.exists()]
+            self.results_dir.mkdir(parents=True, exist_ok=True)
+            return self._take()
+        except OSError as err:  # an immutable or read-only folder, /proc, a full disk: the storage, not a bug
+            self._remove_made()
+            raise StorageError(f"storage {self.results_dir} is not writable ({err.strerror or err}); "
+                               "choose another --storage") from None
+
+    def _take(self) -> Self:
         for _ in range(10):
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             try:
@@ -118,6 +128,16 @@ class StoreLock:
             return self
         raise StoreLocked(f"{self.results_dir}: could not take {self.path} (it keeps changing); try again")
 
+    def _remove_made(self) -> None:
+        """Remove the folders `acquire` created that are still empty: a run refused before writing
+        anything leaves no folder behind."""
+        for folder in self._made:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        self._made = []
+
     def release(self) -> None:
         if self.lease is not None:
             lease, self.lease = self.lease, None
@@ -133,6 +153,7 @@ class StoreLock:
             pass
         finally:
             os.close(fd)  # closing drops the flock
+        self._remove_made()
 
     def __enter__(self) -> Self:
         return self.acquire()

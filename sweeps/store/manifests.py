@@ -24,6 +24,7 @@ bookkeeping read manifests without loading the Parquet stack.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from sweeps.store.location import Entry, StoreLocation
 from sweeps.store.records import KINDS, Manifest, RecordError, parse_record
@@ -49,13 +50,34 @@ def parse_manifest(location: StoreLocation, entry: Entry) -> Manifest:
     return manifest.model_copy(update={"name": entry.name})
 
 
-def read_manifests(location: StoreLocation) -> list[Manifest]:
-    """Every committed pack write, oldest first. StoreError names a damaged manifest."""
-    try:
-        manifests = [parse_manifest(location, entry) for entry in manifest_entries(location)]
-    except RecordError as err:
-        raise StoreError(f"{err}; run `fade-sweep verify {location}`") from None
-    return sorted(manifests, key=lambda m: m.order)
+@dataclass(frozen=True)
+class Damaged:
+    """A manifest that cannot be read (truncated, empty, not a manifest): it commits nothing."""
+
+    rel: str  # manifests/<name>.json
+    reason: str  # the RecordError's message, naming the file
+
+
+class ManifestsRead(NamedTuple):
+    """What the manifests folder holds: the readable manifests (oldest first) and the damaged ones."""
+
+    manifests: list[Manifest]
+    damaged: list[Damaged]
+
+
+def read_manifests(location: StoreLocation) -> ManifestsRead:
+    """Every readable committed pack write, oldest first, and the damaged manifests apart.
+
+    A damaged manifest commits nothing: readers answer from the rest (its runs count as missing)
+    and say so; the writer sets it aside (`set_aside_unreadable`) and its pack runs again, as
+    for a damaged data file."""
+    manifests, damaged = [], []
+    for entry in manifest_entries(location):
+        try:
+            manifests.append(parse_manifest(location, entry))
+        except RecordError as err:
+            damaged.append(Damaged(entry.rel, str(err)))
+    return ManifestsRead(sorted(manifests, key=lambda m: m.order), damaged)
 
 
 def runs_of(manifests: list[Manifest]) -> set[tuple[str, int]]:
@@ -89,6 +111,20 @@ def set_aside_damaged(location: StoreLocation, manifests: list[Manifest]) -> lis
             location.delete(rel)
             damaged.extend(bad)
     return damaged
+
+
+def set_aside_unreadable(location: StoreLocation, damaged: list[Damaged]) -> list[str]:
+    """Un-commit the damaged manifests (only while holding the writer lock): each moves to
+    history/damaged-<name> as it is, the data files it named become orphans, and its runs are
+    planned again. Returns the manifests set aside."""
+    for bad in damaged:
+        name = bad.rel.rsplit("/", 1)[-1]
+        try:
+            location.write_bytes(f"history/damaged-{name}", location.read_bytes(bad.rel))
+        except FileNotFoundError:  # set aside meanwhile by an earlier tidy
+            continue
+        location.delete(bad.rel)
+    return [bad.rel for bad in damaged]
 
 
 def orphans(location: StoreLocation, manifests: list[Manifest]) -> list[str]:

@@ -94,16 +94,17 @@ def _settings_conflict(old: Sweep, new: Sweep, stored: set[tuple[str, int]]) -> 
     return None
 
 
-def check_and_record(location: StoreLocation, sweep: Sweep, dtype: str) -> list[str]:
-    """Make `sweep` the store's current sweep (the caller holds the writer lock). Returns notices to print.
+def check_change(location: StoreLocation, sweep: Sweep, dtype: str) -> None:
+    """Refuse (SweepError) making `sweep` the store's sweep when that would change what stored runs
+    mean: a dtype or task-settings change under stored runs. Reads only: the driver asks before Ray
+    starts, and `check_and_record` asks again under the lock."""
+    _checked(location, sweep, dtype)
 
-    Refuses (SweepError) a dtype or task-settings change under stored runs; keeps a changed
-    earlier record in history/.
-    """
+
+def _checked(location: StoreLocation, sweep: Sweep, dtype: str) -> tuple[StoreRecord | None, Sweep | None, set]:
     store = read_store_record(location)
     old = read_sweep(location)
-    stored = runs_of([m for m in read_manifests(location) if m.run_stage == TUNING])
-    notices = []
+    stored = runs_of([m for m in read_manifests(location).manifests if m.run_stage == TUNING])
     if stored and store is not None and store.dtype != dtype:
         raise SweepError(
             f"dtype: {location} holds {store.dtype} runs and this run asks for {dtype}; "
@@ -113,6 +114,17 @@ def check_and_record(location: StoreLocation, sweep: Sweep, dtype: str) -> list[
         conflict = _settings_conflict(old, sweep, stored)
         if conflict:
             raise SweepError(f"{sweep.source}: {conflict}")
+    return store, old, stored
+
+
+def check_and_record(location: StoreLocation, sweep: Sweep, dtype: str) -> list[str]:
+    """Make `sweep` the store's current sweep (the caller holds the writer lock). Returns notices to print.
+
+    Refuses (SweepError) a dtype or task-settings change under stored runs; keeps a changed
+    earlier record in history/.
+    """
+    store, old, stored = _checked(location, sweep, dtype)
+    notices = []
     history = list(store.history) if store is not None else []
     if old is not None and not _same_document(old.document, sweep.document):
         stamp = time.strftime("%Y%m%dT%H%M%S")

@@ -47,8 +47,8 @@ def driver_gone(status: SweepStatus, now: float | None = None) -> bool:
     return status.host is not None and age > STALE_SECONDS
 
 
-def format_status(status: SweepStatus, finished_packs: int) -> str:
-    """The lines `fade-sweep status RESULTS_DIR` prints."""
+def format_status(status: SweepStatus, finished_packs: int, resume: str = "fade-sweep run ... --resume") -> str:
+    """The lines `fade-sweep status RESULTS_DIR` prints; `resume` is the command that continues the sweep."""
     age = time.time() - status.updated_at
     gone = driver_gone(status)
     state = "interrupted (driver not running)" if gone else status.state
@@ -64,9 +64,9 @@ def format_status(status: SweepStatus, finished_packs: int) -> str:
     ]
     if gone:
         where = "" if status.host == socket.gethostname() else f" on {status.host}, no heartbeat for {age:.0f} s"
-        lines.append(f"driver (pid {status.driver_pid}{where}) is not running: the sweep was interrupted; continue with --resume")
+        lines.append(f"driver (pid {status.driver_pid}{where}) is not running: the sweep was interrupted; continue with `{resume}`")
     elif status.state == "interrupted":
-        lines.append("the sweep was interrupted; continue with `fade-sweep run ... --resume`")
+        lines.append(f"the sweep was interrupted; continue with `{resume}`")
     elif status.state == "running" and age > 60:
-        lines.append("no update for over a minute: the driver may have stopped; continue with `fade-sweep run ... --resume`")
+        lines.append(f"no update for over a minute: the driver may have stopped; continue with `{resume}`")
     return "\n".join(lines)

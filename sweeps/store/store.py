@@ -28,18 +28,20 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep
 from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
 from sweeps.store.lock import refuse_if_locked, store_lock
-from sweeps.store.manifests import Selection, manifest_entries, read_manifests, runs_of, select
-from sweeps.store.record import check_and_record, read_store_record, read_sweep
+from sweeps.store.manifests import Damaged, ManifestsRead, Selection, manifest_entries, read_manifests, runs_of, select
+from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, read_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
     ConfirmationRecord,
     Manifest,
+    RecordError,
     StoreRecord,
     SweepStatus,
     read_record,
@@ -54,7 +56,7 @@ if TYPE_CHECKING:
     from sweeps.store.verify import Verification
 
 Kind = Literal["scores", "curves"]
-_READ_ONCE = ("manifests", "sweep", "record", "confirmation")  # the cached properties
+_READ_ONCE = ("_manifests_read", "manifests", "damaged_manifests", "sweep", "record", "confirmation")  # cached properties
 
 
 class Store:
@@ -89,9 +91,42 @@ class Store:
     # ------------------------------------------------------------ records, read once
 
     @cached_property
-    def manifests(self) -> list[Manifest]:
-        """Every committed pack write, oldest first (StoreError names a damaged manifest)."""
+    def _manifests_read(self) -> ManifestsRead:
         return read_manifests(self.location)
+
+    @cached_property
+    def manifests(self) -> list[Manifest]:
+        """Every committed pack write, oldest first (a damaged manifest commits nothing: `damaged_manifests`)."""
+        return self._manifests_read.manifests
+
+    @cached_property
+    def damaged_manifests(self) -> list[Damaged]:
+        """Manifests that cannot be read: their runs count as missing until `run --resume` sets them aside."""
+        return self._manifests_read.damaged
+
+    def damage_notice(self) -> str | None:
+        """One line for readers when damaged manifests were skipped: what, and the command that repairs it."""
+        bad = self.damaged_manifests
+        if not bad:
+            return None
+        what = f"{len(bad)} damaged manifest{'s' if len(bad) > 1 else ''} ({bad[0].reason}{', ...' if len(bad) > 1 else ''})"
+        return (f"skipped {what}: {'their' if len(bad) > 1 else 'its'} runs count as missing; "
+                f"`{self.resume_command()}` sets {'them' if len(bad) > 1 else 'it'} aside and runs them again")
+
+    def resume_command(self) -> str:
+        """The command that continues (and repairs) this store: `fade-sweep run SWEEP --storage STORAGE
+        [--dtype D] --resume`, SWEEP being the recorded sweep.yaml of a local store."""
+        import shlex
+
+        where = self.location
+        storage = str(Path(where.display).parent) if where.local else where.display.rsplit("/", 1)[0]
+        sweep = where.url(SWEEP_RECORD) if where.local and where.is_file(SWEEP_RECORD) else "SWEEP"
+        try:
+            dtype = self.record.dtype if self.record is not None else "float32"
+        except RecordError:
+            dtype = "float32"
+        command = ["fade-sweep", "run", sweep, "--storage", storage, *(["--dtype", dtype] if dtype != "float32" else [])]
+        return shlex.join([*command, "--resume"])
 
     @cached_property
     def sweep(self) -> Sweep | None:
@@ -219,6 +254,11 @@ class Store:
             finally:
                 self.writer = None
 
+    def check_sweep(self, sweep: Sweep, dtype: str) -> None:
+        """SweepError now if recording `sweep` run in `dtype` would change what stored runs mean (a dtype
+        or task-settings change); reads only, so the driver asks before Ray starts."""
+        check_change(self.location, sweep, dtype)
+
     def record_sweep(self, sweep: Sweep, dtype: str) -> list[str]:
         """Make `sweep` the recorded sweep (record.check_and_record, under the lock); returns notices."""
         notices = check_and_record(self.location, sweep, dtype)
@@ -231,10 +271,11 @@ class Store:
         self._forget()
 
     def tidy(self) -> tuple[list[str], list[str]]:
-        """Under the lock: set aside the packs with a missing or damaged file (their runs are planned again),
-        then delete the orphans. Returns (damaged files, removed orphans as users see them)."""
+        """Under the lock: set aside the damaged manifests and the packs with a missing or damaged file (their
+        runs are planned again), then delete the orphans. Returns (damaged files, removed orphans as users see them)."""
         self._forget()  # what other processes (the trials) committed since this Store last read
-        damaged = committed.set_aside_damaged(self.location, self.manifests)
+        damaged = committed.set_aside_unreadable(self.location, self.damaged_manifests)
+        damaged += committed.set_aside_damaged(self.location, self.manifests)
         if damaged:
             self._forget()
         removed = committed.remove_orphans(self.location, self.manifests)

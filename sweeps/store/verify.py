@@ -62,12 +62,27 @@ class Verification:
         self.problems.append((kind, line))
 
     def summary(self) -> str:
-        what = f"{self.packs} packs, {self.runs} runs stored, {self.files} data files checked, {self.missing} runs missing"
+        """`clean` or `N problems (what they are)`, then the store's counts; every count names what it counts."""
+        what = (f"{_counted('pack', self.packs)}, {_counted('run', self.runs)} stored, "
+                f"{_counted('data file', self.files)} checked, {_counted('run', self.missing)} missing")
         if self.clean:
             return f"{self.location}: clean ({what})"
         kinds = Counter(kind for kind, _ in self.problems)
-        listed = ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items()))
+        listed = ", ".join(_counted(kind, n) for kind, n in sorted(kinds.items()))
         return f"{self.location}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''} ({listed}); {what}"
+
+
+# How a problem kind reads when counted: a "missing runs" problem is one method with runs missing.
+_PLURALS = {"missing runs": ("method missing runs", "methods missing runs"), "schema": ("schema problem", "schema problems"),
+            "content": ("content problem", "content problems"), "row count": ("row count", "row counts"),
+            "record": ("damaged or missing record", "damaged or missing records"),
+            "hash mismatch": ("hash mismatch", "hash mismatches"), "size mismatch": ("size mismatch", "size mismatches"),
+            "misplaced": ("misplaced file", "misplaced files"), "corrupt": ("corrupt file", "corrupt files")}
+
+
+def _counted(kind: str, n: int) -> str:
+    one, many = _PLURALS.get(kind, (kind, f"{kind}s"))
+    return f"{n} {one if n == 1 else many}"
 
 
 def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str) -> None:
@@ -146,7 +161,8 @@ def verify_store(location: StoreLocation) -> Verification:
         try:
             manifests.append(parse_manifest(location, entry))
         except RecordError as err:
-            v.add("damaged manifest", str(err))
+            v.add("damaged manifest", f"{err}; it commits nothing, its runs count as missing "
+                                      "(`fade-sweep run ... --resume` sets it aside and runs them again)")
     manifests.sort(key=lambda m: m.order)
     v.packs = len(manifests)
     for m in manifests:

@@ -3,8 +3,9 @@
 `run_sweep` runs the grid (the tuning stage): every (config, seed) of the sweep without a
 score. `confirm_sweep` runs the confirmation stage: each method's configuration selected on
 the tuning seeds, again on fresh seeds (records.ConfirmationRecord). Both go through the same
-steps, all through the one `Store` of the results folder: check the store and refuse a
-second writer before Ray starts, connect, take the writer lock, set aside damaged packs and
+steps, all through the one `Store` of the results folder: check the store, take the writer lock
+(a second writer, an unwritable storage and a resume that would change what stored runs mean
+are refused before Ray starts), connect, set aside damaged packs and
 remove orphans, continue interrupted packs from their checkpoints (resume.py), plan the rest
 (sweeps.spec.plan) and run every pack as one new Tune experiment (wiring.py). Notices go to
 `ExecutionOptions.notify`; nothing here prints.
@@ -83,7 +84,7 @@ def _tidy(store: Store, options: ExecutionOptions) -> None:
     """Set aside damaged packs and remove orphans (the writer lock is held)."""
     damaged, removed = store.tidy()  # packs whose files were truncated or lost run again; orphans of interrupted writes go
     if damaged:
-        options.notice(f"Set aside {len(damaged)} damaged files of committed packs ({', '.join(map(str, damaged[:3]))}"
+        options.notice(f"Set aside {len(damaged)} damaged file{'s' if len(damaged) > 1 else ''} of committed packs ({', '.join(map(str, damaged[:3]))}"
                        f"{', ...' if len(damaged) > 3 else ''}); their packs run again (manifests kept in history/)")
     if removed:
         options.notice(f"Removed {len(removed)} orphan files of interrupted writes from {store.location}")
@@ -128,14 +129,17 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     store = Store(results_dir_for(sweep, storage))
     store.location.check()  # an unreachable object store or a missing bucket: one line, exit 2, before Ray
-    store.refuse_if_locked()  # a second writer of the folder: refused at once, before Ray (exit 2)
     _refuse_overwrite(sweep, store, resume)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
-    cluster = _connect(store, options, resources)
-    with store.writing():  # one writer per results folder, for the whole run
+    # One writer per results folder, for the whole run. Taken before Ray starts: a second writer and a
+    # storage that cannot be written are refused at once (exit 2), and so is a resume that would change
+    # what stored runs mean (the dtype, task settings).
+    with store.writing():
         _refuse_overwrite(sweep, store, resume)
-        # The store records the sweep it holds (refusing a dtype or settings change under stored runs).
+        store.check_sweep(sweep, options.dtype)
+        cluster = _connect(store, options, resources)
+        # The store records the sweep it holds (checking the change again, now under the lock).
         for line in store.record_sweep(sweep, options.dtype):
             options.notice(line)
         _tidy(store, options)
@@ -165,7 +169,7 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
         raise SweepError(f"{store.location}: no recorded sweep (sweep.yaml); run the sweep first")
     lacking = store.missing_runs().height
     if lacking:
-        raise SweepError(f"{store.location}: {lacking} tuning runs have no result; finish the grid first (`fade-sweep run ... --resume`)")
+        raise SweepError(f"{store.location}: {lacking} tuning runs have no result; finish the grid first (`{store.resume_command()}`)")
     try:
         fresh = confirmation_seeds(sweep.seeds, list(seeds) if isinstance(seeds, tuple) else seeds)
     except ValueError as err:
@@ -183,15 +187,15 @@ def confirm_sweep(results_dir: str | Path | StoreLocation | Store, seeds: int | 
     again after an interrupt resumes. The store's dtype is used (options.dtype is ignored)."""
     store = Store.open(results_dir)
     store.location.check()
-    store.refuse_if_locked()
+    store.refuse_if_locked()  # before reading the tuning runs: a sweep still being written is refused at once
     record = confirmation_record(store, seeds, stat)
     sweep = store.sweep
     dtype = store.record.dtype if store.record is not None else options.dtype
     options = dataclasses.replace(options, dtype=dtype)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
-    cluster = _connect(store, options, resources)
-    with store.writing():
+    with store.writing():  # taken before Ray starts, as in run_sweep
+        cluster = _connect(store, options, resources)
         earlier = store.confirmation
         if earlier is not None and (earlier.stat, earlier.seeds) != (record.stat, record.seeds):
             options.notice(f"The confirmation stage changed (was {earlier.stat} on seeds {list(earlier.seeds)}); "
