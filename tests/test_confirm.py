@@ -216,3 +216,38 @@ def test_resume_after_an_interrupt_in_the_confirmation_stage_is_exact(tmp_path):
     for row in runs.iter_rows(named=True):
         assert row["score"] == pytest.approx(reference[(row["config_id"], row["seed"])], rel=SAME_RUN, abs=0)
     assert Store.open(results_dir).verify().clean
+
+
+def _stage_frame(scores: dict[str, list[float]], first_seed: int) -> pl.DataFrame:
+    """Scores of one stage: one configuration per method, seeds from `first_seed` on (frames only, no store)."""
+    rows = [{"task": "linear_tracking", "noise": 1.0, "optimizer": method, "config_id": f"c-{method}",
+             "alpha": 0.01, "seed": first_seed + i, "score": score, "diverged": not np.isfinite(score), "wall_seconds": 1.0}
+            for method, values in scores.items() for i, score in enumerate(values)]
+    return pl.DataFrame(rows)
+
+
+def test_a_fresh_seed_that_blows_up_is_instability_flagged_and_stated(capsys):
+    """The issue's case: idbd's fresh seed 6 scores 37.4 where its others score ~1.46. The table flags it with the
+    tuning tables' dagger, calls the gap instability (not selection bias), and says the rank counts that seed."""
+    from sweeps.analysis.confirm import GAP_RULE, confirmation_text
+
+    tuning = _stage_frame({"idbd": [1.44, 1.47, 1.46, 1.45, 1.46], "sgd": [1.9, 1.95, 1.92, 1.93, 1.91]}, 0)
+    confirmation = _stage_frame({"idbd": [1.46, 37.4, 1.45, 1.47, 1.46], "sgd": [2.0, 1.98, 1.99, 2.01, 2.0],
+                                 }, 5)
+    table = confirmation_table(tuning, confirmation).sort("optimizer")
+    idbd, sgd = table.to_dicts()
+    assert idbd["outlier_seeds"] == "6:37.4" and idbd["diverged_seeds"] == 0
+    assert idbd["gap_cause"] == "instability" and idbd["gap"] > 7  # the mean, outlier included: stated, not hidden
+    assert sgd["gap_cause"] == "selection bias" and sgd["outlier_seeds"] is None
+    text = confirmation_text(table, "md")
+    idbd_line = next(line for line in text.splitlines() if "| idbd |" in line)
+    assert "†" in idbd_line and idbd_line.rstrip(" |").endswith("instability"), idbd_line
+    assert "† idbd: outlier seed 6 (37.4)" in text and GAP_RULE in text
+    assert "every fresh seed counted (an outlier † included; `--stat median` ranks by a statistic it does not move)" in text
+    by_median = confirmation_table(tuning, confirmation, "median").sort("rank")
+    assert by_median["optimizer"].to_list() == ["idbd", "sgd"]  # the robust statistic: the outlier does not rank it
+    assert by_median.filter(pl.col("optimizer") == "idbd")["gap_cause"].item() == "none"  # median: no gap left
+    # a diverged fresh seed is instability too; an outlier on the better side leaves no gap to explain
+    diverged = confirmation_table(tuning, _stage_frame({"idbd": [1.46, float("inf"), 1.45, 1.47, 1.46],
+                                                        "sgd": [1.2, 1.98, 1.99, 2.01, 2.0]}, 5)).sort("optimizer")
+    assert diverged["gap_cause"].to_list() == ["instability", "none"]

@@ -349,6 +349,7 @@ def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", referenc
 
 Grid = _Grid  # for the tables of other modules (confirm.py, robustness.py)
 number = _num
+outlier_footnote, outlier_note = _outlier_footnote, _outlier_note  # the tuning tables' dagger, for confirm.py
 
 
 def render(grids: list[_Grid], fmt: str) -> str:
