@@ -309,8 +309,11 @@ def test_static_image_export_needs_kaleido(store, tmp_path, monkeypatch, capsys)
 
     monkeypatch.setitem(sys.modules, "kaleido", None)  # as if not installed
     assert main(["report", str(store), "--out", str(tmp_path / "r.html"), "--images", str(tmp_path / "png")]) == 1
-    assert "static image export needs kaleido: pip install 'fade-sweep[images]'" in capsys.readouterr().err
-    assert not (tmp_path / "r.html").exists()
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["fade-sweep: no images written: static image export needs kaleido; install it with "
+                   "`pip install -e \".[images]\"` in the fade-sweep checkout (or `pip install kaleido`)"]
+    assert (tmp_path / "r.html").stat().st_size > 100_000  # the report itself is written
+    assert not (tmp_path / "png").exists()
 
 
 def test_headings_name_only_the_tasks_own_settings():
@@ -318,3 +321,16 @@ def test_headings_name_only_the_tasks_own_settings():
     title = tables.variant_title({"task": "emnist_label_permuted", "steps": 100, "stable_classes": None, "data_dir": "/x"})
     assert title == "emnist_label_permuted (steps=100)"
     assert tables.variant_title({"task": "linear_tracking", "noise": 1.0, "stable_classes": 0}) == "linear_tracking (noise=1.0)"
+
+
+@pytest.mark.parametrize("stat", ["median", "iqm"])
+def test_robustness_refuses_a_statistic_it_does_not_offer(store, capsys, stat):
+    """`--stat` is never ignored in silence: the robustness table tunes on the mean only, and says so."""
+    from sweeps.cli import main
+
+    assert main(["table", str(store), "--kind", "robustness", "--stat", stat]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.strip().splitlines() == [
+        f"fade-sweep: error: --stat {stat}: the robustness table tunes on the mean of normalised scores (Adkins et al. "
+        "2024) and offers no other statistic; drop --stat for --kind robustness"]
+    assert main(["table", str(store), "--kind", "robustness"]) == 0

@@ -13,7 +13,7 @@ import yaml
 
 from sweeps.cli import main
 from sweeps.cli.parser import build_parser
-from sweeps.spec import SweepError, load_sweep, parse_sweep
+from sweeps.spec import SweepError, load_sweep, parse_sweep, preset_names
 from sweeps.spec.sweepfile import MAX_CURVE_ROWS, MAX_RUN_STEPS, MAX_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,6 +56,9 @@ CASES = [
     (_with(task_settings={"steps": float("inf")}), "task_settings: setting steps of task linear_tracking must be a int, got inf"),
     (_with(task_settings={"bin": float("-inf")}), "task_settings: setting bin of task linear_tracking must be a int, got -inf"),
     (_with(task_settings={"steps": float("nan")}), "task_settings: setting steps of task linear_tracking must be a int, got nan"),
+    (_with(task_settings={"steps": 2000, "bin": 300}),
+     "task_settings: linear_tracking: bin 300 does not divide steps 2000 (the last bin would hold 200 steps); "
+     "choose a bin that divides it, e.g. 250"),
     (_with(name="../escape"), "name: must be a directory-safe name"),
     (_with(variants=[{"optimizers": {"sgd": {"alpha": 0.1}}, "learning": 1}]), "variants[0].learning: unknown key"),
     (_with(resources={"gpus_per_pack": 0.5}), "resources.gpus_per_pack: linear_tracking runs on CPUs only"),
@@ -109,6 +112,12 @@ def test_every_preset_is_valid_and_sized(capsys):
     assert re.search(r"nonlinear\s+820\s+1\.640e\+09", out)
     assert re.search(r"emnist\s+1,600\s+8\.000e\+09", out)
     assert re.search(r"emnist-sensitivity\s+320\s+1\.600e\+09", out)  # 2 x 16 cells x 2 variants x 5 seeds
+    # descriptions are whole sentences, wrapped under their column, never cut mid-sentence
+    rows = re.split(r"\n(?=\S)", out.strip())[1:]
+    assert len(rows) == len(preset_names())
+    for row in rows:
+        assert row.endswith("."), row
+        assert all(line.startswith(" " * 45) for line in row.splitlines()[1:]), row
 
 
 def _run_cli_on(tmp_path, capsys, text: str | bytes) -> str:
@@ -255,7 +264,7 @@ def test_size_limits_are_checked_from_counts():
         parse_sweep(_sized(MAX_CURVE_ROWS + 1, 1, 1, 1), "x")
     assert parse_sweep(_sized(MAX_RUN_STEPS, 10**6, 1, 1), "x").run_steps == MAX_RUN_STEPS
     with pytest.raises(SweepError, match="run-steps"):
-        parse_sweep(_sized(MAX_RUN_STEPS + 1, 10**6, 1, 1), "x")
+        parse_sweep(_sized(MAX_RUN_STEPS + 1, MAX_RUN_STEPS + 1, 1, 1), "x")  # one bin: a bin that divides the steps
     assert MAX_RUNS == 10_000_000 and MAX_RUN_STEPS == 10**15 and MAX_CURVE_ROWS == 2_000_000_000
 
 

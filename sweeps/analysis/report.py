@@ -123,7 +123,8 @@ def provenance(store: Store) -> page.Provenance:
 def write_report(store: Store, out: StoreLocation, images: Path | None = None,
                  stat: str = "mean") -> list[tuple[str, go.Figure]]:
     """Write the self-contained HTML report of `store` to `out` (a file's location: a local path or
-    an object) and PNGs into `images` if given; returns the figures. `stat` (mean, median, iqm)
+    an object) and then PNGs into `images` if given (NoImages, after the HTML is written, without
+    kaleido); returns the figures. `stat` (mean, median, iqm)
     selects the configurations and is shown. Everything is read through `store`, once."""
     location = store.location
     analysis = Analysis.of(store, stat)
@@ -132,8 +133,6 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
     sure_tables, sure_figures = confirmation_section(
         analysis.scores, store.scan("scores", stage=CONFIRMATION) if confirmed else None, stat)
     built.extend(sure_figures)
-    if images is not None:
-        export_images(built, images)
     variant_cols = analysis.variant
     best = tables.best_table(analysis)
     cells = analysis.cells.sort([*variant_cols, "optimizer", "stat_value"], nulls_last=True)
@@ -156,15 +155,22 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
              ("configurations", "All configurations", page.configurations_table(cells, variant_cols, stat, unstable))]
     html = page.page(f"FADE sweep report: {location.name}", summary, drawn, after, get_plotlyjs())
     out.parent.write_bytes(out.name, html.encode("utf-8"))
+    if images is not None:  # after the HTML: without kaleido the report is still written
+        export_images(built, images)
     return built
 
 
+class NoImages(RuntimeError):
+    """Static images were asked for but the optional `kaleido` package is not installed."""
+
+
 def export_images(figures: list[tuple[str, go.Figure]], directory: str | Path) -> None:
-    """Static PNGs of every figure; needs the optional `kaleido` package."""
+    """Static PNGs of every figure; needs the optional `kaleido` package (NoImages without it)."""
     try:
         import kaleido  # noqa: F401
     except ImportError:
-        raise RuntimeError("static image export needs kaleido: pip install 'fade-sweep[images]'") from None
+        raise NoImages("no images written: static image export needs kaleido; install it with "
+                       "`pip install -e \".[images]\"` in the fade-sweep checkout (or `pip install kaleido`)") from None
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for i, (kind, fig) in enumerate(figures):

@@ -11,15 +11,22 @@ from collections import Counter
 from pathlib import Path
 
 from sweeps.cli.parser import FAILURE, UserError
-from sweeps.spec import preset_names, resolve_sweep
+from sweeps.spec import preset_description, preset_names, resolve_sweep
 
 
 def cmd_presets(args: argparse.Namespace) -> None:
+    """Each preset's size and the first sentence of its description, whole, wrapped to the terminal."""
+    import shutil
+    import textwrap
+
+    indent = " " * 45  # the description column
+    width = max(shutil.get_terminal_size((120, 24)).columns, len(indent) + 40)
     print(f"{'preset':<22} {'runs':>7} {'run-steps':>12}  description")
     for name in preset_names():
         sweep = resolve_sweep(name)
-        description = Path(sweep.source).read_text().splitlines()[0].lstrip("# ")
-        print(f"{name:<22} {sweep.runs:>7,} {sweep.run_steps:>12.3e}  {description}")
+        head = f"{name:<22} {sweep.runs:>7,} {sweep.run_steps:>12.3e}  "
+        print(textwrap.fill(preset_description(name), width, initial_indent=head, subsequent_indent=indent,
+                            break_on_hyphens=False, break_long_words=False))
 
 
 def open_results(results_dir: str):
@@ -42,14 +49,21 @@ def _say_damage(store) -> None:
         print(f"fade-sweep: {notice}", file=sys.stderr)
 
 
-def cmd_report(args: argparse.Namespace) -> None:
-    from sweeps.analysis.report import write_report
+def cmd_report(args: argparse.Namespace) -> int | None:
+    from sweeps.analysis.report import NoImages, write_report
     from sweeps.store import StoreLocation
 
     store = open_results(args.results_dir)
     out = StoreLocation.parse(args.out)
-    figures = write_report(store, out, Path(args.images) if args.images else None)
-    print(f"Report: {out.local_path.resolve() if out.local else out} ({len(figures)} figures; opens offline in any browser)")
+    shown = out.local_path.resolve() if out.local else out
+    try:
+        figures = write_report(store, out, Path(args.images) if args.images else None)
+    except NoImages as err:  # the HTML is written; the images asked for are not
+        print(f"Report: {shown} (opens offline in any browser)")
+        print(f"fade-sweep: {err}", file=sys.stderr)
+        return FAILURE
+    print(f"Report: {shown} ({len(figures)} figures; opens offline in any browser)")
+    return None
 
 
 def stage_text(store, kind: str, fmt: str, stat: str) -> str:
@@ -58,6 +72,9 @@ def stage_text(store, kind: str, fmt: str, stat: str) -> str:
     from sweeps.analysis.robustness import robustness_table, robustness_text
     from sweeps.spec import CONFIRMATION
 
+    if kind == "robustness" and stat != "mean":
+        raise UserError(f"--stat {stat}: the robustness table tunes on the mean of normalised scores (Adkins et al. "
+                        "2024) and offers no other statistic; drop --stat for --kind robustness")
     tuning = store.scan("scores")
     if kind == "robustness":
         table = robustness_table(tuning)

@@ -5,7 +5,7 @@ No Ray here: `fade-sweep presets`, validation and the results side use this laye
 
 from sweeps.spec.config import LOCATION_SETTINGS, Config, make_config
 from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmation, plan_packs
-from sweeps.spec.presets import preset_names, resolve_sweep
+from sweeps.spec.presets import preset_description, preset_names, resolve_sweep
 from sweeps.spec.resources import PackResources
 from sweeps.spec.sweepfile import (
     Experiment,
@@ -39,6 +39,7 @@ __all__ = [
     "parse_sweep",
     "parse_sweep_text",
     "plan_packs",
+    "preset_description",
     "preset_names",
     "resolve_sweep",
 ]

@@ -13,6 +13,19 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESETS_DIR.glob("*.yaml"))
 
 
+def preset_description(name: str) -> str:
+    """A preset's description: the lines of its leading comment up to the one that ends a sentence
+    (the first line, unless its sentence goes on), joined whole."""
+    lines = []
+    for line in (PRESETS_DIR / f"{name}.yaml").read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+        if lines[-1].endswith("."):
+            break
+    return " ".join(part for part in lines if part)
+
+
 def resolve_sweep(name_or_path: str) -> Sweep:
     """A preset name (`fade-sweep presets`) or the path of a sweep file."""
     path = Path(name_or_path)
