@@ -107,6 +107,7 @@ def _assert_interrupted(run: subprocess.Popen, out: str, results_dir: Path, swee
                 f"`fade-sweep run {sweep_file} --storage {storage} --dtype float64 --resume`")  # RUN_OPTIONS' dtype
     assert out.strip().splitlines()[-1] == expected, out
     assert "Done:" not in out and not (results_dir / "report.html").exists()
+    assert "to skip" not in out and "Stop signal received" not in out, out  # Tune's hint: the CLI's line says it
     status = read_status_json(results_dir)
     assert status["state"] == "interrupted" and status["driver_pid"] == run.pid, status
     assert sum(t["state"] == "done" for t in status["trials"]) == saved, status

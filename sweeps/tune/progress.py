@@ -28,6 +28,7 @@ from sweeps.spec import Pack
 
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
 TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
+TUNE_LOGGER = "ray.tune.tune"  # tune.run's module logger: its SIGINT handler warns there
 
 
 class _DropTokenNotice(logging.Filter):
@@ -37,6 +38,15 @@ class _DropTokenNotice(logging.Filter):
         return "Token authentication is enabled" not in record.getMessage()
 
 
+class _DropSkipHint(logging.Filter):
+    """Tune's warning on SIGINT, "... Press CTRL+C (or send SIGINT/SIGKILL/SIGTERM) to skip": a second
+    Ctrl-C would skip the saving of finished packs that a sweep's interrupt exists for; the CLI
+    prints its own line (what is kept, the --resume command)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "to skip" not in record.getMessage()
+
+
 def quiet_tune() -> None:
     """Keep out of a run's output what does not apply to it; call before Ray starts.
 
@@ -44,13 +54,15 @@ def quiet_tune() -> None:
     TensorBoard hint even at verbose=0: RAY_AIR_NEW_OUTPUT=0 selects the legacy engine, which
     at verbose=0 prints nothing. TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1: Tune's own CSV / JSON /
     TensorBoard result files are not written (the results are the store). Ray's notice that
-    token authentication is enabled is dropped; the authentication itself is untouched. A value
-    the user set in the environment is kept."""
+    token authentication is enabled is dropped (the authentication itself is untouched), and so is
+    Tune's "Press CTRL+C ... to skip" on an interrupt (logging filters). A value the user set in
+    the environment is kept."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    logger = logging.getLogger(TOKEN_AUTH_LOGGER)
-    if not any(isinstance(f, _DropTokenNotice) for f in logger.filters):
-        logger.addFilter(_DropTokenNotice())
+    for name, drop in ((TOKEN_AUTH_LOGGER, _DropTokenNotice), (TUNE_LOGGER, _DropSkipHint)):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, drop) for f in logger.filters):
+            logger.addFilter(drop())
 
 
 class RunSummary(Protocol):
