@@ -16,8 +16,10 @@ store of tens of millions of curve rows reports in seconds.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from html import escape
 from pathlib import Path
+from typing import TypeVar
 
 import plotly.graph_objects as go
 import plotly.io as pio
@@ -31,6 +33,7 @@ from sweeps.analysis.queries import Analysis
 from sweeps.spec import CONFIRMATION
 from sweeps.store import Store, StoreLocation
 from sweeps.store.record import SWEEP_RECORD
+from sweeps.store.records import RecordError
 from tasks import get_task
 
 MAX_POINTS = 400
@@ -102,15 +105,26 @@ def _plain_title(fig: go.Figure) -> str:
     return (fig.layout.title.text or "").split("<br>")[0]
 
 
+T = TypeVar("T")
+
+
+def _readable(read: Callable[[], T]) -> T | None:
+    """What `read()` returns, or None when its record is damaged: the report answers from the rest
+    (the command says once what it skipped: Store.damage_notice)."""
+    try:
+        return read()
+    except RecordError:
+        return None
+
+
 def provenance(store: Store) -> page.Provenance:
     """What the store records about how its numbers were made (store.json, sweep.yaml, status.json)."""
     location = store.location
-    record = store.record
+    record, status = _readable(lambda: store.record), _readable(store.status)  # damaged: as not recorded
     try:
         sweep = location.read_bytes(SWEEP_RECORD).decode()
     except FileNotFoundError:
         sweep = "not recorded"
-    status = store.status()
     return page.Provenance(
         store=str(location.local_path.resolve()) if location.local else location.display, sweep=sweep,
         package_version=record.package_version if record else "not recorded",
@@ -129,7 +143,7 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
     location = store.location
     analysis = Analysis.of(store, stat)
     built = build_figures(analysis, store.scan("curves"))
-    confirmed = store.selection(stage=CONFIRMATION).runs  # "How sure are we?" (confirm.py)
+    confirmed = _readable(lambda: store.selection(stage=CONFIRMATION).runs)  # "How sure are we?" (confirm.py)
     sure_tables, sure_figures = confirmation_section(
         analysis.scores, store.scan("scores", stage=CONFIRMATION) if confirmed else None, stat)
     built.extend(sure_figures)

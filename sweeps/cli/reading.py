@@ -38,6 +38,7 @@ def open_results(results_dir: str):
     if not store.location.is_dir("scores"):
         raise UserError(f"{store.location}: no results there (expected {store.location.url('scores')}/); "
                         "give STORAGE/<sweep name>")
+    store.sweep  # the grid the tables count: a damaged sweep.yaml is one line (SweepError, exit 2), with the repair
     _say_damage(store)
     return store
 
@@ -71,6 +72,7 @@ def stage_text(store, kind: str, fmt: str, stat: str) -> str:
     from sweeps.analysis.confirm import confirmation_table, confirmation_text
     from sweeps.analysis.robustness import robustness_table, robustness_text
     from sweeps.spec import CONFIRMATION
+    from sweeps.store import RecordError
 
     if kind == "robustness" and stat != "mean":
         raise UserError(f"--stat {stat}: the robustness table tunes on the mean of normalised scores (Adkins et al. "
@@ -79,7 +81,10 @@ def stage_text(store, kind: str, fmt: str, stat: str) -> str:
     if kind == "robustness":
         table = robustness_table(tuning)
         return robustness_text(table, fmt) if table.height else "No method runs in two or more settings of this sweep.\n"
-    record = store.confirmation
+    try:
+        record = store.confirmation
+    except RecordError as err:
+        raise UserError(f"{err}; `fade-sweep confirm {store.location} --seeds N` records the stage again") from None
     if record is None or not store.selection(stage=CONFIRMATION).runs:
         raise UserError(f"{store.location}: no confirmation runs; run `fade-sweep confirm {store.location} --seeds N` first")
     table = confirmation_table(tuning, store.scan("scores", stage=CONFIRMATION), stat)
@@ -150,16 +155,26 @@ def cmd_status(args: argparse.Namespace) -> None:
 
 def _results_status(target: str) -> None:
     """status.json of a results folder, and the committed packs per stage where there is more than tuning."""
-    from sweeps.spec import TUNING
-    from sweeps.store import Store
+    from sweeps.spec import TUNING, SweepError
+    from sweeps.store import RecordError, Store
     from sweeps.store.status import format_status
 
     store = Store.open(target)  # a URI the store cannot serve: exit 2
     store.location.check()
-    status = store.status()
+    _say_damage(store)
+    try:
+        status = store.status()
+    except RecordError:  # named by _say_damage, with the command that writes it anew
+        status = None
+    if status is None and store.has_results():  # no live status: what the store holds (records only, no polars)
+        try:
+            missing = f", {len(store.sweep.pairs - store.finished_runs())} runs of its sweep missing" if store.sweep else ""
+        except SweepError:  # named by _say_damage
+            missing = ""
+        print(f"{store.location}: {store.committed_packs()} pack files in the store{missing}")
+        return
     if status is None:
         raise UserError(f"{store.location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
-    _say_damage(store)
     print(format_status(status, store.committed_packs(), store.resume_command()))
     stages = Counter(m.run_stage for m in store.manifests)
     if len(stages) > 1 or (stages and TUNING not in stages):

@@ -21,6 +21,7 @@ import dataclasses
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from importlib import metadata
 
 import yaml
@@ -28,7 +29,8 @@ import yaml
 from sweeps.spec import LOCATION_SETTINGS, TUNING, Sweep, SweepError, parse_sweep_text
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import read_manifests, runs_of
-from sweeps.store.records import StoreRecord, read_record, write_record
+from sweeps.store.records import STATUS_FILE, RecordError, StoreRecord, read_record, write_record
+from sweeps.store.status import read_status
 
 SWEEP_RECORD = "sweep.yaml"
 STORE_RECORD = "store.json"
@@ -56,13 +58,23 @@ def read_store_record(location: StoreLocation) -> StoreRecord | None:
     return read_record(location, STORE_RECORD, StoreRecord)
 
 
-def read_sweep(location: StoreLocation) -> Sweep | None:
-    """The store's current sweep (sweep.yaml), if recorded; SweepError naming the file if it is not one."""
+def read_sweep(location: StoreLocation, sha256: str = "") -> Sweep | None:
+    """The store's current sweep (sweep.yaml), if recorded; SweepError naming the file if it is not one,
+    or if its bytes are not those recorded (`sha256`, store.json's: a truncated sweep.yaml may still
+    parse, as a smaller sweep)."""
     try:
-        text = location.read_text(SWEEP_RECORD)
+        raw = location.read_bytes(SWEEP_RECORD)
     except FileNotFoundError:
         return None
-    return parse_sweep_text(text, location.url(SWEEP_RECORD))
+    if sha256 and hashlib.sha256(raw).hexdigest() != sha256:
+        raise SweepError(f"{location.url(SWEEP_RECORD)}: changed or truncated since it was recorded "
+                         f"(its sha256 is not the one {STORE_RECORD} records)")
+    return parse_sweep_text(raw.decode(errors="replace"), location.url(SWEEP_RECORD))
+
+
+def recorded_sweep(location: StoreLocation, record: StoreRecord | None) -> Sweep | None:
+    """The store's sweep, checked against `record` (store.json, None: not readable) where it has its hash."""
+    return read_sweep(location, record.sweep_sha256 if record is not None else "")
 
 
 def _identity(settings) -> dict:
@@ -101,9 +113,23 @@ def check_change(location: StoreLocation, sweep: Sweep, dtype: str) -> None:
     _checked(location, sweep, dtype)
 
 
-def _checked(location: StoreLocation, sweep: Sweep, dtype: str) -> tuple[StoreRecord | None, Sweep | None, set]:
-    store = read_store_record(location)
-    old = read_sweep(location)
+def _readable(read: Callable[[StoreLocation], object], location: StoreLocation) -> tuple[object, str | None]:
+    """What `read(location)` returns, or (None, why) when its record is damaged: a damaged record is
+    set aside by the writer and written anew, never a dead end."""
+    try:
+        return read(location), None
+    except (RecordError, SweepError) as err:
+        return None, str(err)
+
+
+def _checked(location: StoreLocation, sweep: Sweep, dtype: str) -> tuple[StoreRecord | None, Sweep | None, set, dict]:
+    """The checks of `check_change`; returns (store.json, the recorded sweep, the stored tuning runs, and
+    {record: why} for the records that are damaged, read as absent)."""
+    store, bad_store = _readable(read_store_record, location)
+    old, bad_sweep = _readable(lambda at: recorded_sweep(at, store), location)
+    _, bad_status = _readable(read_status, location)
+    damaged = {name: why for name, why in ((STORE_RECORD, bad_store), (SWEEP_RECORD, bad_sweep), (STATUS_FILE, bad_status))
+               if why}
     stored = runs_of([m for m in read_manifests(location).manifests if m.run_stage == TUNING])
     if stored and store is not None and store.dtype != dtype:
         raise SweepError(
@@ -114,17 +140,25 @@ def _checked(location: StoreLocation, sweep: Sweep, dtype: str) -> tuple[StoreRe
         conflict = _settings_conflict(old, sweep, stored)
         if conflict:
             raise SweepError(f"{sweep.source}: {conflict}")
-    return store, old, stored
+    return store, old, stored, damaged
 
 
 def check_and_record(location: StoreLocation, sweep: Sweep, dtype: str) -> list[str]:
     """Make `sweep` the store's current sweep (the caller holds the writer lock). Returns notices to print.
 
     Refuses (SweepError) a dtype or task-settings change under stored runs; keeps a changed
-    earlier record in history/.
+    earlier record in history/, and a damaged one as history/damaged-<name> (then written anew;
+    a damaged store.json's dtype is lost: this run's is recorded, and the notice says so).
     """
-    store, old, stored = _checked(location, sweep, dtype)
+    store, old, stored, damaged = _checked(location, sweep, dtype)
     notices = []
+    for name, why in damaged.items():
+        location.write_bytes(f"{HISTORY}/damaged-{name}", location.read_bytes(name), durable=True)
+        if name == STATUS_FILE:  # the driver writes it while packs run
+            location.delete(name)
+        lost = f" (the dtype of the stored runs could not be read: {dtype} is recorded)" if name == STORE_RECORD and stored else ""
+        again = "the next run that runs packs writes it" if name == STATUS_FILE else f"written anew{lost}"
+        notices.append(f"{why}: set aside as {location.url(f'{HISTORY}/damaged-{name}')}; {again}")
     history = list(store.history) if store is not None else []
     if old is not None and not _same_document(old.document, sweep.document):
         stamp = time.strftime("%Y%m%dT%H%M%S")

@@ -31,12 +31,12 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep
+from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep, SweepError
 from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
 from sweeps.store.lock import refuse_if_locked, store_lock
 from sweeps.store.manifests import Damaged, ManifestsRead, Selection, manifest_entries, read_manifests, runs_of, select
-from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, read_sweep
+from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
     ConfirmationRecord,
@@ -105,13 +105,26 @@ class Store:
         return self._manifests_read.damaged
 
     def damage_notice(self) -> str | None:
-        """One line for readers when damaged manifests were skipped: what, and the command that repairs it."""
+        """One line for readers, who answer from the rest: the damaged records they skipped and the
+        command that repairs them (None: nothing damaged)."""
+        parts = []
+        try:
+            self.sweep
+        except SweepError as err:  # it names the repair
+            parts.append(f"skipped {err}")
         bad = self.damaged_manifests
-        if not bad:
-            return None
-        what = f"{len(bad)} damaged manifest{'s' if len(bad) > 1 else ''} ({bad[0].reason}{', ...' if len(bad) > 1 else ''})"
-        return (f"skipped {what}: {'their' if len(bad) > 1 else 'its'} runs count as missing; "
-                f"`{self.resume_command()}` sets {'them' if len(bad) > 1 else 'it'} aside and runs them again")
+        if bad:
+            what = f"{len(bad)} damaged manifest{'s' if len(bad) > 1 else ''} ({bad[0].reason}{', ...' if len(bad) > 1 else ''})"
+            parts.append(f"skipped {what}: {'their' if len(bad) > 1 else 'its'} runs count as missing; "
+                         f"`{self.resume_command()}` sets {'them' if len(bad) > 1 else 'it'} aside and runs them again")
+        for read, confirmation in ((lambda: self.record, False), (self.status, False), (lambda: self.confirmation, True)):
+            try:
+                read()
+            except RecordError as err:
+                repair = f"`fade-sweep confirm {self.location} --seeds N` records it again" if confirmation \
+                    else f"`{self.resume_command()}` writes it anew"
+                parts.append(f"skipped {err}; {repair}")
+        return "; ".join(parts) or None
 
     def resume_command(self) -> str:
         """The command that continues (and repairs) this store: `fade-sweep run SWEEP --storage STORAGE
@@ -120,18 +133,32 @@ class Store:
 
         where = self.location
         storage = str(Path(where.display).parent) if where.local else where.display.rsplit("/", 1)[0]
-        sweep = where.url(SWEEP_RECORD) if where.local and where.is_file(SWEEP_RECORD) else "SWEEP"
         try:
-            dtype = self.record.dtype if self.record is not None else "float32"
+            record = self.record
         except RecordError:
-            dtype = "float32"
+            record = None
+        try:
+            readable = where.local and recorded_sweep(where, record) is not None
+        except SweepError:
+            readable = False
+        sweep = where.url(SWEEP_RECORD) if readable else "SWEEP"
+        dtype = record.dtype if record is not None else "float32"
         command = ["fade-sweep", "run", sweep, "--storage", storage, *(["--dtype", dtype] if dtype != "float32" else [])]
         return shlex.join([*command, "--resume"])
 
     @cached_property
     def sweep(self) -> Sweep | None:
-        """The recorded sweep (None: none recorded); its configs and pairs are computed once."""
-        return read_sweep(self.location)
+        """The recorded sweep (None: none recorded); its configs and pairs are computed once. SweepError
+        naming sweep.yaml, and the command that records it anew, if it is damaged."""
+        try:
+            record = self.record
+        except RecordError:
+            record = None  # its hash cannot be checked; the damaged store.json is named where it is read
+        try:
+            return recorded_sweep(self.location, record)
+        except SweepError as err:
+            raise SweepError(f"{err}; the store's record of its sweep is damaged: `{self.resume_command()}` "
+                             "records it anew (SWEEP: the sweep file or preset that wrote the store)") from None
 
     @cached_property
     def record(self) -> StoreRecord | None:

@@ -20,7 +20,7 @@ from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.spec import TUNING, SweepError
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import MANIFESTS, manifest_entries, orphans, parse_manifest
-from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, read_store_record, read_sweep
+from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, read_store_record, recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
     KINDS,
@@ -30,6 +30,7 @@ from sweeps.store.records import (
     RecordError,
     read_record,
 )
+from sweeps.store.status import read_status
 
 SCORES, CURVES = KINDS
 KEY_TYPES = {"config_id": pa.string(), "seed": pa.int64()}
@@ -143,14 +144,20 @@ def verify_store(location: StoreLocation) -> Verification:
             f"{location}: not a results store (no {MANIFESTS}/, {SCORES}/ or {SWEEP_RECORD}); give STORAGE/<sweep name>"
         )
     v = Verification(location)
+    record = None
     try:
-        if read_store_record(location) is None:
+        record = read_store_record(location)
+        if record is None:
             v.add("record", f"{STORE_RECORD}: missing (the store does not record its dtype and package version)")
     except RecordError as err:
-        v.add("record", str(err))
+        v.add("record", f"{err} (`fade-sweep run ... --resume` sets it aside and writes it anew)")
+    try:
+        read_status(location)
+    except RecordError as err:
+        v.add("record", f"{err} (`fade-sweep run ... --resume` sets it aside; a run that runs packs writes it)")
     sweep = None
     try:
-        sweep = read_sweep(location)
+        sweep = recorded_sweep(location, record)
         if sweep is None:
             v.add("record", f"{SWEEP_RECORD}: missing (the store does not record its sweep; missing runs cannot be checked)")
     except SweepError as err:
