@@ -11,6 +11,7 @@ import sys
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import best_text, open_results, stage_text
 from sweeps.spec import PackResources, check_task_data, cpu_only_tasks, resolve_sweep
+from sweeps.store.location import StoreLocation
 
 
 def _resources(args: argparse.Namespace, sweep) -> PackResources:
@@ -26,6 +27,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
         announce_environment_address()  # the first line: this run attaches to a cluster, not an embedded Ray
     sweep = resolve_sweep(args.sweep)
+    StoreLocation.parse(args.storage)  # a storage the store cannot serve (`--storage ""`): one line, before anything
     check_task_data(sweep)
     resources = _resources(args, sweep)
     if resources.gpus < 0:

@@ -36,7 +36,7 @@ from sweeps.spec import (
     plan_packs,
 )
 from sweeps.store.location import StoreLocation
-from sweeps.store.records import ConfirmationRecord
+from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
@@ -196,7 +196,11 @@ def confirm_sweep(results_dir: str | Path | StoreLocation | Store, seeds: int | 
     check_task_data(sweep)
     with store.writing():  # taken before Ray starts, as in run_sweep
         cluster = _connect(store, options, resources)
-        earlier = store.confirmation
+        try:
+            earlier = store.confirmation
+        except RecordError as err:  # damaged: recorded anew below (the runs it named stay in the store)
+            options.notice(f"{err}: recorded anew")
+            earlier = None
         if earlier is not None and (earlier.stat, earlier.seeds) != (record.stat, record.seeds):
             options.notice(f"The confirmation stage changed (was {earlier.stat} on seeds {list(earlier.seeds)}); "
                            "stored runs outside the new one are ignored")
