@@ -732,6 +732,16 @@ def test_a_damaged_record_is_an_error_naming_its_file(full, record, capsys):
             Store.open(full).confirmation
     captured = capsys.readouterr()
     assert f"{victim}: damaged" in captured.out + captured.err
+    if record == "confirmation.json":  # the tuning tables and the report answer; the confirm table names the repair
+        capsys.readouterr()
+        repair = f"`fade-sweep confirm {full} --seeds N` records it again"
+        assert main(["table", str(full)]) == 0
+        assert capsys.readouterr().err == f"fade-sweep: skipped {victim}: damaged ConfirmationRecord record (selected.0.optimizer: Field required); {repair}\n"
+        assert main(["report", str(full), "--out", str(full.parent / "r.html")]) == 0 and (full.parent / "r.html").exists()
+        assert main(["table", str(full), "--kind", "confirm"]) == 2
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            f"fade-sweep: error: {victim}: damaged ConfirmationRecord record (selected.0.optimizer: Field required); "
+            f"`fade-sweep confirm {full} --seeds N` records the stage again")
 
 
 def test_sweep_yaml_is_read_back_by_the_sweep_files_rules(tmp_path):
