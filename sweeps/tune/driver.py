@@ -129,6 +129,7 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     store = Store(results_dir_for(sweep, storage))
     store.location.check()  # an unreachable object store or a missing bucket: one line, exit 2, before Ray
+    store.refuse_if_locked()  # a second writer: named as such, before the overwrite check reads the folder
     _refuse_overwrite(sweep, store, resume)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
