@@ -11,7 +11,6 @@ import sys
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import best_text, open_results, stage_text
 from sweeps.spec import PackResources, check_task_data, cpu_only_tasks, resolve_sweep
-from sweeps.store.location import StoreLocation
 
 
 def _resources(args: argparse.Namespace, sweep) -> PackResources:
@@ -22,12 +21,14 @@ def _resources(args: argparse.Namespace, sweep) -> PackResources:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
+    from sweeps.store import Store
+
     if not args.address and os.environ.get("RAY_ADDRESS"):
         from cluster.connect import announce_environment_address
 
         announce_environment_address()  # the first line: this run attaches to a cluster, not an embedded Ray
     sweep = resolve_sweep(args.sweep)
-    StoreLocation.parse(args.storage)  # a storage the store cannot serve (`--storage ""`): one line, before anything
+    store = Store.of_sweep(sweep, args.storage)  # a storage the store cannot serve (`--storage ""`): one line
     check_task_data(sweep)
     resources = _resources(args, sweep)
     if resources.gpus < 0:
@@ -43,6 +44,7 @@ def cmd_run(args: argparse.Namespace) -> None:
             print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
                   f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
         return
+    store.preflight(sweep, args.dtype, args.resume)  # before Ray loads: a refusal in well under a second
     from sweeps.tune.driver import confirm_sweep, run_sweep
 
     options = _execution_options(args, resources, args.dtype)

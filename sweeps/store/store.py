@@ -23,6 +23,7 @@ and `table` and `report` on a local store load polars but not pyarrow.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Iterator
@@ -73,6 +74,34 @@ class Store:
         """The store at a local path or URI (a Store is returned as it is); StorageError (exit 2) for a
         URI the store cannot serve."""
         return target if isinstance(target, Store) else cls(StoreLocation.parse(target))
+
+    @classmethod
+    def of_sweep(cls, sweep: Sweep, storage: str | os.PathLike | StoreLocation) -> Store:
+        """The store of `sweep` under `storage`: <storage>/<sweep name>, a local folder (messages name it
+        absolute) or a prefix of an object store. StorageError (exit 2) for a storage it cannot serve."""
+        location = StoreLocation.parse(storage)  # the one conversion of the user's string
+        if location.local:
+            location = dataclasses.replace(location, display=location.base)
+        return cls(location / sweep.name)
+
+    def check_run(self, sweep: Sweep, dtype: str, resume: bool) -> None:
+        """Every refusal of a run of `sweep` that needs no cluster, from the store (SweepError, exit 2): results
+        there without --resume, or a resume that would change what stored runs mean (`check_sweep`). The
+        driver asks under the writer lock, before Ray starts."""
+        if self.has_results() and not resume:
+            raise SweepError(f"{self.location} already holds results of sweep {sweep.name}; pass --resume to finish "
+                             "it, or choose another --storage or sweep name")
+        self.check_sweep(sweep, dtype)
+
+    def preflight(self, sweep: Sweep, dtype: str, resume: bool) -> None:
+        """The driver's refusals before it loads Ray (the CLI asks first: a refusal in well under a second).
+        The storage reachable, no other writer, the writer lock taken and released (the storage can be
+        written: a refused run leaves no folder), `check_run` under it. The driver asks again, holding
+        the lock for the whole run."""
+        self.location.check()
+        self.refuse_if_locked()
+        with self.writing():
+            self.check_run(sweep, dtype, resume)
 
     def reopened(self) -> Store:
         """A new Store on the same location: it sees what other processes committed since."""

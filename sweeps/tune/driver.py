@@ -49,10 +49,7 @@ __all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", 
 def results_dir_for(sweep: Sweep, storage: str | Path | StoreLocation) -> StoreLocation:
     """<storage>/<sweep name>: a local folder (made absolute), or a prefix of an object store (s3://, gs://).
     A URI is never taken for a local path: one the store cannot serve is a StorageError (exit 2)."""
-    location = StoreLocation.parse(storage)  # the one conversion of the user's string
-    if location.local:
-        location = dataclasses.replace(location, display=location.base)  # messages name the absolute folder
-    return location / sweep.name
+    return Store.of_sweep(sweep, storage).location
 
 
 @dataclass(frozen=True)
@@ -127,18 +124,17 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
 
     Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
-    store = Store(results_dir_for(sweep, storage))
+    store = Store.of_sweep(sweep, storage)
     store.location.check()  # an unreachable object store or a missing bucket: one line, exit 2, before Ray
     store.refuse_if_locked()  # a second writer: named as such, before the overwrite check reads the folder
-    _refuse_overwrite(sweep, store, resume)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
     # One writer per results folder, for the whole run. Taken before Ray starts: a second writer and a
     # storage that cannot be written are refused at once (exit 2), and so is a resume that would change
-    # what stored runs mean (the dtype, task settings).
+    # what stored runs mean (the dtype, task settings). (`Store.preflight`, which the CLI asks before
+    # loading Ray, makes the same refusals sooner.)
     with store.writing():
-        _refuse_overwrite(sweep, store, resume)
-        store.check_sweep(sweep, options.dtype)
+        store.check_run(sweep, options.dtype, resume)
         cluster = _connect(store, options, resources)
         # The store records the sweep it holds (checking the change again, now under the lock).
         for line in store.record_sweep(sweep, options.dtype):
@@ -150,14 +146,6 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
             return plan_packs(sweep, cluster.slots, done, options.runs_per_pack, gpu=resources.gpus > 0)
 
         return _execute(sweep, store, TUNING, sweep.seeds, resume, finished, plan, options, resources, cluster)
-
-
-def _refuse_overwrite(sweep: Sweep, store: Store, resume: bool) -> None:
-    if store.has_results() and not resume:
-        raise SweepError(
-            f"{store.location} already holds results of sweep {sweep.name}; pass --resume to finish it, "
-            "or choose another --storage or sweep name"
-        )
 
 
 def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = "mean") -> ConfirmationRecord:
