@@ -111,9 +111,10 @@ def _summary(outcome, nothing: str) -> None:
 
 def cmd_confirm(args: argparse.Namespace) -> None:
     """The confirmation stage of a finished sweep; run again after an interrupt, it resumes."""
+    store = open_results(args.results_dir)
+    store.refuse_if_locked()  # a sweep still being written: refused before Ray loads
     from sweeps.tune.driver import confirm_sweep
 
-    store = open_results(args.results_dir)
     sweep = store.sweep
     if sweep is None:
         raise UserError(f"{args.results_dir}: no recorded sweep (sweep.yaml); give STORAGE/<sweep name> of a sweep run by fade-sweep")

@@ -41,6 +41,9 @@ EXPECTED_TYPES = {
 }
 
 
+_RERUN = "`fade-sweep run ... --resume` sets its pack aside and runs it again"
+
+
 class NotAStore(ValueError):
     """The folder holds no results store."""
 
@@ -91,7 +94,7 @@ def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str
     rel = entry.path
     where = f"{MANIFESTS}/{m.name}"
     if not location.is_file(rel):
-        v.add("missing file", f"{rel}: missing (named by {where})")
+        v.add("missing file", f"{rel}: missing (named by {where}; {_RERUN})")
         return
     v.files += 1
     expected_partition = f"{kind}/task={m.task}/optimizer={m.optimizer}/"
@@ -99,9 +102,11 @@ def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str
         v.add("misplaced", f"{rel}: not under {expected_partition} as {where} says (task {m.task}, optimizer {m.optimizer})")
     size = location.size(rel)
     if size != entry.bytes:
-        v.add("size mismatch", f"{rel}: {size} bytes, {where} says {entry.bytes} (changed or truncated)")
+        v.add("size mismatch", f"{rel}: {size} bytes, {where} says {entry.bytes} (changed or truncated; {_RERUN})")
     elif location.sha256(rel) != entry.sha256:
-        v.add("hash mismatch", f"{rel}: sha256 differs from {where} (the file changed after it was committed)")
+        v.add("hash mismatch", f"{rel}: sha256 differs from {where} (the file changed after it was committed, keeping "
+                               f"its size, which `--resume` does not check: move {where} into history/ and "
+                               "`fade-sweep run ... --resume` runs its pack again)")
     try:
         with location.open_input(rel) as source:
             parquet = pq.ParquetFile(source)
