@@ -32,7 +32,7 @@ class LinearTrackingSettings:
     def check(self) -> None:
         if self.noise < 0 or self.steps <= 0 or self.period <= 0 or self.bin <= 0:
             raise ValueError("linear_tracking needs noise >= 0 and positive steps, period and bin")
-        if self.bin < self.steps and self.steps % self.bin:  # the last bin would be shorter, and its point unlike the others
+        if self.bin < self.steps and self.steps % self.bin:  # the last bin would be shorter, unlike the others
             near = range(self.bin - 1, max(self.bin - 10_000, 0), -1)  # a bounded search: steps may be huge
             fits = next((b for b in near if self.steps % b == 0), None)
             raise ValueError(f"linear_tracking: bin {self.bin} does not divide steps {self.steps} (the last bin would "

@@ -54,9 +54,10 @@ def confirmation_table(tuning: pl.LazyFrame | pl.DataFrame, confirmation: pl.Laz
     and `gap`, how much better the tuning score looks than the confirmation score (in the score's units,
     direction-aware: tuning - confirmation where higher is better, confirmation - tuning where lower is
     better), and `gap_cause` ("selection bias" | "instability" | "none", GAP_RULE) with the fresh seeds'
-    `diverged_seeds` and `outlier_seeds` ("seed:score; ...", the tuning tables' rule). `rank` orders methods within a setting by
-    the confirmation score (1 = best); a method with a diverged confirmation seed is ranked last
-    (status "diverged"). The confirmed configurations are those of the confirmation frame."""
+    `diverged_seeds` and `outlier_seeds` ("seed:score; ...", the tuning tables' rule). `rank` orders
+    methods within a setting by the confirmation score (1 = best); a method with a diverged
+    confirmation seed is ranked last (status "diverged"). The confirmed configurations are those of the
+    confirmation frame."""
     confirmation = _frame(confirmation)
     variant = queries.variant_columns(confirmation)
     keys = [*variant, "optimizer", "config_id"]
@@ -83,7 +84,8 @@ def confirmation_table(tuning: pl.LazyFrame | pl.DataFrame, confirmation: pl.Laz
 
 def _gap_cause() -> pl.Expr:
     """GAP_RULE as an expression over the confirmation table's columns."""
-    outlier_drives = (pl.col("outliers") > 0) & (queries.ranking_key("confirmation_score") > queries.ranking_key("median"))
+    worse_than_median = queries.ranking_key("confirmation_score") > queries.ranking_key("median")
+    outlier_drives = (pl.col("outliers") > 0) & worse_than_median
     return (
         pl.when((pl.col("diverged_seeds") > 0) | ((pl.col("gap") > 0) & outlier_drives)).then(pl.lit("instability"))
         .when(pl.col("gap") > 0).then(pl.lit("selection bias"))
@@ -110,8 +112,8 @@ def confirmation_grids(table: pl.DataFrame, stat: str, seeds_note: str = "") -> 
                 footnotes.append(note)
             rows.append([str(r["rank"]), r["optimizer"], tables.selected_hyperparameters(r),
                          f"{tables.number(r['tuning_score'])} ({r['tuning_seeds']} seeds)", score,
-                         tables.interval(r["ci_low"], r["ci_high"]) if ok else "", tables.number(r["gap"]) if ok else "",
-                         r["gap_cause"]])
+                         tables.interval(r["ci_low"], r["ci_high"]) if ok else "",
+                         tables.number(r["gap"]) if ok else "", r["gap_cause"]])
             if ok and r["rank"] == 1:
                 marked |= {(i, 1), (i, 4)}
         if footnotes:

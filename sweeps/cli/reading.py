@@ -168,7 +168,8 @@ def _results_status(target: str) -> None:
         status = None
     if status is None and store.has_results():  # no live status: what the store holds (records only, no polars)
         try:
-            missing = f", {len(store.sweep.pairs - store.finished_runs())} runs of its sweep missing" if store.sweep else ""
+            sweep = store.sweep
+            missing = f", {len(sweep.pairs - store.finished_runs())} runs of its sweep missing" if sweep else ""
         except SweepError:  # named by _say_damage
             missing = ""
         print(f"{store.location}: {store.committed_packs()} pack files in the store{missing}")

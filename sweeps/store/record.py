@@ -128,8 +128,8 @@ def _checked(location: StoreLocation, sweep: Sweep, dtype: str) -> tuple[StoreRe
     store, bad_store = _readable(read_store_record, location)
     old, bad_sweep = _readable(lambda at: recorded_sweep(at, store), location)
     _, bad_status = _readable(read_status, location)
-    damaged = {name: why for name, why in ((STORE_RECORD, bad_store), (SWEEP_RECORD, bad_sweep), (STATUS_FILE, bad_status))
-               if why}
+    read = ((STORE_RECORD, bad_store), (SWEEP_RECORD, bad_sweep), (STATUS_FILE, bad_status))
+    damaged = {name: why for name, why in read if why}
     stored = runs_of([m for m in read_manifests(location).manifests if m.run_stage == TUNING])
     if stored and store is not None and store.dtype != dtype:
         raise SweepError(
@@ -156,7 +156,8 @@ def check_and_record(location: StoreLocation, sweep: Sweep, dtype: str) -> list[
         location.write_bytes(f"{HISTORY}/damaged-{name}", location.read_bytes(name), durable=True)
         if name == STATUS_FILE:  # the driver writes it while packs run
             location.delete(name)
-        lost = f" (the dtype of the stored runs could not be read: {dtype} is recorded)" if name == STORE_RECORD and stored else ""
+        unknown = name == STORE_RECORD and stored
+        lost = f" (the stored runs' dtype could not be read: {dtype} is recorded)" if unknown else ""
         again = "the next run that runs packs writes it" if name == STATUS_FILE else f"written anew{lost}"
         notices.append(f"{why}: set aside as {location.url(f'{HISTORY}/damaged-{name}')}; {again}")
     history = list(store.history) if store is not None else []

@@ -64,7 +64,8 @@ def format_status(status: SweepStatus, finished_packs: int, resume: str = "fade-
     ]
     if gone:
         where = "" if status.host == socket.gethostname() else f" on {status.host}, no heartbeat for {age:.0f} s"
-        lines.append(f"driver (pid {status.driver_pid}{where}) is not running: the sweep was interrupted; continue with `{resume}`")
+        lines.append(f"driver (pid {status.driver_pid}{where}) is not running: the sweep was interrupted; "
+                     f"continue with `{resume}`")
     elif status.state == "interrupted":
         lines.append(f"the sweep was interrupted; continue with `{resume}`")
     elif status.state == "running" and age > 60:

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from sweeps.store.verify import Verification
 
 Kind = Literal["scores", "curves"]
-_READ_ONCE = ("_manifests_read", "manifests", "damaged_manifests", "sweep", "record", "confirmation")  # cached properties
+_READ_ONCE = ("_manifests_read", "manifests", "damaged_manifests", "sweep", "record", "confirmation")  # cached
 
 
 class Store:
@@ -86,12 +86,12 @@ class Store:
 
     def check_run(self, sweep: Sweep, dtype: str, resume: bool) -> None:
         """Every refusal of a run of `sweep` that needs no cluster, from the store (SweepError, exit 2): results
-        there without --resume, or a resume that would change what stored runs mean (`check_sweep`). The
-        driver asks under the writer lock, before Ray starts."""
+        there without --resume, or a resume that would change what stored runs mean (record.check_change: the
+        dtype, task settings). Reads only; the driver asks under the writer lock, before Ray starts."""
         if self.has_results() and not resume:
             raise SweepError(f"{self.location} already holds results of sweep {sweep.name}; pass --resume to finish "
                              "it, or choose another --storage or sweep name")
-        self.check_sweep(sweep, dtype)
+        check_change(self.location, sweep, dtype)
 
     def preflight(self, sweep: Sweep, dtype: str, resume: bool) -> None:
         """The driver's refusals before it loads Ray (the CLI asks first: a refusal in well under a second).
@@ -143,10 +143,12 @@ class Store:
             parts.append(f"skipped {err}")
         bad = self.damaged_manifests
         if bad:
-            what = f"{len(bad)} damaged manifest{'s' if len(bad) > 1 else ''} ({bad[0].reason}{', ...' if len(bad) > 1 else ''})"
+            many = len(bad) > 1
+            what = f"{len(bad)} damaged manifest{'s' if many else ''} ({bad[0].reason}{', ...' if many else ''})"
             parts.append(f"skipped {what}: {'their' if len(bad) > 1 else 'its'} runs count as missing; "
                          f"`{self.resume_command()}` sets {'them' if len(bad) > 1 else 'it'} aside and runs them again")
-        for read, confirmation in ((lambda: self.record, False), (self.status, False), (lambda: self.confirmation, True)):
+        records = ((lambda: self.record, False), (self.status, False), (lambda: self.confirmation, True))
+        for read, confirmation in records:
             try:
                 read()
             except RecordError as err:
@@ -172,7 +174,8 @@ class Store:
             readable = False
         sweep = where.url(SWEEP_RECORD) if readable else "SWEEP"
         dtype = record.dtype if record is not None else "float32"
-        command = ["fade-sweep", "run", sweep, "--storage", storage, *(["--dtype", dtype] if dtype != "float32" else [])]
+        dtypes = ["--dtype", dtype] if dtype != "float32" else []
+        command = ["fade-sweep", "run", sweep, "--storage", storage, *dtypes]
         return shlex.join([*command, "--resume"])
 
     @cached_property
@@ -309,11 +312,6 @@ class Store:
                 yield self
             finally:
                 self.writer = None
-
-    def check_sweep(self, sweep: Sweep, dtype: str) -> None:
-        """SweepError now if recording `sweep` run in `dtype` would change what stored runs mean (a dtype
-        or task-settings change); reads only, so the driver asks before Ray starts."""
-        check_change(self.location, sweep, dtype)
 
     def record_sweep(self, sweep: Sweep, dtype: str) -> list[str]:
         """Make `sweep` the recorded sweep (record.check_and_record, under the lock); returns notices."""

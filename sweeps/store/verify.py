@@ -77,11 +77,16 @@ class Verification:
 
 
 # How a problem kind reads when counted: a "missing runs" problem is one method with runs missing.
-_PLURALS = {"missing runs": ("method missing runs", "methods missing runs"), "schema": ("schema problem", "schema problems"),
-            "content": ("content problem", "content problems"), "row count": ("row count", "row counts"),
-            "record": ("damaged or missing record", "damaged or missing records"),
-            "hash mismatch": ("hash mismatch", "hash mismatches"), "size mismatch": ("size mismatch", "size mismatches"),
-            "misplaced": ("misplaced file", "misplaced files"), "corrupt": ("corrupt file", "corrupt files")}
+_PLURALS = {
+    "missing runs": ("method missing runs", "methods missing runs"),
+    "schema": ("schema problem", "schema problems"),
+    "content": ("content problem", "content problems"),
+    "record": ("damaged or missing record", "damaged or missing records"),
+    "hash mismatch": ("hash mismatch", "hash mismatches"),
+    "size mismatch": ("size mismatch", "size mismatches"),
+    "misplaced": ("misplaced file", "misplaced files"),
+    "corrupt": ("corrupt file", "corrupt files"),
+}
 
 
 def _counted(kind: str, n: int) -> str:

@@ -81,7 +81,8 @@ def _tidy(store: Store, options: ExecutionOptions) -> None:
     """Set aside damaged packs and remove orphans (the writer lock is held)."""
     damaged, removed = store.tidy()  # packs whose files were truncated or lost run again; orphans of interrupted writes go
     if damaged:
-        options.notice(f"Set aside {len(damaged)} damaged file{'s' if len(damaged) > 1 else ''} of committed packs ({', '.join(map(str, damaged[:3]))}"
+        files = f"{len(damaged)} damaged file{'s' if len(damaged) > 1 else ''}"
+        options.notice(f"Set aside {files} of committed packs ({', '.join(map(str, damaged[:3]))}"
                        f"{', ...' if len(damaged) > 3 else ''}); their packs run again (manifests kept in history/)")
     if removed:
         options.notice(f"Removed {len(removed)} orphan files of interrupted writes from {store.location}")
@@ -158,7 +159,8 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
         raise SweepError(f"{store.location}: no recorded sweep (sweep.yaml); run the sweep first")
     lacking = store.missing_runs().height
     if lacking:
-        raise SweepError(f"{store.location}: {lacking} tuning runs have no result; finish the grid first (`{store.resume_command()}`)")
+        raise SweepError(f"{store.location}: {lacking} tuning runs have no result; "
+                         f"finish the grid first (`{store.resume_command()}`)")
     try:
         fresh = confirmation_seeds(sweep.seeds, list(seeds) if isinstance(seeds, tuple) else seeds)
     except ValueError as err:
