@@ -755,3 +755,17 @@ def test_sweep_yaml_is_read_back_by_the_sweep_files_rules(tmp_path):
     (results_dir / "sweep.yaml").write_text(text + "name: twice\n")
     with pytest.raises(SweepError, match=rf"^{results_dir / 'sweep.yaml'}: name: duplicate key at line"):
         Store.open(results_dir).sweep
+
+
+def test_status_names_the_resume_command_and_no_empty_stage_line(tmp_path, capsys):
+    """`status` of an interrupted sweep with nothing committed yet: the hint is a command that works
+    (the recorded sweep, its --storage), and no empty "committed packs:" line."""
+    from sweeps.store.records import SweepStatus
+
+    results_dir = tmp_path / "store" / "db"
+    check_and_record(StoreLocation.parse(results_dir), parse_sweep(SWEEP, "test"), "float64")
+    SweepStatus("db", "interrupted", 1.0, 2.0, 100).write(StoreLocation.parse(results_dir))
+    assert main(["status", str(results_dir)]) == 0
+    out = capsys.readouterr().out
+    assert f"continue with `fade-sweep run {results_dir}/sweep.yaml --storage {results_dir.parent} --dtype float64 --resume`" in out
+    assert "committed packs" not in out, out
