@@ -1,0 +1,69 @@
+"""Replay a race on a finished full grid: what racing would have selected, and what it would have spent.
+
+    python benchmarks/race_replay.py RESULTS_DIR [--min-seeds 3] [--seeds-per-round 1] [--alpha 0.05]
+
+The store must hold the full grid (every configuration on every seed, no race). The race's
+decisions (sweeps.analysis.race.replay) are played on those scores, round by round, exactly as
+a raced sweep decides on its own scores (the scores of a run do not depend on how it was
+packed); the script prints, per method, the configuration the full grid selects (every seed)
+and the one the race selects (among its survivors, on max_seeds seeds), the methods' ranking
+both ways, and the run-steps the race spends against the full grid's.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import polars as pl
+
+from sweeps.analysis import queries
+from sweeps.analysis.race import SURVIVOR, race_status, replay, run_steps
+from sweeps.spec.race import Race
+from sweeps.store import Store
+
+
+def compare(store: Store, race: Race) -> dict:
+    """The full grid's answer and the race's, from the scores `store` holds."""
+    sweep = store.sweep
+    scores = store.scan("scores").collect()
+    rounds = [race.seeds(sweep.seeds)[:n] for n in race.schedule(sweep.seeds)]
+    configs = [c.config_id for e in sweep.experiments for c in e.cells]
+    played = replay(scores, configs, rounds, race.alpha)
+    status = race_status(played.decisions)
+    full_best = queries.best_configs(queries.cells(scores.lazy()))
+    kept = scores.join(status, on="config_id").filter(pl.col("race_status") == SURVIVOR)
+    seeds = set(rounds[-1])
+    raced_best = queries.best_configs(queries.cells(kept.filter(pl.col("seed").is_in(list(seeds))).lazy()))
+    steps = {c.config_id: e.settings.steps for e in sweep.experiments for c in e.cells}
+    spent = run_steps(played.decisions, steps, configs, len(rounds[0]))
+    full = sum(steps.values()) * len(sweep.seeds)
+
+    def ranking(best: pl.DataFrame) -> list[str]:
+        return best.filter(~pl.col("all_diverged")).with_columns(_k=queries.ranking_key("stat_value")).sort("_k")["optimizer"].to_list()
+
+    pick = lambda best: dict(best.select("optimizer", "config_id").iter_rows())  # noqa: E731
+    return {"full": pick(full_best), "raced": pick(raced_best), "full_ranking": ranking(full_best),
+            "raced_ranking": ranking(raced_best), "run_steps": spent, "full_run_steps": full, "rounds": played.decided,
+            "eliminated": status.filter(pl.col("race_status") != SURVIVOR).height, "configs": len(configs)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("results_dir")
+    parser.add_argument("--min-seeds", type=int, default=3)
+    parser.add_argument("--seeds-per-round", type=int, default=1)
+    parser.add_argument("--alpha", type=float, default=0.05)
+    args = parser.parse_args()
+    out = compare(Store.open(args.results_dir), Race(args.min_seeds, None, args.alpha, args.seeds_per_round))
+    same = out["full"] == out["raced"]
+    print(f"configs: {out['configs']}, eliminated: {out['eliminated']}, rounds: {out['rounds']}")
+    for optimizer in sorted(out["full"]):
+        print(f"  {optimizer:<10} full {out['full'][optimizer]}  raced {out['raced'].get(optimizer)}"
+              f"{'' if out['full'][optimizer] == out['raced'].get(optimizer) else '  DIFFERENT'}")
+    print(f"ranking full : {out['full_ranking']}\nranking raced: {out['raced_ranking']}")
+    print(f"same configs: {same}, same ranking: {out['full_ranking'] == out['raced_ranking']}")
+    print(f"run-steps: {out['run_steps']:.4g} of {out['full_run_steps']:.4g} ({100 * out['run_steps'] / out['full_run_steps']:.1f}%)")
+
+
+if __name__ == "__main__":
+    main()
