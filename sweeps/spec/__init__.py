@@ -4,7 +4,8 @@ No Ray here: `fade-sweep presets`, validation and the results side use this laye
 """
 
 from sweeps.spec.config import LOCATION_SETTINGS, Config, make_config
-from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmation, plan_packs
+from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmation, plan_packs, plan_round
+from sweeps.spec.race import Race, with_race
 from sweeps.spec.presets import preset_names, resolve_sweep
 from sweeps.spec.resources import PackResources
 from sweeps.spec.sweepfile import (
@@ -39,6 +40,9 @@ __all__ = [
     "parse_sweep",
     "parse_sweep_text",
     "plan_packs",
+    "plan_round",
+    "Race",
+    "with_race",
     "preset_names",
     "resolve_sweep",
 ]
