@@ -45,7 +45,7 @@ import polars as pl
 
 from sweeps.analysis import queries, stats
 from sweeps.spec import Sweep
-from sweeps.store.records import RaceRecord
+from sweeps.store.records import RaceDecision, RaceRecord
 from tasks import TASKS
 
 TEST = "one-sided paired t-test against the method's current best, Holm's correction"
@@ -187,7 +187,7 @@ def replay(scores: pl.LazyFrame | pl.DataFrame | None, configs: Iterable[str], r
         seeds = rounds[min(number, len(rounds)) - 1]
         now = None if frame is None else frame.filter(pl.col("config_id").is_in(list(alive)) & pl.col("seed").is_in(list(seeds)))
         if now is None or now.select("config_id", "seed").n_unique() < len(alive) * len(seeds):
-            return Replay(_concat(decided), alive, len(decided), seeds)
+            return Replay(_concat(decided), alive, number - 1, seeds)
         decisions = decide(now, alpha, number)
         state.held.update(dict.fromkeys(alive, seeds))
         out = decisions.filter(pl.col("race_status") == ELIMINATED)
@@ -284,6 +284,14 @@ def run_steps(decisions: pl.DataFrame, steps: dict[str, int], configs: Iterable[
     for a configuration with no decision yet) times its run length (`steps`, per config id)."""
     held = dict(decisions.group_by("config_id").agg(pl.col("seeds").max()).iter_rows())
     return sum(held.get(c, first) * steps[c] for c in configs)
+
+
+def race_record(sweep: Sweep, played: Replay) -> RaceRecord:
+    """race.json for `sweep`'s race as it stands (`played`)."""
+    race = sweep.race
+    return RaceRecord(test=TEST, alpha=race.alpha, schedule=race.schedule(sweep.seeds), seeds=race.seeds(sweep.seeds),
+                      decisions=tuple(RaceDecision(**row) for row in played.decisions.to_dicts()),
+                      finished=played.finished)
 
 
 def decisions_frame(record: RaceRecord | None) -> pl.DataFrame:

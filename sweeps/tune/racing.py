@@ -15,9 +15,8 @@ from typing import Callable
 
 import polars as pl
 
-from sweeps.analysis.race import TEST, Replay, replay
+from sweeps.analysis.race import race_record, replay
 from sweeps.spec import Pack, Sweep, plan_round
-from sweeps.store.records import RaceDecision, RaceRecord
 from sweeps.store.store import Store
 from sweeps.tune.options import SweepRun
 
@@ -29,14 +28,6 @@ def _stored_scores(store: Store) -> pl.LazyFrame | None:
     """Every committed tuning score (newest copy of each run), the race's own and any other."""
     reader = store.reopened()
     return reader.scan("scores", all_runs=True) if reader.finished_runs() else None
-
-
-def race_record(sweep: Sweep, played: Replay) -> RaceRecord:
-    """race.json for the race's state `played`."""
-    race = sweep.race
-    return RaceRecord(test=TEST, alpha=race.alpha, schedule=race.schedule(sweep.seeds), seeds=race.seeds(sweep.seeds),
-                      decisions=tuple(RaceDecision(**row) for row in played.decisions.to_dicts()),
-                      finished=played.finished)
 
 
 def run_race(sweep: Sweep, store: Store, resume: bool, cpus: int, runs_per_pack: int | None, gpu: bool,
