@@ -23,10 +23,10 @@ from sweeps.analysis.race import (
     decide,
     holm,
     race_record,
-    race_status,
     replay,
     student_t_sf,
 )
+from sweeps.analysis.raced import race_status
 from sweeps.analysis.summaries import best_table, sensitivity_tables
 from sweeps.spec import SweepError, parse_sweep, with_race
 from sweeps.store import Store

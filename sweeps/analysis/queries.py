@@ -17,19 +17,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 import polars as pl
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.analysis import stats
+from sweeps.analysis.raced import RaceSummary, race_summary, raced_scores
 from sweeps.spec import TUNING
 from sweeps.store import Store
 from sweeps.store.dataset import STAGE
-
-if TYPE_CHECKING:
-    from sweeps.analysis.race import RaceSummary
 from tasks import TASKS
 
 DDOF = 1  # sample standard deviation across seeds
@@ -63,8 +60,6 @@ class Analysis:
         scores, expected = store.scan("scores", stage=stage), store.expected_runs(stage)
         summary = None
         if stage == TUNING and store.sweep is not None and store.sweep.race is not None:
-            from sweeps.analysis.race import race_summary, raced_scores  # it builds on this module
-
             scores = raced_scores(scores, store.race)
             summary = race_summary(store.sweep, store.race, expected)
         return cls(scores, expected, store.missing_runs(stage), stats.check_stat(stat), summary)
