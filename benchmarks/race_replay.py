@@ -1,13 +1,15 @@
 """Replay a race on a finished full grid: what racing would have selected, and what it would have spent.
 
-    python benchmarks/race_replay.py RESULTS_DIR [--min-seeds 3] [--seeds-per-round 1] [--alpha 0.05]
+    python benchmarks/race_replay.py RESULTS_DIR [--min-seeds 3] [--seeds-per-round 1] [--alpha 0.05] [--raced DIR]
 
 The store must hold the full grid (every configuration on every seed, no race). The race's
 decisions (sweeps.analysis.race.replay) are played on those scores, round by round, exactly as
 a raced sweep decides on its own scores (the scores of a run do not depend on how it was
 packed); the script prints, per method, the configuration the full grid selects (every seed)
 and the one the race selects (among its survivors, on max_seeds seeds), the methods' ranking
-both ways, and the run-steps the race spends against the full grid's.
+both ways, and the run-steps the race spends against the full grid's. With `--raced DIR` (a store of
+the same sweep run with `--race` and the same settings), it also checks that the real race decided
+exactly as the replay (race.json) and that its best table selects the full grid's configurations.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ import polars as pl
 
 from sweeps.analysis import queries
 from sweeps.analysis.race import SURVIVOR, race_status, replay, run_steps
+from sweeps.analysis.raced import decisions_frame
+from sweeps.analysis.summaries import best_table
+from sweeps.analysis.queries import Analysis
 from sweeps.spec.race import Race
 from sweeps.store import Store
 
@@ -42,7 +47,7 @@ def compare(store: Store, race: Race) -> dict:
         return best.filter(~pl.col("all_diverged")).with_columns(_k=queries.ranking_key("stat_value")).sort("_k")["optimizer"].to_list()
 
     pick = lambda best: dict(best.select("optimizer", "config_id").iter_rows())  # noqa: E731
-    return {"full": pick(full_best), "raced": pick(raced_best), "full_ranking": ranking(full_best),
+    return {"decisions": played.decisions, "full": pick(full_best), "raced": pick(raced_best), "full_ranking": ranking(full_best),
             "raced_ranking": ranking(raced_best), "run_steps": spent, "full_run_steps": full, "rounds": played.decided,
             "eliminated": status.filter(pl.col("race_status") != SURVIVOR).height, "configs": len(configs)}
 
@@ -53,8 +58,17 @@ def main() -> None:
     parser.add_argument("--min-seeds", type=int, default=3)
     parser.add_argument("--seeds-per-round", type=int, default=1)
     parser.add_argument("--alpha", type=float, default=0.05)
+    parser.add_argument("--raced", help="a store of the same sweep run with --race: compare its decisions and best table")
     args = parser.parse_args()
     out = compare(Store.open(args.results_dir), Race(args.min_seeds, None, args.alpha, args.seeds_per_round))
+    if args.raced:
+        raced = Store.open(args.raced)
+        recorded = decisions_frame(raced.race)
+        print(f"real race: {raced.race.finished and 'finished' or 'UNFINISHED'}, decisions equal to the replay's: "
+              f"{recorded.equals(out['decisions'])}")
+        best = best_table(Analysis.of(raced)).filter(pl.col("status") == "ok")
+        print(f"real race's best table selects the full grid's configurations: "
+              f"{dict(best.select('optimizer', 'config_id').iter_rows()) == out['full']}")
     same = out["full"] == out["raced"]
     print(f"configs: {out['configs']}, eliminated: {out['eliminated']}, rounds: {out['rounds']}")
     for optimizer in sorted(out["full"]):
