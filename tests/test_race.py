@@ -242,3 +242,15 @@ def test_a_sweep_that_is_not_raced_has_no_race_columns(tmp_path):
     full = {key: (scores * 2)[:6] for key, scores in SCORES.items()}
     results_dir = write_known_store(tmp_path / "plain", document, full)
     assert not set(queries.RACE_COLUMNS) & set(Analysis.of(Store.open(results_dir)).cells.columns)
+
+
+def test_an_unfinished_race_asks_its_survivors_for_the_next_round_and_a_stale_record_is_not_read(raced_store):
+    store = Store.open(raced_store)
+    first = store.race.model_copy(update={"decisions": tuple(d for d in store.race.decisions if d.round == 1),
+                                          "finished": False})
+    assert len(raced_pairs(store.sweep, first)) == 3 + 4 + 3 + 4  # out after round 1: 3 seeds; the others: round 2's 4
+    (raced_store / RACE_FILE).write_bytes(record_json(first))
+    unfinished = Store.open(raced_store)
+    assert unfinished.missing_runs().height == 0  # the survivors hold all 6 seeds already: nothing is missing
+    (raced_store / RACE_FILE).write_bytes(record_json(first.model_copy(update={"alpha": 0.01})))
+    assert Store.open(raced_store).race is None  # a record of another race setting: before any decision

@@ -210,7 +210,8 @@ def _revisit(frame: pl.DataFrame, state: _Standing, alpha: float, number: int) -
     """The configurations out as worse than a best now tainted: each is tested again (one-sided paired
     t-test on its own seeds, Holm over those revisited per method this round) against the clean
     configuration of its method with the best mean on those seeds, among those holding them all.
-    Returns those back in the race, and the decisions (round `number`) of those kept out."""
+    One with no clean rival holding its seeds is back too. Returns those back in the race, and the
+    round's decisions about the revisited: out again (RETESTED, against the clean rival) or back (REVIVED)."""
     revisit = sorted(c for c, best in state.beaten_by.items() if best in state.tainted)
     if not revisit:
         return set(), pl.DataFrame(schema=DECISION_SCHEMA)
