@@ -1,6 +1,7 @@
 """Replay a race on a finished full grid: what racing would have selected, and what it would have spent.
 
     python benchmarks/race_replay.py RESULTS_DIR [--min-seeds 3] [--seeds-per-round 1] [--alpha 0.05] [--raced DIR]
+                                     [--confirmed DIR]
 
 The store must hold the full grid (every configuration on every seed, no race). The race's
 decisions (sweeps.analysis.race.replay) are played on those scores, round by round, exactly as
@@ -10,6 +11,8 @@ and the one the race selects (among its survivors, on max_seeds seeds), the meth
 both ways, and the run-steps the race spends against the full grid's. With `--raced DIR` (a store of
 the same sweep run with `--race` and the same settings), it also checks that the real race decided
 exactly as the replay (race.json) and that its best table selects the full grid's configurations.
+With `--confirmed DIR` (a store whose confirmation stage ran the race's winners on fresh seeds), it
+says whether each confirmation score lies within the full grid's 95% CI of the same configuration.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from sweeps.analysis.race import SURVIVOR, race_status, replay, run_steps
 from sweeps.analysis.raced import decisions_frame
 from sweeps.analysis.summaries import best_table
 from sweeps.analysis.queries import Analysis
+from sweeps.spec import CONFIRMATION
 from sweeps.spec.race import Race
 from sweeps.store import Store
 
@@ -59,8 +63,18 @@ def main() -> None:
     parser.add_argument("--seeds-per-round", type=int, default=1)
     parser.add_argument("--alpha", type=float, default=0.05)
     parser.add_argument("--raced", help="a store of the same sweep run with --race: compare its decisions and best table")
+    parser.add_argument("--confirmed", help="a store with a confirmation stage: its scores against the full grid's CIs")
     args = parser.parse_args()
-    out = compare(Store.open(args.results_dir), Race(args.min_seeds, None, args.alpha, args.seeds_per_round))
+    full = Store.open(args.results_dir)
+    out = compare(full, Race(args.min_seeds, None, args.alpha, args.seeds_per_round))
+    if args.confirmed:
+        confirmed = queries.cells(Store.open(args.confirmed).scan("scores", stage=CONFIRMATION)).select(
+            "optimizer", "config_id", confirmation="mean")
+        within = confirmed.join(Analysis.of(full).cells.select("config_id", "ci_low", "ci_high"), on="config_id").with_columns(
+            inside=pl.col("confirmation").is_between(pl.col("ci_low"), pl.col("ci_high")))
+        for row in within.sort("optimizer").iter_rows(named=True):
+            print(f"  confirmed {row['optimizer']:<10} {row['confirmation']:.5g} in the full grid's CI "
+                  f"[{row['ci_low']:.5g}, {row['ci_high']:.5g}]: {row['inside']}")
     if args.raced:
         raced = Store.open(args.raced)
         recorded, replayed = decisions_frame(raced.race), out["decisions"]
