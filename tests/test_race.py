@@ -28,7 +28,7 @@ from sweeps.analysis.race import (
 )
 from sweeps.analysis.raced import race_status
 from sweeps.analysis.summaries import best_table, sensitivity_tables
-from sweeps.spec import SweepError, parse_sweep, with_race
+from sweeps.spec import SweepError, parse_sweep, plan_round, with_race
 from sweeps.store import Store
 from sweeps.store.race import raced_pairs
 from sweeps.store.record import check_and_record
@@ -254,3 +254,12 @@ def test_an_unfinished_race_asks_its_survivors_for_the_next_round_and_a_stale_re
     assert unfinished.missing_runs().height == 0  # the survivors hold all 6 seeds already: nothing is missing
     (raced_store / RACE_FILE).write_bytes(record_json(first.model_copy(update={"alpha": 0.01})))
     assert Store.open(raced_store).race is None  # a record of another race setting: before any decision
+
+
+def test_a_round_plans_only_the_configurations_in_the_race_on_the_seeds_they_lack():
+    sweep = parse_sweep(RACED, "t")
+    ids = [c.config_id for e in sweep.experiments for c in e.cells]
+    done = {(ids[0], s) for s in range(3)}  # held after round 1; ids[2] comes back with none of round 2's seeds
+    packs = plan_round(sweep, {ids[0], ids[2]}, (0, 1, 2, 3), cpus=1, done=done)
+    assert {pair for pack in packs for pair in pack.pairs()} == {(ids[0], 3), *((ids[2], s) for s in range(4))}
+    assert all(pack.stage == "tuning" for pack in packs)
