@@ -114,7 +114,9 @@ def _summary(outcome, nothing: str) -> None:
         print(f"Resumed: {n} interrupted packs continued from their checkpoints." if n > 1
               else "Resumed: 1 interrupted pack continued from its checkpoint.")
     if outcome.packs:
-        print(done_line(outcome, outcome.store.status()))
+        # a raced run's status.json is its last round's: its times and rate would not be the run's
+        raced = outcome.store.sweep is not None and outcome.store.sweep.race is not None and outcome.store.race is not None
+        print(done_line(outcome, None if raced else outcome.store.status()))
     else:
         print(f"Nothing to run: {nothing}.")
 
