@@ -3,7 +3,8 @@
     python benchmarks/race_replay.py RESULTS_DIR [--min-seeds 3] [--seeds-per-round 1] [--alpha 0.05] [--raced DIR]
                                      [--confirmed DIR]
 
-The store must hold the full grid (every configuration on every seed, no race). The race's
+Measured on `fade-sweep run linear-noise0` and on `benchmarks/race_nonlinear_short.yaml` (the nonlinear
+grid at 60,000 steps, 10 seeds). The store must hold the full grid (every configuration on every seed, no race). The race's
 decisions (sweeps.analysis.race.replay) are played on those scores, round by round, exactly as
 a raced sweep decides on its own scores (the scores of a run do not depend on how it was
 packed); the script prints, per method, the configuration the full grid selects (every seed)
