@@ -16,16 +16,17 @@ from sweeps.spec import Pack, make_config, parse_sweep
 
 def write_known_store(results_dir: Path, document: dict, scores: dict) -> Path:
     """A store of a linear sweep whose per-seed scores are given: scores[(optimizer, values)] is
-    one score per seed; configs not in `scores` are never written (missing). Two bins."""
+    one score per seed (fewer scores than seeds: the first seeds only, as a raced cell); configs not in
+    `scores` are never written (missing). Two bins."""
     sweep = parse_sweep(document, "test")
     store = Store.open(results_dir)
-    seeds = len(sweep.seeds)
     for experiment in sweep.experiments:
         for values in experiment.configs():
             key = (experiment.optimizer, tuple(values.values()))
             if key not in scores:
                 continue
-            pack = Pack(experiment, (make_config(experiment, values),), sweep.seeds)
+            seeds = len(scores[key])
+            pack = Pack(experiment, (make_config(experiment, values),), sweep.seeds[:seeds])
             score = np.array(scores[key])
             decays = experiment.optimizer == "fade"
             curves = {"mse": np.stack([score, score]).T, "decay_relevant": np.full((seeds, 2), 0.1) if decays else None,

@@ -23,6 +23,7 @@ import polars as pl
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.analysis import stats
+from sweeps.analysis.raced import RaceSummary, race_summary, raced_scores
 from sweeps.spec import TUNING
 from sweeps.store import Store
 from sweeps.store.dataset import STAGE
@@ -36,6 +37,7 @@ CELL_STATS = (  # what `cells` adds, in this order
 )
 STATS = stats.STATS  # the statistics `cells(frame, stat=...)` and `fade-sweep table --stat` choose from
 HYPERPARAMETER_COLUMNS = tuple(HYPERPARAMETERS)
+RACE_COLUMNS = ("race_status", "eliminated_round")  # a raced sweep's cells: still in the race, or out after which round
 
 
 @dataclass(frozen=True)
@@ -49,12 +51,18 @@ class Analysis:
     expected: pl.DataFrame  # key columns (settings, hyperparameters) of every run the recorded sweep asks for
     missing: pl.DataFrame  # the same, of the runs with no result yet
     stat: str = "mean"
+    race: RaceSummary | None = None  # a raced sweep's tuning stage: its rounds and what they cost
 
     @classmethod
     def of(cls, store: Store, stat: str = "mean", stage: str = TUNING) -> Analysis:
-        """The analysis of one stage's runs (tuning: the grid; confirmation: the selected configurations)."""
-        return cls(store.scan("scores", stage=stage), store.expected_runs(stage), store.missing_runs(stage),
-                   stats.check_stat(stat))
+        """The analysis of one stage's runs (tuning: the grid; confirmation: the selected configurations).
+        A raced sweep's tuning scores carry the race's columns (RACE_COLUMNS, from race.json)."""
+        scores, expected = store.scan("scores", stage=stage), store.expected_runs(stage)
+        summary = None
+        if stage == TUNING and store.sweep is not None and store.sweep.race is not None:
+            scores = raced_scores(scores, store.race)
+            summary = race_summary(store.sweep, store.race, expected)
+        return cls(scores, expected, store.missing_runs(stage), stats.check_stat(stat), summary)
 
     @cached_property
     def variant(self) -> list[str]:
@@ -78,7 +86,7 @@ def config_curves(curves: pl.LazyFrame, config_id: str) -> pl.LazyFrame:
 
 def variant_columns(frame: pl.LazyFrame) -> list[str]:
     """The task and its settings: what separates one table from another (e.g. noise level)."""
-    known = {"optimizer", "config_id", "step", *HYPERPARAMETER_COLUMNS, *PER_RUN, *CELL_STATS, STAGE}
+    known = {"optimizer", "config_id", "step", *HYPERPARAMETER_COLUMNS, *PER_RUN, *CELL_STATS, STAGE, *RACE_COLUMNS}
     return [c for c in frame.collect_schema().names() if c not in known]
 
 
@@ -167,21 +175,22 @@ def best_configs(cell_frame: pl.DataFrame) -> pl.DataFrame:
 
     Cells with any diverged seed are never selected; a method whose every cell diverged
     keeps one row with null statistics and `all_diverged` true. Ties go to the smaller config_id.
+    In a raced sweep (a `race_status` column) only the race's survivors are selected: an eliminated
+    cell holds fewer seeds, and its statistic is never ranked against theirs.
     """
     names = cell_frame.collect_schema().names()
     chosen = "stat_value" if "stat_value" in names else "mean"
     group = [*variant_columns(cell_frame), "optimizer"]
-    ranked = cell_frame.lazy().with_columns(
-        usable=(pl.col("diverged_seeds") == 0) & pl.col(chosen).is_finite(),
-        key=ranking_key(chosen),
-    )
+    usable = (pl.col("diverged_seeds") == 0) & pl.col(chosen).is_finite()
+    in_race = pl.col("race_status") != "eliminated" if "race_status" in names else pl.lit(True)
+    ranked = cell_frame.lazy().with_columns(usable=usable, eligible=usable & in_race, key=ranking_key(chosen))
     nulled = [c for c in (*_NUMERIC_STATS, "stat_value", "outlier_seeds") if c in names]
     return (
-        ranked.sort(["usable", "key", "config_id"], descending=[True, False, False], nulls_last=True)
+        ranked.sort(["eligible", "key", "config_id"], descending=[True, False, False], nulls_last=True)
         .group_by(group, maintain_order=True)
         .agg(pl.all().first(), configs=pl.len(), diverged_configs=(~pl.col("usable")).sum())
-        .with_columns(all_diverged=~pl.col("usable"))
+        .with_columns(all_diverged=~pl.col("eligible"))
         .with_columns(pl.when(pl.col("all_diverged")).then(None).otherwise(pl.col(c)).alias(c) for c in nulled)
-        .drop("usable", "key")
+        .drop("usable", "eligible", "key")
         .collect()
     )

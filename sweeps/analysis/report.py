@@ -152,6 +152,8 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
     cells = analysis.cells.sort([*variant_cols, "optimizer", "stat_value"], nulls_last=True)
     unstable = unstable_cells(cells, [*variant_cols, "optimizer"])
     chosen = f"<p class='note'>Configurations selected and shown by the {escape(tables.STAT_NAMES[stat])} over seeds.</p>"
+    if analysis.race is not None:  # how many run-steps racing saved against the full grid
+        chosen += f"<p class='note'>{escape(analysis.race.sentence())}</p>"
     fixed = {}
     for key, group in best.filter(pl.col("status") == "ok").group_by(variant_cols, maintain_order=True):
         fixed.update(figures.counterparts(group, cells, dict(zip(variant_cols, key))))

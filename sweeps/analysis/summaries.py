@@ -82,7 +82,8 @@ class SensitivityTable:
     """One gamma0 x theta_lambda grid at a fixed alpha; `cells` has one row per grid cell.
 
     `best`: the cell the statistic selects; `tied`: another usable cell whose 95% CI overlaps
-    the best cell's; `within_5pct`: a usable cell whose statistic is within 5% of the best's
+    the best cell's (in a raced sweep, both among the race's survivors: an eliminated cell keeps its
+    statistic over its own, fewer, seeds, with `race_status` and `eliminated_round`); `within_5pct`: a usable cell whose statistic is within 5% of the best's
     (|stat - best| <= 0.05 |best|). `robust` = within / usable: the fraction of non-diverged
     (and not missing) cells within 5% of the best, the one-number robustness of the grid.
     """
@@ -108,7 +109,9 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
     """
     variant, stat = analysis.variant, analysis.stat
     keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
-    values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds"]
+    raced = [c for c in queries.RACE_COLUMNS if c in analysis.cells.columns]  # a raced sweep: still in, or out when
+    values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds",
+              *raced]
     observed = analysis.cells.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(*keys, *values)
     expected = analysis.expected
     if not analysis.complete and "gamma0" in expected.columns and "theta_lambda" in expected.columns:
@@ -134,18 +137,21 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
             stat=pl.lit(stat),
         )
         ok = full.filter(pl.col("status") == "ok")
-        ranked = ok.with_columns(_key=queries.ranking_key("stat_value")).sort("_key", "config_id")
+        # an eliminated cell (fewer seeds, worse than the best with confidence) is never the best nor tied with it
+        contenders = ok.filter(pl.col("race_status") != "eliminated") if raced else ok
+        ranked = contenders.with_columns(_key=queries.ranking_key("stat_value")).sort("_key", "config_id")
         if ranked.height:
             top = ranked.row(0, named=True)
             tolerance = ROBUST_WITHIN * abs(top["stat_value"])
             usable = pl.col("status") == "ok"
+            contender = usable & (pl.col("race_status") != "eliminated") if raced else usable
             # one seed: no interval, so nothing is tied (comparing with None would warn, and give null)
             overlaps = ((pl.col("ci_low") <= top["ci_high"]) & (pl.col("ci_high") >= top["ci_low"])
                         if top["ci_low"] is not None and top["ci_high"] is not None else pl.lit(False))
             full = full.with_columns(
                 best=(pl.col("config_id") == top["config_id"]).fill_null(False),
                 within_5pct=(usable & ((pl.col("stat_value") - top["stat_value"]).abs() <= tolerance)).fill_null(False),
-                tied=(usable & (pl.col("config_id") != top["config_id"]) & overlaps).fill_null(False),
+                tied=(contender & (pl.col("config_id") != top["config_id"]) & overlaps).fill_null(False),
             )
         else:
             full = full.with_columns(best=pl.lit(False), within_5pct=pl.lit(False), tied=pl.lit(False))
@@ -156,7 +162,7 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
                 dict(zip(variant, variant_values)),
                 optimizer,
                 alpha,
-                full.select(_SENSITIVITY_COLUMNS),
+                full.select(*_SENSITIVITY_COLUMNS, *raced),
                 stat,
                 int(full["within_5pct"].sum()),
                 ok.height,

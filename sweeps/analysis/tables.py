@@ -175,7 +175,7 @@ def _outlier_footnote(label: str, outliers: str | None) -> str | None:
     return f"{OUTLIER_MARK} {label}: outlier {seeds}"
 
 
-def _best_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Grid]:
+def _best_grids(table: pl.DataFrame, variant: list[str], stat: str, race: str = "") -> list[_Grid]:
     grids = []
     for _, group in table.group_by(variant, maintain_order=True):
         rows, marked, footnotes = [], set(), []
@@ -197,7 +197,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Gri
         grids.append(
             _Grid(
                 variant_title({k: first[k] for k in variant}),
-                _score_note(first["task"], stat) + " Best method in bold.",
+                _score_note(first["task"], stat) + " Best method in bold." + race,
                 ("method", "score", "seeds", f"95% CI ({STAT_NAMES[stat]})", "selected hyperparameters",
                  "diverged configs", "missing runs"),
                 rows,
@@ -208,7 +208,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Gri
     return grids
 
 
-def _sensitivity_grid(table: SensitivityTable) -> _Grid:
+def _sensitivity_grid(table: SensitivityTable, race: str = "") -> _Grid:
     thetas = sorted(table.cells["theta_lambda"].unique())
     rows, marked, tied, footnotes = [], set(), set(), []
     for i, (gamma0, cells) in enumerate(table.cells.group_by("gamma0", maintain_order=True)):
@@ -220,6 +220,8 @@ def _sensitivity_grid(table: SensitivityTable) -> _Grid:
                 text = "missing"
             elif r["status"] == "diverged":
                 text = f"diverged ({r['diverged_seeds']}/{r['seeds']})"
+            elif r.get("race_status") == "eliminated":  # its own, fewer, seeds: said in the cell
+                text = f"{cell_text(r, table.stat)} (out after round {r['eliminated_round']}, {r['seeds']} seeds)"
             else:
                 text = cell_text(r, table.stat)
                 note = _outlier_footnote(f"gamma0={gamma0[0]:g}, theta_lambda={theta:g}", r["outlier_seeds"])
@@ -238,7 +240,8 @@ def _sensitivity_grid(table: SensitivityTable) -> _Grid:
               f"({100 * table.robust:.0f}%) within 5% of the best." if table.usable else "Robustness: no usable cell.")
     note = (_score_note(table.variant["task"], table.stat)
             + " Rows gamma0 (lambda0 = exp(gamma0)), columns theta_lambda; theta_lambda = 0 is fixed decay. Best cell in bold; "
-            + f"{TIED_MARK} (italic): tied with the best (95% CIs overlap). " + robust)
+            + f"{TIED_MARK} (italic): tied with the best (95% CIs overlap). " + robust
+            + (race and f"{race} An eliminated cell shows its statistic over its own seeds and is never best or tied."))
     if footnotes:
         footnotes.insert(0, _outlier_note())
     return _Grid(title, note, ("gamma0 \\ theta_lambda", *(f"{t:g}" for t in thetas)), rows, marked, tied, tuple(footnotes))
@@ -320,11 +323,12 @@ def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", referenc
     if kind not in TABLES:
         raise ValueError(f"unknown table kind {kind!r}; choose one of {', '.join(TABLES)}")
     variant, stat = analysis.variant, analysis.stat
+    race = f" {analysis.race.sentence()}" if analysis.race is not None else ""
     if kind == "best":
         table = best_table(analysis)
         if fmt == "csv":
             return _csv(table)
-        grids = _best_grids(table, variant, stat)
+        grids = _best_grids(table, variant, stat, race)
     elif kind == "compare":
         table = compare_table(analysis, reference)
         if fmt == "csv":
@@ -343,7 +347,7 @@ def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", referenc
             return "No sensitivity grids: no optimizer with both gamma0 and theta_lambda in these results.\n"
         if fmt == "csv":
             return _csv(sensitivity_frame(tables))
-        grids = [_sensitivity_grid(t) for t in tables]
+        grids = [_sensitivity_grid(t, race) for t in tables]
     return render(grids, fmt)
 
 

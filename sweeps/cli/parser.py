@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="results go under STORAGE/<sweep name>: a local path (default: ./results) or s3://BUCKET/PREFIX, gs://...")
     run.add_argument("--resume", action="store_true", help="finish an interrupted sweep; finished runs are kept")
     run.add_argument("--dry-run", action="store_true", help="print the plan and an estimated wall time, run nothing")
+    run.add_argument("--race", action="store_true",
+                     help="give seeds in rounds: a configuration worse than its method's best with confidence (paired "
+                          "t-test, Holm) stops getting seeds (the sweep file's race: block, else min 3 seeds, all the "
+                          "sweep's seeds at most, alpha 0.05)")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--table-format", choices=("md", "latex", "csv"), default="md", help="format of the closing table")
     run.add_argument("--no-report", action="store_true", help="skip writing RESULTS_DIR/report.html at the end")

@@ -10,7 +10,7 @@ import sys
 
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import best_text, open_results, stage_text
-from sweeps.spec import PackResources, check_task_data, cpu_only_tasks, resolve_sweep
+from sweeps.spec import PackResources, check_task_data, cpu_only_tasks, resolve_sweep, with_race
 
 
 def _resources(args: argparse.Namespace, sweep) -> PackResources:
@@ -28,6 +28,8 @@ def cmd_run(args: argparse.Namespace) -> None:
 
         announce_environment_address()  # the first line: this run attaches to a cluster, not an embedded Ray
     sweep = resolve_sweep(args.sweep)
+    if args.race:
+        sweep = with_race(sweep)
     store = Store.of_sweep(sweep, args.storage)  # a storage the store cannot serve (`--storage ""`): one line
     check_task_data(sweep)
     resources = _resources(args, sweep)
@@ -37,6 +39,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     if resources.gpus > 0 and len(cpu_only) == len({e.task for e in sweep.experiments}):
         raise UserError(f"--gpus-per-pack: {', '.join(cpu_only)} runs on CPUs only; drop it")
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
+    if sweep.race is not None:
+        print(race_line(sweep))
     if args.dry_run:
         _dry_run(args, sweep, resources)
         if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
@@ -63,6 +67,16 @@ def cmd_run(args: argparse.Namespace) -> None:
         store = outcome.store  # after the confirmation stage: the report reads both
         figures = write_report(store, store.location / "report.html")
         print(f"\nReport: {outcome.results_dir / 'report.html'} ({len(figures)} figures, opens offline in any browser)")
+
+
+def race_line(sweep) -> str:
+    """What a raced sweep runs, before it runs: its rounds and the bounds of its cost."""
+    race = sweep.race
+    schedule = race.schedule(sweep.seeds)
+    least = sum((e.size * schedule[0] + schedule[-1] - schedule[0]) * e.settings.steps for e in sweep.experiments)
+    return (f"Race: rounds of {', '.join(map(str, schedule))} seeds; after each, a configuration worse than its "
+            f"method's best (one-sided paired t-test, Holm, alpha={race.alpha:g}) stops getting seeds: between "
+            f"{least:.3e} and {sweep.run_steps * len(race.seeds(sweep.seeds)) // len(sweep.seeds):.3e} run-steps")
 
 
 def _check_stream_cache() -> None:
@@ -104,7 +118,9 @@ def _summary(outcome, nothing: str) -> None:
         print(f"Resumed: {n} interrupted packs continued from their checkpoints." if n > 1
               else "Resumed: 1 interrupted pack continued from its checkpoint.")
     if outcome.packs:
-        print(done_line(outcome, outcome.store.status()))
+        # a raced run's status.json is its last round's: its times and rate would not be the run's
+        raced = outcome.store.sweep is not None and outcome.store.sweep.race is not None and outcome.store.race is not None
+        print(done_line(outcome, None if raced else outcome.store.status()))
     else:
         print(f"Nothing to run: {nothing}.")
 

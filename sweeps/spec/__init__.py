@@ -4,8 +4,9 @@ No Ray here: `fade-sweep presets`, validation and the results side use this laye
 """
 
 from sweeps.spec.config import LOCATION_SETTINGS, Config, make_config
-from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmation, plan_packs
+from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmation, plan_packs, plan_round
 from sweeps.spec.presets import preset_description, preset_names, resolve_sweep
+from sweeps.spec.race import Race, with_race
 from sweeps.spec.resources import PackResources
 from sweeps.spec.sweepfile import (
     Experiment,
@@ -40,6 +41,9 @@ __all__ = [
     "parse_sweep_text",
     "plan_packs",
     "preset_description",
+    "plan_round",
+    "Race",
+    "with_race",
     "preset_names",
     "resolve_sweep",
 ]

@@ -77,6 +77,17 @@ def plan_packs(
     return _plan(work, sweep.seeds, TUNING, cpus, done, runs_per_pack, gpu)
 
 
+def plan_round(
+    sweep: Sweep, configs: set[str], seeds: tuple[int, ...], cpus: int, done: Iterable[tuple[str, int]] = (),
+    runs_per_pack: int | None = None, gpu: bool = False,
+) -> list[Pack]:
+    """Tuning packs of one round of a race (sweeps.spec.race): the `configs` still in it on the round's
+    `seeds`, but the (config, seed) pairs in `done`. Packed like `plan_packs`, so a pack's runs never depend
+    on the round."""
+    work = [(e, [c for c in e.cells if c.config_id in configs]) for e in sweep.experiments]
+    return _plan([(e, cells) for e, cells in work if cells], seeds, TUNING, cpus, done, runs_per_pack, gpu)
+
+
 def plan_confirmation(
     selected: list[tuple[Experiment, Config]], seeds: tuple[int, ...], cpus: int, done: Iterable[tuple[str, int]] = (),
     runs_per_pack: int | None = None, gpu: bool = False,

@@ -8,6 +8,9 @@ A sweep may ask for a confirmation stage, `confirm: {seeds: N}` (or a list of se
 the grid, each method's selected configuration runs again on N fresh seeds, disjoint from
 the tuning seeds (by default the N integers after the largest tuning seed).
 
+A sweep may race its seeds, `race: {min_seeds: 3, max_seeds: 10, alpha: 0.05, seeds_per_round: 1}`
+(sweeps.spec.race): configurations worse than their method's best with confidence stop getting seeds.
+
 Beyond interface.md, a sweep may hold `variants`: a list of blocks that each override
 `task`, `task_settings` and/or `optimizers` (e.g. both noise levels of a preset, each
 with its own selected configurations).
@@ -32,12 +35,14 @@ from typing import Any, Iterator
 
 from sweeps.spec.config import Config, make_config
 from sweeps.spec.learners import hyperparameter_spec, optimizer_hyperparameters, optimizers_for
+from sweeps.spec.race import Race, parse_race
 from sweeps.spec.resources import PackResources
 from sweeps.spec.yamlfile import SweepError, read_yaml, yaml_data
 from tasks import TASKS, get_task
 
 
-TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants", "resources", "confirm")
+TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants", "resources", "confirm",
+                  "race")
 CONFIRM_KEYS = ("seeds",)
 RESOURCE_KEYS = ("cpus_per_pack", "gpus_per_pack")
 VARIANT_KEYS = ("task", "task_settings", "optimizers")
@@ -95,6 +100,7 @@ class Sweep:
     source: str  # the file or preset it came from, for messages
     resources: PackResources = PackResources()  # what each trial asks Ray for
     confirm_seeds: tuple[int, ...] = ()  # `confirm: {seeds: ...}`: the fresh seeds of the confirmation stage
+    race: Race | None = None  # `race:`: seeds given in rounds (sweeps.spec.race); None: every cell gets every seed
     document: dict = field(compare=False, repr=False, default_factory=dict)  # the YAML as read, for the store
 
     @property
@@ -164,8 +170,9 @@ def parse_sweep(document: Any, source: str) -> Sweep:
     _check_size(experiments, seed_count, fail)
     seeds = _make_seeds(document.get("seeds", 1))
     confirm = _parse_confirm(document.get("confirm"), seeds, fail)
+    race = parse_race(document.get("race"), seed_count, fail)
     return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source, resources=resources,
-                 confirm_seeds=confirm, document=document)
+                 confirm_seeds=confirm, race=race, document=document)
 
 
 def _parse_confirm(value: Any, tuning: tuple[int, ...], fail) -> tuple[int, ...]:

@@ -5,6 +5,7 @@
     writer.lock             LockHolder: who writes the store (lock.py)
     status.json             SweepStatus: the driver's live status (status.py)
     confirmation.json       ConfirmationRecord: what the confirmation stage runs (Store.record_confirmation)
+    race.json               RaceRecord: a raced sweep's rounds and their decisions (Store.record_race)
     tune-*/packs.json       PacksRecord: what a Tune experiment's pack ids mean (written and read by the
                             driver: write_record(location, f"{experiment}/{PACKS_FILE}", record))
 
@@ -37,11 +38,13 @@ from sweeps.store.location import StoreLocation
 
 STATUS_FILE = "status.json"
 CONFIRMATION_FILE = "confirmation.json"
+RACE_FILE = "race.json"
 PACKS_FILE = "packs.json"  # inside each Tune experiment folder (tune-*/)
 MANIFEST_FORMAT = 1
 STORE_FORMAT = 1
 PACKS_FORMAT = 1
 CONFIRMATION_FORMAT = 1
+RACE_FORMAT = 1
 KINDS = ("scores", "curves")  # the two data files of a pack
 PARTITIONS = ("task", "optimizer")  # hive partitions of the data files: in the path, never inside a file
 
@@ -248,6 +251,52 @@ class ConfirmationRecord(_Record):
     def pairs(self) -> frozenset[tuple[str, int]]:
         """The (config_id, seed) runs of the stage."""
         return frozenset((row.config_id, s) for row in self.selected for s in self.seeds)
+
+
+class RaceDecision(_Record):
+    """One configuration's decision after one round of a race (sweeps.analysis.race.DECISION_SCHEMA):
+    still in the race, or out, why, against which best, with the paired test's numbers (null where no
+    test was made: the best itself, a diverged configuration)."""
+
+    round: int
+    config_id: str
+    optimizer: str
+    race_status: Literal["survivor", "eliminated"]
+    reason: str | None = None
+    best: str | None = None
+    difference: float | None = None  # mean paired difference to the best, positive: worse (score units)
+    p_value: float | None = None
+    p_adjusted: float | None = None  # Holm
+    seeds: int  # the seeds the decision was made on (the first `seeds` of the race's seeds)
+
+
+class RaceRecord(_Record):
+    """race.json: a raced sweep's decisions so far, round by round (written after each round, under the
+    writer lock). Why a cell holds 3 seeds and another 10: its last decision says when it stopped getting
+    seeds, and why. The decisions are a deterministic function of the stored scores and the settings
+    recorded here, so a resumed race writes the same record."""
+
+    format: Literal[1] = RACE_FORMAT
+    test: str
+    alpha: float
+    schedule: tuple[int, ...]  # seeds held after each round (cumulative), before any re-played last round
+    seeds: tuple[int, ...]  # the race's seeds, in the order they are given out
+    decisions: tuple[RaceDecision, ...] = ()
+    finished: bool = False
+
+    def held(self) -> dict[str, int]:
+        """config id -> the seeds it holds (the first n of `seeds`) after the recorded rounds."""
+        held: dict[str, int] = {}
+        for d in self.decisions:
+            held[d.config_id] = max(held.get(d.config_id, 0), d.seeds)
+        return held
+
+    def eliminated(self) -> dict[str, int]:
+        """config id -> the round of the decision that keeps it out, for every configuration out of the race."""
+        last: dict[str, RaceDecision] = {}
+        for d in sorted(self.decisions, key=lambda d: d.round):
+            last[d.config_id] = d
+        return {c: d.round for c, d in last.items() if d.race_status == "eliminated"}
 
 
 Model = TypeVar("Model")

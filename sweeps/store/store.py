@@ -7,6 +7,7 @@ commands) and the driver go through.
     curves = store.scan("curves")                     #   only the recorded sweep's pairs
     store.missing_runs()                              # the sweep's runs with no committed result
     store.scan("scores", stage="confirmation")        # the confirmation stage's rows; default tuning
+    store.race                                        # a raced sweep's decisions (race.json); its pairs are the wanted ones
     store.verify(); store.status()                    # integrity check; status.json
     with store.writing(): store.record_sweep(...); store.tidy(); store.write_pack(...)   # the driver
 
@@ -37,11 +38,14 @@ from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
 from sweeps.store.lock import refuse_if_locked, store_lock
 from sweeps.store.manifests import Damaged, ManifestsRead, Selection, manifest_entries, read_manifests, runs_of, select
+from sweeps.store.race import raced_pairs, read_race
 from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
+    RACE_FILE,
     ConfirmationRecord,
     Manifest,
+    RaceRecord,
     RecordError,
     StoreRecord,
     SweepStatus,
@@ -57,7 +61,7 @@ if TYPE_CHECKING:
     from sweeps.store.verify import Verification
 
 Kind = Literal["scores", "curves"]
-_READ_ONCE = ("_manifests_read", "manifests", "damaged_manifests", "sweep", "record", "confirmation")  # cached
+_READ_ONCE = ("_manifests_read", "manifests", "damaged_manifests", "sweep", "record", "confirmation", "race")  # cached
 
 
 class Store:
@@ -203,6 +207,12 @@ class Store:
         stage); RecordError naming the file if it is damaged."""
         return read_record(self.location, CONFIRMATION_FILE, ConfirmationRecord)
 
+    @cached_property
+    def race(self) -> RaceRecord | None:
+        """race.json: the decisions of a raced sweep so far (None: the sweep is not raced, or no round is
+        decided yet); RecordError naming the file if it is damaged."""
+        return read_race(self.location, self.sweep)
+
     def status(self) -> SweepStatus | None:
         """status.json as it is now (the driver rewrites it every second: never kept)."""
         return read_status(self.location)
@@ -231,6 +241,8 @@ class Store:
         """The pairs readers of `stage` read: the recorded sweep's (tuning; None: no sweep recorded,
         all) or confirmation.json's (confirmation; none when no stage is recorded)."""
         if stage == TUNING:
+            if self.sweep is not None and self.sweep.race is not None:  # a race: what it asks for so far
+                return raced_pairs(self.sweep, self.race)
             return None if self.sweep is None else self.sweep.pairs
         return frozenset() if self.confirmation is None else self.confirmation.pairs()
 
@@ -263,12 +275,15 @@ class Store:
         """The key columns (as in scores/) and steps of every run of `stage` the store asks for: the recorded
         sweep's grid on its seeds, or confirmation.json's configurations (cells of that grid) on its seeds."""
         if stage not in self._expected:
-            from sweeps.store.dataset import expected_runs
+            from sweeps.store.dataset import expected_runs, without_runs
 
             record = self.confirmation if stage == CONFIRMATION else None
             sweep = None if stage == CONFIRMATION and record is None else self.sweep
             configs = None if record is None else {row.config_id for row in record.selected}
-            self._expected[stage] = expected_runs(sweep, stage, configs, None if record is None else record.seeds)
+            expected = expected_runs(sweep, stage, configs, None if record is None else record.seeds)
+            if stage == TUNING and sweep is not None and sweep.race is not None:
+                expected = without_runs(expected, set(sweep.pairs - self.wanted(stage)))  # an eliminated cell's unrun seeds
+            self._expected[stage] = expected
         return self._expected[stage]
 
     def missing_runs(self, stage: str = TUNING) -> pl.DataFrame:
@@ -323,6 +338,13 @@ class Store:
         """Record the confirmation stage (under the lock), before any of its runs is written."""
         write_record(self.location, CONFIRMATION_FILE, record, durable=True)
         self._forget()
+
+    def record_race(self, record: RaceRecord) -> None:
+        """Record a race's decisions so far (under the lock), after each round."""
+        write_record(self.location, RACE_FILE, record, durable=True)
+        self.__dict__.pop("race", None)
+        self._selections.clear()
+        self._expected.clear()
 
     def tidy(self) -> tuple[list[str], list[str]]:
         """Under the lock: set aside the damaged manifests and the packs with a missing or damaged file (their

@@ -4,7 +4,8 @@ Checks the records (store.json, sweep.yaml), every manifest (readable; its files
 of the recorded size and sha256, readable Parquet with the recorded row count, the
 expected columns and types, exactly the manifest's (config, seed) pairs), duplicates (a
 (config, seed) held by two manifests or twice in one file), orphans (files no manifest
-names) and the runs of the current sweep that have no result. One line per problem, then
+names) and the runs of the current sweep that have no result (of a raced sweep: the runs its race
+asks for so far, store/race.py). One line per problem, then
 a summary; `verify_store` returns them for programs.
 """
 
@@ -20,6 +21,7 @@ from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.spec import TUNING, SweepError
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import MANIFESTS, manifest_entries, orphans, parse_manifest
+from sweeps.store.race import raced_pairs, read_race
 from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, read_store_record, recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
@@ -211,15 +213,29 @@ def verify_store(location: StoreLocation) -> Verification:
         outside = sum(1 for pair in holders if pair not in sweep.pairs)
         if outside:
             v.notes.append(f"{outside} stored runs are not in the current sweep; ignored")
+        asked = _asked(v, location, sweep)
         lacking: Counter = Counter()
         for e in sweep.experiments:
-            lacking[(e.task, e.optimizer)] += sum((c.config_id, s) not in holders for c in e.cells for s in sweep.seeds)
+            lacking[(e.task, e.optimizer)] += sum((c.config_id, s) not in holders and (asked is None or (c.config_id, s) in asked)
+                                                  for c in e.cells for s in sweep.seeds)
         v.missing = sum(lacking.values())
         for (task, optimizer), n in sorted(lacking.items()):
             if n:
                 v.add("missing runs", f"{task}/{optimizer}: {n} runs of the current sweep have no result")
     _check_confirmation(v, location, confirming)
     return v
+
+
+def _asked(v: Verification, location: StoreLocation, sweep) -> frozenset[tuple[str, int]] | None:
+    """The runs a raced sweep asks for so far (race.py; an eliminated configuration's unrun seeds are not
+    missing), None for a sweep that is not raced; a damaged race.json is a problem."""
+    if sweep.race is None:
+        return None
+    try:
+        return raced_pairs(sweep, read_race(location, sweep))
+    except RecordError as err:
+        v.add("record", str(err))
+        return raced_pairs(sweep, None)
 
 
 def _check_confirmation(v: Verification, location: StoreLocation, confirming: dict) -> None:

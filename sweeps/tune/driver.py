@@ -8,7 +8,8 @@ steps, all through the one `Store` of the results folder: check the store, take 
 are refused before Ray starts), connect, set aside damaged packs and
 remove orphans, continue interrupted packs from their checkpoints (resume.py), plan the rest
 (sweeps.spec.plan) and run every pack as one new Tune experiment (wiring.py). Notices go to
-`ExecutionOptions.notify`; nothing here prints.
+`ExecutionOptions.notify`; nothing here prints. A raced sweep (`race:`) runs its tuning stage
+in rounds (racing.py), each round through the same steps.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from cluster.connect import connect
 from cluster.placement import parallel_slots
 from cluster.storage import check_storage
 from sweeps.analysis.confirm import selected_configs
+from sweeps.analysis.queries import Analysis
 from sweeps.spec import (
     CONFIRMATION,
     TUNING,
@@ -40,6 +42,7 @@ from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
+from sweeps.tune.racing import run_race
 from sweeps.tune.resume import config_index, covered, finished_recorded, recorded_packs, resumable
 from sweeps.tune.wiring import Signals, run_packs, shown
 
@@ -141,6 +144,12 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
         for line in store.record_sweep(sweep, options.dtype):
             options.notice(line)
         _tidy(store, options)
+        if sweep.race is not None:  # seeds in rounds (racing.py), each round through _execute
+            def run_round(seeds: tuple[int, ...], again: bool, plan: Planner) -> SweepRun:
+                finished = store.reopened().finished_runs() & sweep.pairs
+                return _execute(sweep, store, TUNING, seeds, again, finished, plan, options, resources, cluster)
+
+            return run_race(sweep, store, resume, cluster.slots, options.runs_per_pack, resources.gpus > 0, run_round)
         finished = store.finished_runs() & sweep.pairs if resume else set()  # runs outside the sweep: ignored
 
         def plan(done: set) -> list[Pack]:  # on GPUs a pack fills the device; on CPUs packs keep every slot busy
@@ -165,7 +174,7 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
         fresh = confirmation_seeds(sweep.seeds, list(seeds) if isinstance(seeds, tuple) else seeds)
     except ValueError as err:
         raise SweepError(f"--seeds: {err}") from None
-    chosen = selected_configs(store.scan("scores"), stat)
+    chosen = selected_configs(Analysis.of(store, stat).scores, stat)  # of a raced sweep: among the race's survivors
     return ConfirmationRecord(stat=stat, seeds=fresh, tuning_seeds=sweep.seeds, selected=chosen.to_dicts())
 
 

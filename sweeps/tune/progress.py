@@ -79,7 +79,7 @@ class RunSummary(Protocol):
 def done_line(run: RunSummary, status: SweepStatus | None) -> str:
     """The closing line of a run (`run`: the driver's SweepRun): what ran, the wall time split
     into Ray's start and the packs' time, and the throughput as the bar and `status` show it."""
-    packs_seconds = None if status is None else status.updated_at - status.started_at
+    packs_seconds = (run.wall_seconds - run.ray_start_seconds) if status is None else status.updated_at - status.started_at
     rate = run.run_steps / packs_seconds if packs_seconds else 0.0
     split = f"Ray start {run.ray_start_seconds:.1f} s" + (f", packs {packs_seconds:.1f} s" if packs_seconds else "")
     packs = f"{run.packs} pack{'' if run.packs == 1 else 's'}"

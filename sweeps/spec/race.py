@@ -1,0 +1,101 @@
+"""A racing sweep's settings (`race:` in a sweep file, `fade-sweep run --race`): seeds given in rounds.
+
+    race:
+      min_seeds: 3          # round 1: every configuration on the first 3 seeds (default 3)
+      max_seeds: 10         # survivors end with the first 10 seeds (default: all the sweep's seeds)
+      alpha: 0.05           # level of the elimination test, per round and method (default 0.05)
+      seeds_per_round: 1    # seeds added per round after the first (default 1)
+
+Round 1 runs every configuration on the first `min_seeds` of the sweep's seeds; each later round
+gives the configurations still in the race `seeds_per_round` more, up to `max_seeds` (the
+schedule 3, 4, ..., 10 by default: `Race.schedule`). After each round, within each (task,
+settings, optimizer), a configuration worse than that optimizer's current best with confidence
+stops getting seeds (the test: `sweeps.analysis.race`). Seeds after the first `max_seeds` of the
+sweep's are never run.
+
+Why one seed per round: a configuration kept a round too long costs whole runs, while a round
+costs a Tune experiment's start-up (seconds; more on a loaded machine). Replayed on the full
+grids (benchmarks/race_replay.py), one seed per round spent 34.6% of the full grid's run-steps
+on `linear-noise0` (10 seeds) and 33.3% on `nonlinear` at 60,000 steps (10 seeds); two seeds
+per round 35.2% and 33.6%, with the same answers. Where runs are cheap (linear sweeps on CPUs)
+and rounds dominate the wall time, `seeds_per_round: 2` or more halves the rounds. Plain data,
+no statistics: this layer only says what to run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from sweeps.spec.yamlfile import SweepError
+
+RACE_KEYS = ("min_seeds", "max_seeds", "alpha", "seeds_per_round")
+DEFAULT_MIN_SEEDS = 3
+DEFAULT_ALPHA = 0.05
+DEFAULT_SEEDS_PER_ROUND = 1
+
+
+@dataclass(frozen=True)
+class Race:
+    """How seeds are given out in rounds; `max_seeds` None means all the sweep's seeds."""
+
+    min_seeds: int = DEFAULT_MIN_SEEDS
+    max_seeds: int | None = None
+    alpha: float = DEFAULT_ALPHA
+    seeds_per_round: int = DEFAULT_SEEDS_PER_ROUND
+
+    def seeds(self, sweep_seeds: tuple[int, ...]) -> tuple[int, ...]:
+        """The seeds a configuration that survives every round ends with: the first `max_seeds`."""
+        return sweep_seeds[: self.max_seeds or len(sweep_seeds)]
+
+    def schedule(self, sweep_seeds: tuple[int, ...]) -> tuple[int, ...]:
+        """Seeds each configuration in the race holds after each round (cumulative): e.g. 3, 4, ..., 10."""
+        top = len(self.seeds(sweep_seeds))
+        first = min(self.min_seeds, top)
+        return tuple(range(first, top, self.seeds_per_round)) + (top,) if first < top else (top,)
+
+    def document(self, sweep_seeds: tuple[int, ...]) -> dict[str, Any]:
+        """The settings as a sweep file's `race:` block, every key explicit (what the store records)."""
+        return {"min_seeds": self.min_seeds, "max_seeds": len(self.seeds(sweep_seeds)), "alpha": self.alpha,
+                "seeds_per_round": self.seeds_per_round}
+
+
+def parse_race(value: Any, seed_count: int, fail: Callable[[str, str], Exception]) -> Race | None:
+    """The `race:` block (a mapping; `{}` or `true` for the defaults); `fail(key, problem)` builds the error."""
+    if value is None or value is False:
+        return None
+    if value is True:
+        value = {}
+    if not isinstance(value, dict) or any(k not in RACE_KEYS for k in value):
+        raise fail("race", f"must be a mapping with keys {', '.join(RACE_KEYS)} (all optional), or true for the defaults")
+    ints = {}
+    for key, low in (("min_seeds", 2), ("max_seeds", 2), ("seeds_per_round", 1)):
+        number = value.get(key)
+        if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < low):
+            raise fail(f"race.{key}", f"must be an integer >= {low}, got {number!r}"
+                       + (" (a paired test needs two seeds)" if low == 2 else ""))
+        ints[key] = number
+    alpha = value.get("alpha", DEFAULT_ALPHA)
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0 < alpha < 1) or not math.isfinite(alpha):
+        raise fail("race.alpha", f"must be a number between 0 and 1 (the test's level, e.g. 0.05), got {alpha!r}")
+    top = ints["max_seeds"] if ints["max_seeds"] is not None else seed_count
+    if top > seed_count:
+        raise fail("race.max_seeds", f"{top} is more than the sweep's {seed_count} seeds; raise `seeds` or lower max_seeds")
+    first = ints["min_seeds"] if ints["min_seeds"] is not None else min(DEFAULT_MIN_SEEDS, seed_count)
+    if first > top:
+        raise fail("race.min_seeds", f"{first} is more than max_seeds ({top}); the first round cannot have more seeds than the last")
+    if seed_count < 2:
+        raise fail("race", "a race needs at least 2 seeds (`seeds`); a paired test cannot compare one")
+    return Race(first, ints["max_seeds"], float(alpha), ints["seeds_per_round"] or DEFAULT_SEEDS_PER_ROUND)
+
+
+def with_race(sweep, race: Race | None = None):
+    """`sweep` raced (`fade-sweep run --race`: `race` None means the defaults); a sweep that already has a
+    `race:` block is returned as it is. The recorded document gets the explicit block, so the store says how
+    its seeds were given out."""
+    if sweep.race is not None:
+        return sweep
+    race = race or parse_race({}, len(sweep.seeds), lambda key, problem: SweepError(f"--race: {problem}"))
+    return dataclasses.replace(sweep, race=race, document={**sweep.document, "race": race.document(sweep.seeds)})
