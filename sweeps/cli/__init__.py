@@ -50,6 +50,8 @@ def _interrupted_message(args: argparse.Namespace, err: KeyboardInterrupt) -> st
         command += ["--address", args.address]
     if args.dtype != "float32":  # without it the resumed run would be float32
         command += ["--dtype", args.dtype]
+    if args.engine:  # without it the resumed packs would run on the default engine
+        command += ["--engine", args.engine]
     return f"{what}; continue with `{shlex.join([*command, '--resume'])}`"
 
 

@@ -34,6 +34,7 @@ from sweeps.spec import (
     plan_confirmation,
     plan_packs,
 )
+from sweeps.spec.engines import check_engines
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import ConfirmationRecord
 from sweeps.store.store import Store
@@ -132,6 +133,7 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
     _refuse_overwrite(sweep, store, resume)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
+    check_engines(sweep.experiments, resources.gpus, options.engine)  # an engine that cannot run: exit 2, before Ray
     cluster = _connect(store, options, resources)
     with store.writing():  # one writer per results folder, for the whole run
         _refuse_overwrite(sweep, store, resume)
@@ -190,6 +192,7 @@ def confirm_sweep(results_dir: str | Path | StoreLocation | Store, seeds: int | 
     options = dataclasses.replace(options, dtype=dtype)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
+    check_engines(sweep.experiments, resources.gpus, options.engine)  # an engine that cannot run: exit 2, before Ray
     cluster = _connect(store, options, resources)
     with store.writing():
         earlier = store.confirmation
