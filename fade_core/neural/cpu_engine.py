@@ -15,7 +15,6 @@ import torch
 
 from fade_core.engines import CPU
 from fade_core.neural import cpu_kernel
-from fade_core.neural.cached_build import call_cached
 from fade_core.neural.rules import WEIGHT_DECAY_MODES
 
 if TYPE_CHECKING:
@@ -41,8 +40,7 @@ class CpuKernel:
             return runs.hp.get(name, zeros).contiguous().numpy()
 
         target = target.contiguous().numpy()
-        call_cached(
-            cpu_kernel.run_segment,
+        cpu_kernel.run_segment(
             cpu_kernel.Setup(
                 sizes=np.array(arch.sizes, dtype=np.int64), starts=np.array(arch.offsets(), dtype=np.int64),
                 negative_slope=float(arch.negative_slope), classification=classification,
