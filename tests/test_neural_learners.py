@@ -188,7 +188,7 @@ def test_emnist_float64_matches_reference(optimizer, engine, emnist_dir):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("optimizer", ["sgd", "adam", "fade_sgd", "fade_adam"])
+@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
 def test_float32_matches_reference_to_float32_tolerance(optimizer, engine):
     data = {s: nonlinear_data(s) for s in SEEDS}
     check_against_reference(optimizer, NONLINEAR, data, torch.float32, rtol=2e-4, atol=2e-5, compiled=ENGINES[engine])
