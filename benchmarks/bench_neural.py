@@ -67,7 +67,8 @@ def experiment(task: str, optimizer: str, steps: int, data_dir: str):
 CLOCK = time.perf_counter  # time.process_time with --clock cpu
 
 
-def pack_rate(task: str, optimizer: str, runs: int, steps: int, data_dir: str, device: str, threads: int) -> tuple[float, int]:
+def pack_rate(task: str, optimizer: str, runs: int, steps: int, data_dir: str, device: str, threads: int,
+              engine: str | None = None) -> tuple[float, int]:
     exp = experiment(task, optimizer, steps, data_dir)
     seeds = tuple(range(5))
     configs = exp.configs()
@@ -75,12 +76,12 @@ def pack_rate(task: str, optimizer: str, runs: int, steps: int, data_dir: str, d
     pack = Pack(exp, tuple(make_config(exp, c) for c in configs), seeds)
     numba.set_num_threads(threads)
     torch.set_num_threads(threads)
-    warm = make_runner(Pack(experiment(task, optimizer, 8, data_dir), pack.configs[:1], seeds[:2]), 8, device=device)
+    warm = make_runner(Pack(experiment(task, optimizer, 8, data_dir), pack.configs[:1], seeds[:2]), 8, device=device, engine=engine)
     for _ in warm.run():
         pass
     if device == "cuda":
         # Steady state: the first quarter (its own CUDA-graph capture, compilation) is not timed.
-        runner = make_runner(pack, steps // 4, device=device)
+        runner = make_runner(pack, steps // 4, device=device, engine=engine)
         chunks = runner.run()
         next(chunks)
         torch.cuda.synchronize()
@@ -89,7 +90,7 @@ def pack_rate(task: str, optimizer: str, runs: int, steps: int, data_dir: str, d
             pass
         torch.cuda.synchronize()
         return pack.runs * (steps - steps // 4) / (CLOCK() - start), pack.runs
-    runner = make_runner(pack, steps, device=device)
+    runner = make_runner(pack, steps, device=device, engine=engine)
     start = CLOCK()
     for _ in runner.run():
         pass
@@ -205,6 +206,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="steps timed (default: 2,000 nonlinear, 1,000 EMNIST)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--engine", help="the engine (fade_core.engines; default: the task's default on the device)")
     parser.add_argument("--data-dir", default=os.environ.get("FADE_EMNIST_DIR", str(SHARED_EMNIST)))
     parser.add_argument("--peak-gbs", type=float, help="HBM bandwidth for the fraction column (default: by GPU name)")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive per-run loop")
@@ -221,7 +223,8 @@ def main() -> None:
     for task in (["nonlinear", "emnist"] if args.task == "both" else [args.task]):
         runs = args.runs or (240 if task == "nonlinear" else 100)
         steps = args.steps or (2000 if task == "nonlinear" else 1000)
-        rate, packed = pack_rate(task, args.optimizer, runs, steps, args.data_dir, args.device, args.threads)
+        rate, packed = pack_rate(task, args.optimizer, runs, steps, args.data_dir, args.device, args.threads,
+                                     args.engine)
         naive = float("nan") if args.no_naive else naive_rate(task, args.optimizer, 300, args.data_dir)
         mb = state_bytes(task, args.optimizer) / 1e6
         share = f"{2 * mb * 1e6 * rate / (peak * 1e9):.1%}" if peak else "-"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The prepared GPU check, in one device call (under 9 minutes on one H100/H200): the CUDA and
-# Triton tests, the GPU benchmarks in steady state (torch ops vs fused Triton kernels vs
-# torch.compile, and the JAX peer), and the same mixed sweep through Ray Tune on CPUs only, with
+# Triton tests, the GPU benchmarks in steady state (torch ops vs fused Triton kernels, and
+# the JAX peer), and the same mixed sweep through Ray Tune on CPUs only, with
 # --gpus-per-pack 1 and with 0.5 (neural packs on the GPU, linear packs on CPU slots), compared
 # store against store. Every part runs even when an earlier one fails; a summary ends the output.
 #
@@ -99,21 +99,14 @@ if [[ $parts == *" tests "* ]]; then
 fi
 
 # -- benchmarks: one full pack per line, steady state (bench_neural.py) ----------------------
-# BENCH_CASES: "task:optimizer:runs:mode ...", mode triton (fused kernels), torch (FADE_TRITON=0)
-# or compile (torch.compile's fusion of the same update).
+# BENCH_CASES: "task:optimizer:runs:engine ...", engine triton (fused kernels) or torch (the torch ops).
 if [[ $parts == *" bench "* ]]; then
   cases=${BENCH_CASES:-emnist:fade_sgd:2000:triton emnist:fade_sgd:2000:torch emnist:adam:2000:triton \
-emnist:adam:2000:torch emnist:adam:2000:compile emnist:fade_adam:2000:triton emnist:fade_adam:2000:torch \
+emnist:adam:2000:torch emnist:fade_adam:2000:triton emnist:fade_adam:2000:torch \
 emnist:adamw:2000:triton nonlinear:fade_sgd:4000:triton nonlinear:fade_sgd:4000:torch nonlinear:fade_adam:4000:triton}
   for spec in $cases; do
     IFS=: read -r task optimizer runs mode <<<"$spec"
-    case $mode in
-      triton) env=(FADE_TRITON=1) ;;
-      torch) env=(FADE_TRITON=0) ;;
-      compile) env=(FADE_TRITON=0 FADE_TORCH_COMPILE=1) ;;
-      *) note bench "unknown mode $mode in $spec (triton, torch, compile)"; continue ;;
-    esac
-    step "bench-$task-$optimizer-$mode" 90 env "${env[@]}" $py benchmarks/bench_neural.py --device cuda --task "$task" \
+    step "bench-$task-$optimizer-$mode" 90 $py benchmarks/bench_neural.py --device cuda --engine "$mode" --task "$task" \
       --optimizer "$optimizer" --runs "$runs" --steps "${BENCH_STEPS:-400}" --no-naive
     note "bench $mode" "$task $optimizer: $(tail -1 "$logs/bench-$task-$optimizer-$mode.log" | cut -c1-140)"
   done

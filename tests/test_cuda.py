@@ -52,8 +52,8 @@ def _pack(task: str, optimizer: str, emnist_dir, configs=None, seeds=(0, 1), gri
 
 
 def _run(pack: Pack, device: str, chunk: int = 128, stop_at: int | None = None, runner=None,
-         dtype: torch.dtype = torch.float32):
-    runner = runner or make_runner(pack, chunk, dtype, device=device)
+         dtype: torch.dtype = torch.float32, engine: str | None = None):
+    runner = runner or make_runner(pack, chunk, dtype, device=device, engine=engine)
     for progress in runner.run():
         if stop_at is not None and progress.steps_done >= stop_at:
             return runner
@@ -78,27 +78,25 @@ _CPU_OUTCOMES: dict = {}  # (task, optimizer) -> the CPU kernel's outcome, share
 @pytest.mark.parametrize("kernels", ["triton", "torch"])
 @pytest.mark.parametrize("task", TASKS)
 @pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
-def test_every_optimizer_on_cuda_matches_the_cpu_kernel(task, optimizer, kernels, emnist_dir, monkeypatch):
-    """Both CUDA update paths: the fused Triton kernels (FADE_TRITON=1) and the torch ops (0)."""
-    monkeypatch.setenv("FADE_TRITON", "1" if kernels == "triton" else "0")
+def test_every_optimizer_on_cuda_matches_the_cpu_kernel(task, optimizer, kernels, emnist_dir):
+    """Both CUDA engines: the fused Triton kernels ("triton") and the torch ops ("torch")."""
     pack = _pack(task, optimizer, emnist_dir)
     rtol = ADAM_RTOL if "adam" in optimizer and task == "emnist" else RTOL
     if (task, optimizer) not in _CPU_OUTCOMES:
         _CPU_OUTCOMES[task, optimizer] = _run(pack, "cpu").outcome()
-    _assert_close(_run(pack, "cuda").outcome(), _CPU_OUTCOMES[task, optimizer], rtol=rtol)
+    _assert_close(_run(pack, "cuda", engine=kernels).outcome(), _CPU_OUTCOMES[task, optimizer], rtol=rtol)
 
 
 @pytest.mark.parametrize("optimizer", ["fade_adam", "adam_wclip", "fade_sgd"])
-def test_fused_kernels_are_captured_in_cuda_graphs(optimizer, emnist_dir, monkeypatch):
+def test_fused_kernels_are_captured_in_cuda_graphs(optimizer, emnist_dir):
     """The Triton launches replay inside the runner's CUDA graphs (a failed capture would only
     warn and step eagerly), and the replayed steps equal the eager ones."""
-    monkeypatch.setenv("FADE_TRITON", "1")
     pack = _pack("emnist", optimizer, emnist_dir, configs=[0, 1], seeds=(0,))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         graphed = _run(pack, "cuda", chunk=100)
     assert not [w for w in caught if "graph capture failed" in str(w.message)], [str(w.message) for w in caught]
-    assert graphed._graph is not None and graphed.runs._fused_params
+    assert graphed._graph is not None and graphed.runs.engine.fused_params
     eager = _run(pack, "cuda", chunk=49)  # chunks shorter than a graph's 50 steps: eager only
     assert eager._graph is None
     a, b = graphed.outcome(), eager.outcome()

@@ -135,7 +135,7 @@ def emnist_data(data_dir, seed: int, partial: bool = False):
     return stream.inputs(index, torch.device("cpu"), torch.float64), labels
 
 
-def batched(optimizer: str, arch, data, dtype, compiled: bool):
+def batched(optimizer: str, arch, data, dtype, compiled: str):
     """All configurations x seeds of GRIDS[optimizer] in one batch, one step per `advance`
     call (the compiled CPU engine) or per `step` call (batched torch ops, as on CUDA):
     per-step losses [T, R] and the runs."""
@@ -143,7 +143,7 @@ def batched(optimizer: str, arch, data, dtype, compiled: bool):
     seeds = [s for _ in grid for s in SEEDS]
     hp = {k: [c[k] for c in grid for _ in SEEDS] for k in grid[0]}
     loss = "cross_entropy" if data[SEEDS[0]][1].dtype == torch.int64 else "squared_error"
-    runs = make_runs(optimizer, arch, seeds, hp, loss, dtype=dtype, compiled_cpu=compiled)
+    runs = make_runs(optimizer, arch, seeds, hp, loss, dtype=dtype, engine=compiled)
     xs = torch.stack([data[s][0] for s in seeds], dim=1).to(dtype)
     ys = torch.stack([data[s][1] for s in seeds], dim=1)
     ys = ys if ys.dtype == torch.int64 else ys.to(dtype)
@@ -156,7 +156,7 @@ def batched(optimizer: str, arch, data, dtype, compiled: bool):
     return torch.stack(losses), runs, grid, seeds
 
 
-def check_against_reference(optimizer, arch, data, dtype, rtol, atol, compiled=True):
+def check_against_reference(optimizer, arch, data, dtype, rtol, atol, compiled="cpu"):
     losses, runs, grid, seeds = batched(optimizer, arch, data, dtype, compiled)
     for r, seed in enumerate(seeds):
         hp = grid[r // len(SEEDS)]
@@ -169,7 +169,7 @@ def check_against_reference(optimizer, arch, data, dtype, rtol, atol, compiled=T
             torch.testing.assert_close(runs.head_decay()[0][r].double(), head.exp(), rtol=rtol, atol=atol)
 
 
-ENGINES = {"compiled-cpu": True, "torch-ops": False}
+ENGINES = {"compiled-cpu": "cpu", "torch-ops": "torch"}  # test id -> engine name
 
 
 @pytest.mark.parametrize("engine", ENGINES)
@@ -188,7 +188,7 @@ def test_emnist_float64_matches_reference(optimizer, engine, emnist_dir):
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("optimizer", ["sgd", "adam", "fade_sgd", "fade_adam"])
+@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
 def test_float32_matches_reference_to_float32_tolerance(optimizer, engine):
     data = {s: nonlinear_data(s) for s in SEEDS}
     check_against_reference(optimizer, NONLINEAR, data, torch.float32, rtol=2e-4, atol=2e-5, compiled=ENGINES[engine])
@@ -199,7 +199,7 @@ def one_run(optimizer, hp, arch, x, y, dtype, compiled, state=None):
     """One run (seed 3, or starting from `state`) of the batched learner over x ([T, in]) and y:
     its final state dict."""
     loss = "cross_entropy" if y.dtype == torch.int64 else "squared_error"
-    runs = make_runs(optimizer, arch, [3], {k: [v] for k, v in hp.items()}, loss, dtype=dtype, compiled_cpu=compiled)
+    runs = make_runs(optimizer, arch, [3], {k: [v] for k, v in hp.items()}, loss, dtype=dtype, engine=compiled)
     if state is not None:
         runs.net.load_run_state_dict(0, state)
     y = y if y.dtype == torch.int64 else y.to(dtype)
@@ -291,7 +291,7 @@ def test_adam_float32_first_step_as_torch_optim_adam(alpha, engine):
     want = module.state_dict()
     for name, grad in grads.items():
         assert torch.equal(adam_first_step(state[name], grad, lr, torch.sqrt), want[name]), name
-        if ENGINES[engine]:
+        if ENGINES[engine] == "cpu":
             want[name] = adam_first_step(state[name], grad, lr, lambda v: v.double().sqrt().float())
     got = one_run("adam", {"alpha": alpha}, NONLINEAR, x, y, torch.float32, ENGINES[engine], state)
     for name, value in want.items():
@@ -315,9 +315,9 @@ def test_fade_head_curvature_and_trace_regression_and_classification():
     x = torch.randn(2, 1, 5, dtype=torch.float64)
     for loss, y in (("squared_error", torch.randn(2, 1, 3, dtype=torch.float64)), ("cross_entropy", torch.tensor([[2], [0]]))):
         hp = {"alpha": 0.3, "theta_lambda": 0.0, "gamma0": -1.0}
-        runs = make_runs("fade_sgd", arch, [0], {k: [v] for k, v in hp.items()}, loss, dtype=torch.float64)
+        runs = make_runs("fade_sgd", arch, [0], {k: [v] for k, v in hp.items()}, loss, dtype=torch.float64, engine="torch")
         w_head0 = runs.net.weights[-1].clone()
-        runs.step(x[0], y[0])
+        runs.engine.step(x[0], y[0])
         decay = math.exp(-1.0)
         torch.testing.assert_close(runs.trace[2], -decay * w_head0)
         g1, w1, b1 = runs.trace[2].clone(), runs.net.weights[-1].clone(), runs.net.biases[-1].clone()
@@ -330,7 +330,7 @@ def test_fade_head_curvature_and_trace_regression_and_classification():
             p = torch.softmax(cache.output, 1)
             factor = p * (1 - p)
         q_w = factor.unsqueeze(2) * (h**2).unsqueeze(1)
-        runs.step(x[1], y[1])
+        runs.engine.step(x[1], y[1])
         torch.testing.assert_close(runs.trace[2], g1 * (1 - decay - 0.3 * q_w).clamp(min=0) - decay * w1)
         torch.testing.assert_close(runs.trace[3], gb1 * (1 - decay - 0.3 * factor).clamp(min=0) - decay * b1)
 
@@ -340,7 +340,7 @@ def test_gamma_is_clamped_to_minus_15_and_0(engine):
     arch = Architecture((5, 4, 3))
     torch.manual_seed(1)
     hp = {"alpha": [0.1, 0.1], "theta_lambda": [1e4, 1e4], "gamma0": [-14.9, -0.1]}
-    runs = make_runs("fade_sgd", arch, [0, 0], hp, "squared_error", dtype=torch.float64, compiled_cpu=ENGINES[engine])
+    runs = make_runs("fade_sgd", arch, [0, 0], hp, "squared_error", dtype=torch.float64, engine=ENGINES[engine])
     x, y = torch.randn(20, 2, 5, dtype=torch.float64), torch.randn(20, 2, 3, dtype=torch.float64)
     runs.advance(x, y, torch.arange(2), StepSums.zeros(2, arch, "squared_error", "cpu"))
     gamma = runs.gamma[2]
@@ -357,14 +357,14 @@ def test_fade_adam_uses_v_hat_from_before_the_adam_update():
     torch.manual_seed(2)
     xs, ys = torch.randn(3, 1, 5, dtype=torch.float64), torch.randn(3, 1, 3, dtype=torch.float64)
     hp = {"alpha": [0.05], "theta_lambda": [0.0], "gamma0": [-1.0]}
-    runs = make_runs("fade_adam", arch, [0], hp, "squared_error", dtype=torch.float64)
-    runs.step(xs[0], ys[0])
+    runs = make_runs("fade_adam", arch, [0], hp, "squared_error", dtype=torch.float64, engine="torch")
+    runs.engine.step(xs[0], ys[0])
     g1 = runs.trace[2].clone()
     v_before = runs.adam_v[2].clone() / (1 - 0.999)
     cache = runs.net.forward(xs[1])
     q = (cache.inputs[-1] ** 2).unsqueeze(1)
     w1 = runs.net.weights[-1].clone()
-    runs.step(xs[1], ys[1])
+    runs.engine.step(xs[1], ys[1])
     decay = math.exp(-1.0)
     right = g1 * (1 - decay - 0.05 / (v_before.sqrt() + 1e-8) * q).clamp(min=0) - decay * w1
     torch.testing.assert_close(runs.trace[2], right)
@@ -378,11 +378,12 @@ def test_theta_lambda_zero_is_fixed_head_decay():
     the hidden layers not at all (plain SGD)."""
     data = {s: nonlinear_data(s) for s in SEEDS}
     hp = {"alpha": 0.01, "theta_lambda": 0.0, "gamma0": -3.0}
-    runs = make_runs("fade_sgd", NONLINEAR, [3], {k: [v] for k, v in hp.items()}, "squared_error", dtype=torch.float64)
-    sgd = make_runs("sgd", NONLINEAR, [3], {"alpha": [0.01]}, "squared_error", dtype=torch.float64)
+    runs = make_runs("fade_sgd", NONLINEAR, [3], {k: [v] for k, v in hp.items()}, "squared_error", dtype=torch.float64,
+                     engine="torch")
+    sgd = make_runs("sgd", NONLINEAR, [3], {"alpha": [0.01]}, "squared_error", dtype=torch.float64, engine="torch")
     x, y = data[3]
-    runs.step(x[:1].double(), y[:1].double())
-    sgd.step(x[:1].double(), y[:1].double())
+    runs.engine.step(x[:1].double(), y[:1].double())
+    sgd.engine.step(x[:1].double(), y[:1].double())
     assert torch.all(runs.gamma[2] == -3.0)
     torch.testing.assert_close(runs.net.weights[0], sgd.net.weights[0])
     grad_step = sgd.net.weights[1] - default_init(NONLINEAR, 3)[1][0].double()
@@ -413,8 +414,8 @@ def test_a_diverging_run_does_not_touch_its_neighbours(engine):
     arch = NONLINEAR
     x, y = (t[:50].unsqueeze(1).float() for t in nonlinear_data(3))  # [T, 1 slot, ...]
     compiled = ENGINES[engine]
-    runs = make_runs("sgd", arch, [3, 3], {"alpha": [1e4, 0.01]}, "squared_error", compiled_cpu=compiled)
-    alone = make_runs("sgd", arch, [3], {"alpha": [0.01]}, "squared_error", compiled_cpu=compiled)
+    runs = make_runs("sgd", arch, [3, 3], {"alpha": [1e4, 0.01]}, "squared_error", engine=compiled)
+    alone = make_runs("sgd", arch, [3], {"alpha": [0.01]}, "squared_error", engine=compiled)
     sums, sums_alone = StepSums.zeros(2, arch, "squared_error", "cpu"), StepSums.zeros(1, arch, "squared_error", "cpu")
     runs.advance(x, y, torch.zeros(2, dtype=torch.int64), sums)
     alone.advance(x, y, torch.zeros(1, dtype=torch.int64), sums_alone)
@@ -458,7 +459,7 @@ from fade_core.neural import NEURAL_LEARNERS
 assert "fade_sgd" in NEURAL_LEARNERS
 print(sorted(m for m in sys.modules if m in ("torch", "numba") or m.startswith("fade_core.")))
 import fade_core.neural
-print(fade_core.neural.make_runs.__module__, "torch" in sys.modules, "numba" in sys.modules)
+print(fade_core.neural.make_runs.__module__, "torch" in sys.modules, "numba" in sys.modules)  # numba: with the cpu engine
 """
 
 
@@ -468,7 +469,7 @@ def test_registry_import_loads_neither_torch_nor_numba():
     interpreter, so no other test's imports count."""
     package = Path(__file__).resolve().parents[1] / "fade_core"
     out = subprocess.run([sys.executable, "-c", LIGHT_IMPORT, str(package)], capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == ["['fade_core.neural', 'fade_core.neural.rules']", "fade_core.neural.torch_ops True True"]
+    assert out.stdout.splitlines() == ["['fade_core.neural', 'fade_core.neural.rules']", "fade_core.neural.runs True False"]
 
 
 def test_unknown_attribute_of_the_lazy_package_is_an_attribute_error():

@@ -1,5 +1,6 @@
-"""The fused Triton updates (fade_core/neural/triton_update.py) against the torch ops they replace
-(torch_ops, FADE_TRITON=0), learner by learner, from random optimizer state.
+"""The "triton" engine (fade_core/neural/triton_update.py's fused updates) against the torch ops
+they replace (the "torch" engine, the neural reference), learner by learner, from random
+optimizer state.
 
 Without a GPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, numpy on the CPU); with
 one, compiled, against torch's CUDA ops. Stated tolerance after one update: MAX_ULPS ulps of the
@@ -24,7 +25,7 @@ os.environ.setdefault("TRITON_INTERPRET", "0" if DEVICE == "cuda" else "1")
 pytest.importorskip("triton", reason="Triton does not import here (torch ships it on Linux x86-64)")
 
 from fade_core.mlp import Architecture  # noqa: E402
-from fade_core.neural import NEURAL_LEARNERS, torch_ops, triton_update  # noqa: E402
+from fade_core.neural import NEURAL_LEARNERS, NeuralRuns, make_runs, triton_update  # noqa: E402
 
 if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
     importlib.reload(triton_update)
@@ -37,11 +38,10 @@ HP = {"alpha": [0.01, 0.003, 0.05], "lambda": [0.01, 0.1, 0.001], "kappa": [0.3,
 FUSED = sorted(n for n, spec in NEURAL_LEARNERS.items() if spec.base == "adam" or spec.fade != "none")
 
 
-def _runs(learner: str, loss: str, fused: bool, monkeypatch, dtype=torch.float32) -> torch_ops.NeuralRuns:
-    monkeypatch.setenv("FADE_TRITON", "1" if fused else "0")
+def _runs(learner: str, loss: str, fused: bool, dtype=torch.float32) -> NeuralRuns:
     spec = NEURAL_LEARNERS[learner]
     hp = {k: HP[k] for k in spec.hyperparameters}
-    return torch_ops.make_runs(learner, ARCH, list(range(RUNS)), hp, loss, DEVICE, dtype, compiled_cpu=False)
+    return make_runs(learner, ARCH, list(range(RUNS)), hp, loss, DEVICE, dtype, engine="triton" if fused else "torch")
 
 
 def _batch(loss: str, gen: torch.Generator, dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -51,7 +51,7 @@ def _batch(loss: str, gen: torch.Generator, dtype) -> tuple[torch.Tensor, torch.
     return x.to(DEVICE), y.to(DEVICE)
 
 
-def _random_state(runs: torch_ops.NeuralRuns, gen: torch.Generator, adam_steps: int) -> dict[str, torch.Tensor]:
+def _random_state(runs: NeuralRuns, gen: torch.Generator, adam_steps: int) -> dict[str, torch.Tensor]:
     """Every state tensor drawn at random, gamma partly outside FADE's clamp, v partly zero."""
     state = {}
     for name, t in runs.state_dict().items():
@@ -75,7 +75,7 @@ def _ulps(a: torch.Tensor, b: torch.Tensor, scale: torch.Tensor) -> float:
     return float(np.max(np.abs((a - b).cpu().numpy()) / spacing, initial=0.0))
 
 
-def _scales(runs: torch_ops.NeuralRuns, before: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def _scales(runs: NeuralRuns, before: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Per element, the magnitude its error is measured against: the largest term of its update,
     max(|before|, |after|, |after - before|), and for FADE's trace also the decay term exp(gamma) |P|."""
     scales = {}
@@ -87,31 +87,28 @@ def _scales(runs: torch_ops.NeuralRuns, before: dict[str, torch.Tensor]) -> dict
     return scales
 
 
-def test_the_switch_reads_fade_triton(monkeypatch):
-    cpu = torch.device("cpu")
-    monkeypatch.delenv("FADE_TRITON", raising=False)
-    assert torch_ops.fused_kernels(cpu) is None  # auto: CUDA tensors only
-    monkeypatch.setenv("FADE_TRITON", "1")
-    assert torch_ops.fused_kernels(cpu) is triton_update
+def test_the_engine_name_alone_chooses_the_fused_kernels(monkeypatch):
+    """"triton" fuses every Adam-family and FADE parameter, "torch" none; the variable that used
+    to switch them is read no more."""
     monkeypatch.setenv("FADE_TRITON", "0")
-    assert torch_ops.fused_kernels(torch.device("cuda")) is None
-    monkeypatch.setenv("FADE_TRITON", "yes")
-    with pytest.raises(ValueError, match="FADE_TRITON must be auto, 0 or 1"):
-        torch_ops.fused_kernels(cpu)
+    assert _runs("fade_adam", "cross_entropy", True).engine.fused_params == set(range(2 * ARCH.layers))
+    assert _runs("fade_sgd", "cross_entropy", True).engine.fused_params == {2 * ARCH.layers - 2, 2 * ARCH.layers - 1}
+    monkeypatch.setenv("FADE_TRITON", "1")
+    assert not _runs("fade_adam", "cross_entropy", False).engine.fused_params
 
 
 @pytest.mark.parametrize("adam_steps", [0, 3])
 @pytest.mark.parametrize("loss", ["cross_entropy", "squared_error"])
 @pytest.mark.parametrize("learner", FUSED)
-def test_one_fused_update_matches_the_torch_ops(learner, loss, adam_steps, monkeypatch):
+def test_one_fused_update_matches_the_torch_ops(learner, loss, adam_steps):
     gen = torch.Generator().manual_seed(hash((learner, loss, adam_steps)) % 2**31)
-    fused, plain = _runs(learner, loss, True, monkeypatch), _runs(learner, loss, False, monkeypatch)
-    assert fused._fused_params and not plain._fused_params
+    fused, plain = _runs(learner, loss, True), _runs(learner, loss, False)
+    assert fused.engine.fused_params and not plain.engine.fused_params
     state = _random_state(plain, gen, adam_steps)
     fused.load_state_dict(state)
     plain.load_state_dict(state)
     x, y = _batch(loss, gen, torch.float32)
-    a, b = fused.step(x, y), plain.step(x, y)
+    a, b = fused.engine.step(x, y), plain.engine.step(x, y)
     torch.testing.assert_close(a.loss, b.loss, rtol=0, atol=0)  # the forward pass is shared
     scales = _scales(plain, state)
     for name, want in plain.state_dict().items():
@@ -122,13 +119,13 @@ def test_one_fused_update_matches_the_torch_ops(learner, loss, adam_steps, monke
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("learner", FUSED)
-def test_fused_runs_follow_the_torch_ops_over_many_steps(learner, dtype, monkeypatch):
+def test_fused_runs_follow_the_torch_ops_over_many_steps(learner, dtype):
     """20 classification steps: the same losses and state for two ordinary runs, and for a third
     with alpha 50 (chaotic under Adam, overflowing under SGD) the same non-finite values."""
     HP["alpha"][2] = 50.0
     try:
-        fused = _runs(learner, "cross_entropy", True, monkeypatch, dtype)
-        plain = _runs(learner, "cross_entropy", False, monkeypatch, dtype)
+        fused = _runs(learner, "cross_entropy", True, dtype)
+        plain = _runs(learner, "cross_entropy", False, dtype)
     finally:
         HP["alpha"][2] = 0.05
     gen = torch.Generator().manual_seed(7)
@@ -136,8 +133,8 @@ def test_fused_runs_follow_the_torch_ops_over_many_steps(learner, dtype, monkeyp
     losses = [], []
     for _ in range(20):
         x, y = _batch("cross_entropy", gen, dtype)
-        losses[0].append(fused.step(x, y).loss)
-        losses[1].append(plain.step(x, y).loss)
+        losses[0].append(fused.engine.step(x, y).loss)
+        losses[1].append(plain.engine.step(x, y).loss)
     pairs = [(torch.stack(losses[0]).T, torch.stack(losses[1]).T, "loss")]
     states = fused.state_dict()
     pairs += [(states[k].reshape(RUNS, -1), v.reshape(RUNS, -1), k) for k, v in plain.state_dict().items() if v.dim()]

@@ -12,7 +12,7 @@ from fade_core.linear.rules import LINEAR_LEARNERS, LinearLearner, get_linear_le
 
 _EXPORTS = {
     **dict.fromkeys(["LINEAR_LEARNERS", "LinearLearner", "get_linear_learner"], "fade_core.linear.rules"),
-    **dict.fromkeys(["LinearRun", "LinearState", "advance", "hyperparameter_matrix", "init_state", "initial_weights",
+    **dict.fromkeys(["LINEAR_ENGINES", "LinearRun", "LinearState", "advance", "hyperparameter_matrix", "init_state", "initial_weights",
                      "run_linear"], "fade_core.linear.runs"),
 }
 __all__ = sorted(_EXPORTS)

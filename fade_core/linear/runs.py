@@ -16,8 +16,13 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from fade_core.engines import CPU, REFERENCE, EngineError
 from fade_core.linear.kernel import driver, in_threads, lanes_for, schedule
+from fade_core.linear.reference import advance_reference
 from fade_core.linear.rules import LinearLearner, get_linear_learner
+
+
+LINEAR_ENGINES = (CPU, REFERENCE)
 
 
 class LinearState(NamedTuple):
@@ -89,15 +94,19 @@ def advance(
     losses: torch.Tensor | None = None,
     loss_sums: np.ndarray | None = None,
     gamma_bounds: tuple[float, float] = (-math.inf, math.inf),
+    engine: str = CPU,
 ) -> None:
-    """Advance the state in place by x.shape[0] steps (the engine's entry point).
+    """Advance the state in place by x.shape[0] steps (the pack runner's entry point).
 
     x: (T, S, d), y: (T, S) streams by slot; run_slot: (R,) int64 slot of each run;
     losses: (R, T) buffer for each step's loss, or None where only the sums are wanted
     (the pack engine). All CPU tensors of the state's dtype. loss_sums, if given: (R,)
     float64 running sums the steps' losses are added to, in step order.
     The arrays written in place (state, losses, loss_sums) must be contiguous.
+    engine: "cpu" (the vector-traced kernel) or "reference" (the plain loop over the rule).
     """
+    if engine not in LINEAR_ENGINES:
+        raise EngineError(f"engine {engine!r} does not run linear learners; choose one of {', '.join(LINEAR_ENGINES)}")
     if loss_sums is None:
         loss_sums = np.zeros(state.w.shape[0])
     if losses is None:
@@ -113,6 +122,9 @@ def advance(
     slots = np.ascontiguousarray(run_slot.numpy(), dtype=np.int64)
     x_, y_ = (np.ascontiguousarray(t.numpy()) for t in (x, y))
     hp = np.ascontiguousarray(hp_matrix.numpy())
+    if engine == REFERENCE:
+        advance_reference(learner, hp, lo, hi, slots, x_, y_, tuple(written[:5]), written[5], loss_sums)
+        return
     kernel = driver(learner, dtype)
     lane_run, lanes_used, shares, tile = schedule(slots, x_, lanes_for(learner, dtype))
     in_threads(lambda share: kernel(hp, lo, hi, slots, lane_run, lanes_used, share, shares, tile, x_, y_, *written), shares)
@@ -143,6 +155,7 @@ def run_linear(
     *,
     dtype: torch.dtype = torch.float32,
     gamma_bounds: tuple[float, float] = (-math.inf, math.inf),
+    engine: str = CPU,
 ) -> LinearRun:
     """Run a linear learner on caller-supplied streams, one per run.
 
@@ -155,6 +168,7 @@ def run_linear(
         seeded N(0, 0.1^2) draw).
       dtype: torch.float32 (default) or torch.float64 for state and arithmetic.
       gamma_bounds: optional clamp of gamma, applied right after its update.
+      engine: "cpu" (the fast kernel, default) or "reference" (the plain loop it is tested against).
 
     Returns:
       `LinearRun(losses (T, R), final LinearState)`.
@@ -180,5 +194,6 @@ def run_linear(
         torch.arange(runs),
         losses,
         gamma_bounds=gamma_bounds,
+        engine=engine,
     )
     return LinearRun(losses.T, state)

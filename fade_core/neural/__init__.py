@@ -1,8 +1,9 @@
 """The neural-network learners of algorithms.md §2, batched over runs.
 
-`rules` defines the learners as parts (the registry), `torch_ops` the batched torch
-step and the runs' state (the CUDA path), `cpu_kernel` the compiled CPU path that
-`NeuralRuns.advance` uses on CPUs.
+`rules` defines the learners as parts (the registry), `state` the runs' state
+(`NeuralRuns`), `runs` makes runs on an engine named by fade_core.engines: `cpu_engine`
+(the compiled kernel `cpu_kernel`), `torch_ops` (batched torch ops, the reference; with
+`triton_update`'s fused updates, the "triton" engine).
 
 The torch and numba exports load on first use (module `__getattr__`): the registry is
 what a sweep's validation, the command line and the cluster jobs read, and torch plus a
@@ -16,8 +17,8 @@ from typing import Any
 
 from fade_core.neural.rules import GAMMA_MAX, GAMMA_MIN, NEURAL_LEARNERS, NeuralLearner, get_neural_learner
 
-_LAZY = {name: "fade_core.neural.torch_ops"
-         for name in ("Loss", "NeuralRuns", "StepResult", "StepSums", "hyperparameter_tensors", "make_runs")}
+_LAZY = {**dict.fromkeys(("Loss", "NeuralRuns", "StepResult", "StepSums"), "fade_core.neural.state"),
+         **dict.fromkeys(("NEURAL_ENGINES", "hyperparameter_tensors", "make_runs"), "fade_core.neural.runs")}
 
 __all__ = ["GAMMA_MAX", "GAMMA_MIN", "NEURAL_LEARNERS", "NeuralLearner", "get_neural_learner", *_LAZY]
 

@@ -20,11 +20,17 @@ from numba.extending import intrinsic, overload
 from numba.np.numpy_support import as_dtype
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
+from fade_core.neural.cpu_arith import fma
 from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN
 
-# As in fade_core.linear: reassociation and FMA let LLVM vectorise the inner loops;
-# IEEE NaN/inf semantics stay (no 'nnan'/'ninf'), so a diverging run shows as NaN/inf.
-FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
+# No fast-math flag: every flag lets LLVM change the arithmetic ('reassoc', 'arcp', 'afn',
+# 'nsz'; 'contract' where it forms a fused multiply-add), and it may choose differently when
+# numba's cache optimises a kernel's callees once more inside it: a process that compiled the
+# kernel and one that loaded it disagreed in the last bits (tests/test_neural_compile_or_load.py;
+# with 'contract' alone Adam still did). The dot products, which needed 'reassoc' to
+# vectorise, are explicit vector code, and the multiply-adds that matter for speed explicit
+# FMAs (cpu_arith). IEEE NaN/inf semantics stay, so a diverging run shows as NaN/inf.
+FASTMATH: set[str] = set()
 # error_model="numpy": a float division by zero gives inf/NaN as in torch instead of raising
 # ZeroDivisionError. Python's model puts a test and a branch before every division, and a
 # loop with one does not vectorise (Adam's rows, two divisions per weight, ran 4.5x slower).
@@ -71,19 +77,15 @@ def _exp_small(x, c):
 def _exp_small_for(x, c):
     """exp(x) = 2^k exp(r), k = round(x / ln 2), r = x - k ln 2, exp(r) by Horner's scheme.
     libm's exp is a scalar call that LLVM cannot vectorise, and it dominated the FADE rows."""
-    if x.bitwidth == 32:
-        def exp_poly(r, c):
-            return c[4] + r * (c[5] + r * (c[6] + r * (c[7] + r * (c[8] + r * (c[9] + r * (c[10] + r * c[11]))))))
-    else:
-        def exp_poly(r, c):
-            return c[4] + r * (c[5] + r * (c[6] + r * (c[7] + r * (c[8] + r * (c[9] + r * (c[10] + r * (
-                c[11] + r * (c[12] + r * (c[13] + r * (c[14] + r * (c[15] + r * c[16])))))))))))
-    poly = numba.njit(fastmath=FASTMATH)(exp_poly)
+    last = len(_exp_constants(np.float32 if x.bitwidth == 32 else np.float64)) - 1
 
     def exp_small(x, c):
         k = np.floor(x * c[0] + c[1])
         r = (x - k * c[2]) - k * c[3]
-        return _pow2(k) * poly(r, c)
+        poly = c[last]
+        for n in range(last - 1, 3, -1):  # Horner, one fused multiply-add per coefficient
+            poly = fma(r, poly, c[n])
+        return _pow2(k) * poly
 
     return exp_small
 
@@ -121,7 +123,7 @@ def fade_decay(gamma, trace, grad, theta, fc):
 def fade_apply(decay, trace, w, q, alpha_eff, fc):
     """The second half of `fade` -> (trace, decayed w)."""
     one, zero = fc[2], fc[3]
-    return trace * max(one - decay - alpha_eff * q, zero) - decay * w, w * (one - decay)
+    return fma(trace, max(fma(-alpha_eff, q, one - decay), zero), -(decay * w)), w * (one - decay)
 
 
 @_scalar
@@ -160,9 +162,8 @@ def adam_alpha_eff(v, alpha, first_step, ac):
 
 
 # Adam's element rule as torch.optim.Adam writes it: sqrt(v) / sqrt(bias correction 2) is a
-# division, not a product with a reciprocal, so no 'arcp' (which lets LLVM make it one) and
-# no 'reassoc' here.
-@numba.njit(fastmath={"nsz", "contract"}, error_model=ERRORS, cache=True)
+# division, not a product with a reciprocal.
+@_scalar
 def adam(m, v, w, grad, ac):
     """torch.optim.Adam on one parameter -> (m, v, w); ac from `adam_constants`."""
     m = m + ac[3] * (grad - m)  # torch's lerp_

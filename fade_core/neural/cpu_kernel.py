@@ -7,8 +7,11 @@ loss, backward, every update of algorithms.md §2 and the metric sums, step afte
 Runs are spread over threads (prange); a run's arithmetic does not depend on which
 other runs share the call, so pack invariance is exact.
 
-The rules are those of fade_core.neural.torch_ops (the batched implementation used on
-CUDA), per element; tests check both against the same plain PyTorch reference.
+The rules are those of fade_core.neural.torch_ops (the "torch" engine, the reference), per
+element; tests check both against the same plain PyTorch reference. Compiled with no
+fast-math flag (cpu_elements.FASTMATH), its dot products and hot multiply-adds written out
+(cpu_arith), so a process that loads the kernel from numba's cache computes what one that
+compiled it does.
 
 `run_segment` takes its arrays as named tuples (numba compiles them as structs), so a
 caller cannot pass one run array where another belongs without naming it.
@@ -22,6 +25,7 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
+from fade_core.neural.cpu_arith import axpy_dot, dot, fma
 from fade_core.neural.cpu_elements import (
     ERRORS,
     FASTMATH,
@@ -106,16 +110,11 @@ _dense = numba.njit(fastmath=FASTMATH, error_model=ERRORS, cache=True)
 
 
 @_dense
-def _affine(p, w0, b0, fan_in, fan_out, inp, z, zero):
-    """z[j] = b[j] + sum_i W[j, i] * inp[i], for the layer whose W starts at p[w0]; sums
-    start from `zero`, a 0 of the parameters' dtype (so float32 runs add in float32, as
-    torch does)."""
+def _affine(p, w0, b0, fan_in, fan_out, inp, z):
+    """z[j] = b[j] + sum_i W[j, i] * inp[i], for the layer whose W starts at p[w0]; sums in
+    the parameters' dtype (float32 runs add in float32, as torch does), in cpu_dot's order."""
     for j in range(fan_out):
-        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
-        acc = zero
-        for i in range(fan_in):
-            acc += w[i] * inp[i]
-        z[j] = acc + p[b0 + j]
+        z[j] = dot(p[w0 + j * fan_in : w0 + (j + 1) * fan_in], inp, fan_in) + p[b0 + j]
 
 
 @_dense
@@ -131,15 +130,15 @@ def _sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, bound, back, delta_
         if back:
             for i in range(fan_in):
                 wi = w[i]
-                delta_in[i] += wi * dj
-                w[i] = min(max(wi + c * inp[i], -bound), bound)
+                delta_in[i] = fma(wi, dj, delta_in[i])
+                w[i] = min(max(fma(c, inp[i], wi), -bound), bound)
         else:
             for i in range(fan_in):
-                w[i] = min(max(w[i] + c * inp[i], -bound), bound)
+                w[i] = min(max(fma(c, inp[i], w[i]), -bound), bound)
 
 
-# No 'reassoc' here: with it LLVM factors W - alpha*lam*W into W * (1 - alpha*lam) again.
-@numba.njit(fastmath={"nsz", "contract"}, error_model=ERRORS, cache=True)
+# (Not a shrink factor, which FASTMATH's absence of 'reassoc' keeps LLVM from making of it.)
+@_dense
 def _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam, back, delta_in):
     """W <- W - alpha * (delta inp^T + lam * W), per element as torch.optim.SGD(weight_decay)
     computes it (d = G + lam * W; W -= alpha * d). Not a shrink factor 1 - alpha * lam: in
@@ -153,7 +152,7 @@ def _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam, back, delta
         if back:
             for i in range(fan_in):
                 wi = w[i]
-                delta_in[i] += wi * dj
+                delta_in[i] = fma(wi, dj, delta_in[i])
                 w[i] = wi - alpha * (dj * inp[i] + lam * wi)
         else:
             for i in range(fan_in):
@@ -164,20 +163,15 @@ def _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam, back, delta
 # combination the learners use: each stores to few arrays, so LLVM vectorises it (a
 # generic row with every branch and five stored arrays ran 4x slower).
 @_dense
-def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, next_inp, z, zero):
-    """The SGD step of `_sgd_rank_one` fused with the next step's W @ next_inp (bias not
-    added): one pass over W instead of two, for the first layer, whose W dominates the
-    memory traffic. With delta = 0 it is the forward pass alone, so every W @ x of the
-    first layer comes from this one loop (identical rounding whatever the segmenting)."""
+def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, next_inp, z):
+    """The SGD step of `_sgd_rank_one` fused with the next step's W @ next_inp (bias not added,
+    cpu_arith.axpy_dot): one pass over W instead of two, for the first layer, whose W dominates
+    the memory traffic. With delta = 0 it is the forward pass
+    alone, so every W @ x of the first layer comes from this one function (identical rounding
+    whatever the segmenting)."""
     for j in range(fan_out):
         w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
-        c = delta[j] * -alpha
-        acc = zero
-        for i in range(fan_in):
-            wi = w[i] + c * inp[i]
-            w[i] = wi
-            acc += wi * next_inp[i]
-        z[j] = acc
+        z[j] = axpy_dot(w, delta[j] * -alpha, inp, next_inp, fan_in)
 
 
 @_dense
@@ -197,11 +191,11 @@ def _fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
             gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
         if back:
             for i in range(fan_in):
-                delta_in[i] += pr[i] * dj
+                delta_in[i] = fma(pr[i], dj, delta_in[i])
         for i in range(fan_in):
             xi = inp[i]
             tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha, fc)
-            pr[i] = w - alpha * (dj * xi)
+            pr[i] = fma(-alpha, dj * xi, w)
 
 
 @_dense
@@ -218,7 +212,7 @@ def _fade_adam_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, fa
         dj, fj = delta[j], factor[j]
         if back:
             for i in range(fan_in):
-                delta_in[i] += pr[i] * dj
+                delta_in[i] = fma(pr[i], dj, delta_in[i])
         for i in range(fan_in):
             gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
         for i in range(fan_in):
@@ -240,31 +234,27 @@ def _adam_rank_one(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, ac, bound, 
         dj = delta[j]
         if back:
             for i in range(fan_in):
-                delta_in[i] += pr[i] * dj
+                delta_in[i] = fma(pr[i], dj, delta_in[i])
         for i in range(fan_in):  # (a second loop over the row in L1: Adam's divisions bound it, not the loads)
             mr[i], vr[i], w = adam(mr[i], vr[i], pr[i] * shrink, dj * inp[i], ac)
             pr[i] = min(max(w, -bound), bound)
 
 
 @_dense
-def _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, ac, bound, next_inp, z, zero):
-    """`_adam_rank_one` fused with the next step's W @ next_inp (bias not added), as
-    `_sgd_rank_one_then_affine`: the first layer's weights are read once per step, and the
-    product's multiply-adds run beside Adam's divisions and square roots (which bound the
-    loop). With delta = 0, shrink = 1, bound = inf and `null_adam` constants the step leaves
-    W, m and v as they are, so that call is the forward pass alone and every W @ x of the first
-    layer comes from this one loop (identical rounding whatever the segmenting)."""
+def _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, ac, bound, next_inp, z):
+    """`_adam_rank_one` and the next step's W @ next_inp (bias not added) a row at a time, as
+    `_sgd_rank_one_then_affine`. With delta = 0, shrink = 1, bound = inf and `null_adam`
+    constants the step leaves W, m and v as they are, so that call is the forward pass alone
+    and every W @ x of the first layer comes from this one function (identical rounding
+    whatever the segmenting)."""
     for j in range(fan_out):
         row = w0 + j * fan_in
         pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
         dj = delta[j]
-        acc = zero
         for i in range(fan_in):
             mr[i], vr[i], w = adam(mr[i], vr[i], pr[i] * shrink, dj * inp[i], ac)
-            w = min(max(w, -bound), bound)
-            pr[i] = w
-            acc += w * next_inp[i]
-        z[j] = acc
+            pr[i] = min(max(w, -bound), bound)
+        z[j] = dot(pr, next_inp, fan_in)
 
 
 @_dense
@@ -351,20 +341,19 @@ def run_segment(setup, hp, state, data, sums):
         shrink = one - a * la if wd_mode == WD_DECOUPLED else one  # AdamW's decay factor
         # A plain-SGD or any Adam first layer (not under FADE) fuses its update with the next
         # step's forward (see _sgd_rank_one_then_affine, _adam_rank_one_then_affine);
-        # z[:sizes[1]] then holds W0 @ x_t when step t starts. (Not SGD with L2: its row loop
-        # must not reassociate, and the fused loop's sum needs to.)
+        # z[:sizes[1]] then holds W0 @ x_t when step t starts.
         fused_sgd = not (fade_start == 0 or adam_base or clip or wd_mode != WD_NONE)
         fused_adam = adam_base and fade_start > 0
         fused = fused_sgd or fused_adam
         zero_in = np.zeros(n_in, dtype=params.dtype)
         # (starts[0], not a literal 0: a literal would compile a differently-vectorised copy)
         if fused_sgd:
-            _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, x[0, s], z, one - one)
+            _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, x[0, s], z)
         elif fused_adam:
             null = null_adam(adam_scalars)
             adam_scalars[0] = np.inf
             _adam_rank_one_then_affine(p, m, v, starts[0], n_in, sizes[1], zero_in, ones - ones, one, null,
-                                       adam_scalars[0], x[0, s], z, one - one)
+                                       adam_scalars[0], x[0, s], z)
         for t in range(steps):
             k = adam_steps + t + 1  # this step's Adam step number
             ac = adam_constants(a, k, adam_scalars)  # a tuple: adam_scalars is free for reuse
@@ -378,7 +367,7 @@ def run_segment(setup, hp, state, data, sums):
                         z[j] = z[j] + p[starts[1] + j]
                 else:
                     _affine(p, starts[2 * layer], starts[2 * layer + 1], fan_in, fan_out, acts[a_off : a_off + fan_in],
-                            z[z_off : z_off + fan_out], one - one)
+                            z[z_off : z_off + fan_out])
                 if layer < layers - 1:
                     _activate(z[z_off : z_off + fan_out], acts[a_off + fan_in : a_off + fan_in + fan_out],
                               active[r, z_off : z_off + fan_out], slope)
@@ -433,12 +422,12 @@ def run_segment(setup, hp, state, data, sums):
                                         fc, first, ac, back, d_in, row_buffer)
                 elif layer == 0 and fused_adam:
                     _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, bounds[0],
-                                               x[t + 1, s] if t + 1 < steps else zero_in, z, one - one)
+                                               x[t + 1, s] if t + 1 < steps else zero_in, z)
                 elif adam_base:
                     _adam_rank_one(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, bounds[layer], back, d_in)
                 elif layer == 0 and fused_sgd:
                     _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a,
-                                              x[t + 1, s] if t + 1 < steps else zero_in, z, one - one)
+                                              x[t + 1, s] if t + 1 < steps else zero_in, z)
                 elif wd_mode == WD_COUPLED:
                     _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, la, back, d_in)
                 else:  # SGD, clipped after the step (+-inf without clipping)

@@ -52,6 +52,8 @@ def _interrupted_message(args: argparse.Namespace, err: KeyboardInterrupt) -> st
         command += ["--dtype", args.dtype]
     if getattr(args, "race", False):  # without it the resumed run would give every cell every seed
         command += ["--race"]
+    if args.engine:  # without it the resumed packs would run on the default engine
+        command += ["--engine", args.engine]
     return f"{what}; continue with `{shlex.join([*command, '--resume'])}`"
 
 

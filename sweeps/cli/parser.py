@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 
+from fade_core.engines import ENGINE_NAMES
 from sweeps.analysis import STATS, TABLES
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
@@ -73,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                            help="chunks between checkpoints (0: never)")
     execution.add_argument("--max-failures", type=_nonnegative_int, default=3, help="retries of a failed pack, each from its last checkpoint")
     execution.add_argument("--runs-per-pack", type=_positive_int, help="override the automatic pack size")
+    execution.add_argument("--engine", metavar="NAME",
+                           help=f"the engine every pack runs on, one of {', '.join(ENGINE_NAMES)} (default: the sweep file's "
+                                "engine:, else the default for each task and device; README: Engines)")
     execution.add_argument("--tf32", action="store_true",
                            help="let float32 matrix products on GPUs use TF32 (faster; about 1e-3 relative error); off by default")
 

@@ -177,6 +177,9 @@ def _results_status(target: str) -> None:
     if status is None:
         raise UserError(f"{store.location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
     print(format_status(status, store.committed_packs(), store.resume_command()))
+    engines = Counter(m.engine or "not recorded" for m in store.manifests)
+    if engines:
+        print("engines: " + ", ".join(f"{engine} ({n} pack{'s' if n > 1 else ''})" for engine, n in sorted(engines.items())))
     stages = Counter(m.run_stage for m in store.manifests)
     if len(stages) > 1 or (stages and TUNING not in stages):
         print("committed packs: " + ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items(), reverse=True)))

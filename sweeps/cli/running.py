@@ -11,6 +11,7 @@ import sys
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import best_text, open_results, stage_text
 from sweeps.spec import PackResources, check_task_data, cpu_only_tasks, resolve_sweep, with_race
+from sweeps.spec.engines import check_engines
 
 
 def _resources(args: argparse.Namespace, sweep) -> PackResources:
@@ -38,6 +39,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     cpu_only = cpu_only_tasks(sweep.experiments)
     if resources.gpus > 0 and len(cpu_only) == len({e.task for e in sweep.experiments}):
         raise UserError(f"--gpus-per-pack: {', '.join(cpu_only)} runs on CPUs only; drop it")
+    check_engines(sweep.experiments, resources.gpus, args.engine)  # before Ray, before the plan is printed
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
     if sweep.race is not None:
         print(race_line(sweep))
@@ -103,6 +105,7 @@ def _execution_options(args: argparse.Namespace, resources: PackResources | None
         checkpoint_every=args.checkpoint_every,
         max_failures=args.max_failures,
         tf32=args.tf32,
+        engine=args.engine,
         notify=print,
     )
 
@@ -160,7 +163,7 @@ def _dry_run(args: argparse.Namespace, sweep, resources: PackResources) -> None:
         gpu_slots = min(slots, int(torch.cuda.device_count() // resources.gpus)) if resources.gpus > 0 else 0
         if slots == 0:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
-    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots))
+    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots, args.engine))
 
 
 def _refuse_if_being_written(storage: str, name: str) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 import numba
 import torch
 
+from fade_core.engines import default_engine
 from sweeps.packs import make_runner
 from sweeps.spec import Experiment, Pack, PackResources, Sweep, make_config, plan_packs
 from sweeps.spec.plan import format_rate
@@ -32,21 +33,21 @@ PACK_START_SECONDS = 8.0  # per pack: trial start, kernel load, results written
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
-              runs: int | None = None) -> float:
+              runs: int | None = None, engine: str | None = None) -> float:
     """Run-steps per second of a short pack of this experiment: on one CPU thread, or on the
     GPU with `runs` runs (a GPU's rate depends on how full the pack is; the first chunk,
-    with its CUDA-graph capture, is not timed)."""
+    with its CUDA-graph capture, is not timed), by the engine the sweep would run it on."""
     family = get_task(experiment.task).family
     configs = experiment.configs()
     wanted = runs or CALIBRATION_RUNS[family]
     n_configs = max(1, -(-wanted // len(seeds)))
     configs = (configs * (n_configs // len(configs) + 1))[:n_configs]
     steps = CALIBRATION_STEPS[family]
-    short = Experiment(experiment.task, replace(experiment.settings, steps=steps, bin=steps), experiment.optimizer, experiment.grid)
+    short = replace(experiment, settings=replace(experiment.settings, steps=steps, bin=steps))
     pack = Pack(short, tuple(make_config(short, c) for c in configs), seeds)
     numba.set_num_threads(1)
     torch.set_num_threads(1)
-    runner = make_runner(pack, steps // 4, dtype, device)
+    runner = make_runner(pack, steps // 4, dtype, device, engine)
     chunks = runner.run()
     next(chunks)  # compiles the kernel / captures the graph
     if device == "cuda":
@@ -74,7 +75,7 @@ def busiest_slot(pack_seconds: list[float], slots: int) -> float:
 
 
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-             gpu_slots: int = 0) -> PlanEstimate:
+             gpu_slots: int = 0, engine: str | None = None) -> PlanEstimate:
     """The plan and its estimated wall time: CPU packs from a CPU calibration over `slots`,
     GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`."""
     gpu = resources.gpus > 0
@@ -94,10 +95,12 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
     for experiment, group in by_experiment.items():
         on_gpu = gpu and get_task(experiment.task).runs_on_gpu
         if on_gpu and torch.cuda.is_available():
-            rate, kind = calibrate(experiment, seeds, getattr(torch, dtype), "cuda", max(p.runs for p in group)), "GPU"
+            rate, kind = calibrate(experiment, seeds, getattr(torch, dtype), "cuda", max(p.runs for p in group), engine), "GPU"
         else:
             uncalibrated |= on_gpu
-            rate, kind = calibrate(experiment, seeds, getattr(torch, dtype)) * max(resources.cpus, 1), "CPU"
+            # a GPU pack calibrated on this GPU-less machine: by the CPU's default engine
+            cpu_engine = default_engine(experiment.task, "cpu") if on_gpu else engine
+            rate, kind = calibrate(experiment, seeds, getattr(torch, dtype), engine=cpu_engine) * max(resources.cpus, 1), "CPU"
         steps = sum(p.run_steps for p in group)
         seconds["GPU" if on_gpu else "CPU"] += [PACK_START_SECONDS + p.run_steps / rate for p in group]
         defaults = type(experiment.settings)()
@@ -115,6 +118,6 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
 
 
 def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-                  gpu_slots: int = 0) -> str:
+                  gpu_slots: int = 0, engine: str | None = None) -> str:
     """The plan and its estimated wall time, as `fade-sweep run --dry-run` prints it."""
-    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots).lines)
+    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots, engine).lines)

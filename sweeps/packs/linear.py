@@ -1,4 +1,5 @@
-"""A pack of a linear task, advanced by a compiled fade_core linear learner.
+"""A pack of a linear task, advanced by a fade_core linear engine ("cpu": the compiled vector
+kernel; "reference": the plain loop over the rule).
 
 Python runs once per chunk piece; the steps run inside the compiled learner, which adds
 each step's squared error to the bin's float64 running sum in step order (so binned
@@ -11,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from fade_core.engines import CPU
 from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperparameter_matrix, init_state, initial_weights
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
@@ -25,10 +27,10 @@ class LinearPackRunner(PackRunner):
     """Runs a pack of a linear task on CPUs."""
 
     def __init__(self, pack: Pack, chunk_steps: int = DEFAULT_CHUNK_STEPS, dtype: torch.dtype = torch.float32,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu", engine: str = CPU):
         if torch.device(device).type != "cpu":
             raise ValueError(f"linear learners run on CPUs only, not {device}")
-        super().__init__(pack, chunk_steps, dtype)
+        super().__init__(pack, chunk_steps, dtype, engine)
         self.learner: LinearLearner = get_linear_learner(pack.experiment.optimizer)
         self.hp = hyperparameter_matrix(self.learner, self.hyperparameter_columns(self.learner.hyperparameters),
                                         pack.runs, dtype)
@@ -46,7 +48,8 @@ class LinearPackRunner(PackRunner):
 
     def advance(self, batch: tuple[torch.Tensor, torch.Tensor], lo: int, hi: int, bin_index: int) -> None:
         x, y = batch
-        advance(self.learner, self.hp, self.state, x[lo:hi], y[lo:hi], self.run_slot, loss_sums=self.loss_sum[bin_index])
+        advance(self.learner, self.hp, self.state, x[lo:hi], y[lo:hi], self.run_slot, loss_sums=self.loss_sum[bin_index],
+                engine=self.engine)
 
     def close_bin(self, bin_index: int) -> None:
         self.curves["mse"][:, bin_index] = self.loss_sum[bin_index] / self.bin_len[bin_index]
@@ -66,7 +69,7 @@ class LinearPackRunner(PackRunner):
         curves = {k: v if k not in self.rate_curves or getattr(self.learner, self.rate_curves[k]) else None
                   for k, v in self.curves.items()}
         return PackOutcome(score=total / self.settings.steps, diverged=~np.isfinite(total), bin_end=self.bin_end,
-                           curves=curves, wall_seconds=self.wall_seconds)
+                           curves=curves, wall_seconds=self.wall_seconds, engine=self.engine)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {**self.state._asdict(), "loss_sum": torch.from_numpy(self.loss_sum),

@@ -1,7 +1,8 @@
 """A pack of a neural task (nonlinear tracking, label-permuted EMNIST) on CPU or CUDA.
 
-All R = configs x seeds runs advance together through `NeuralRuns.advance` (the
-compiled kernel on CPU, batched torch ops elsewhere). Metrics are accumulated per step
+All R = configs x seeds runs advance together through `NeuralRuns.advance`, by the
+engine the pack was built with (fade_core.engines: the compiled kernel "cpu", the torch
+ops "torch", or "triton"'s fused updates on CUDA). Metrics are accumulated per step
 into float64 per-bin sums on the device, in step order, so binned values do not depend
 on chunking; a bin's summary (group MSE, accuracy, decay rates, dead units, weight
 norms) is taken when the bin ends.
@@ -19,6 +20,7 @@ import warnings
 import numpy as np
 import torch
 
+from fade_core.engines import CPU
 from fade_core.neural import NeuralRuns, StepSums, get_neural_learner, make_runs
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
@@ -40,15 +42,15 @@ class NeuralPackRunner(PackRunner):
     """Runs a pack of a neural task on the CPU or one CUDA device."""
 
     def __init__(self, pack: Pack, chunk_steps: int = DEFAULT_CHUNK_STEPS, dtype: torch.dtype = torch.float32,
-                 device: str | torch.device = "cpu"):
-        super().__init__(pack, chunk_steps, dtype)
+                 device: str | torch.device = "cpu", engine: str = CPU):
+        super().__init__(pack, chunk_steps, dtype, engine)
         self.device = torch.device(device)
         self.run_slot = self.run_slot.to(self.device)
         learner = get_neural_learner(pack.experiment.optimizer)
         seeds = [pack.seeds[r % len(pack.seeds)] for r in range(pack.runs)]
         self.runs: NeuralRuns = make_runs(learner.name, self.task.architecture, seeds,
                                           self.hyperparameter_columns(learner.hyperparameters), self.task.loss,
-                                          self.device, dtype)
+                                          self.device, dtype, engine)
         self.regression = self.task.loss == "squared_error"
         self.sums = StepSums.zeros(pack.runs, self.task.architecture, self.task.loss, self.device)
         self.curves = self._empty_curves()
@@ -202,7 +204,7 @@ class NeuralPackRunner(PackRunner):
         if self.runs.head_decay() is None:
             curves.update({k: None for k in curves if k.startswith("decay_")})
         return PackOutcome(score=score, diverged=self.diverged(), bin_end=self.bin_end, curves=curves,
-                           wall_seconds=self.wall_seconds)
+                           wall_seconds=self.wall_seconds, engine=self.engine)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {

@@ -27,3 +27,4 @@ class PackOutcome:
     bin_end: np.ndarray  # (B,) step at the end of each bin
     curves: dict[str, np.ndarray | None]  # metric -> (R, B) or (R, B, outputs); None where the learner lacks it
     wall_seconds: float
+    engine: str | None = None  # the fade_core.engines name that ran the pack (None: rows not made by an engine)

@@ -55,7 +55,7 @@ class PackRunner(ABC):
     which seed's stream run r reads, and every configuration of a seed shares it.
     """
 
-    def __init__(self, pack: Pack, chunk_steps: int, dtype: torch.dtype):
+    def __init__(self, pack: Pack, chunk_steps: int, dtype: torch.dtype, engine: str):
         if chunk_steps <= 0:
             raise ValueError(f"chunk_steps must be positive, got {chunk_steps}")
         self.pack = pack
@@ -63,6 +63,7 @@ class PackRunner(ABC):
         self.settings = pack.experiment.settings
         self.chunk_steps = chunk_steps
         self.dtype = dtype
+        self.engine = engine  # the fade_core.engines name advancing the runs (recorded in the pack's manifest)
         self.streams = [self.task.make_stream(self.settings, s) for s in pack.seeds]
         self.run_slot = torch.arange(pack.runs) % len(pack.seeds)
         self.bin_end = bin_ends(self.settings.steps, self.settings.bin)

@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
+from fade_core.engines import default_pack_runs
 from sweeps.spec.config import Config, digest
 from sweeps.spec.sweepfile import Experiment, Sweep
 from tasks import get_task
@@ -71,7 +72,7 @@ def plan_packs(
 
     Configs are grouped by the seeds they still miss, so a resumed sweep never writes a
     second row for a finished (config, seed). With `gpu`, packs of GPU-capable tasks
-    fill the device (MAX_PACK_RUNS runs); CPU packs are sized to keep `cpus` slots busy.
+    fill the device (the default pack size of fade_core.engines' table); CPU packs are sized to keep `cpus` slots busy.
     """
     work = [(e, list(e.cells)) for e in sweep.experiments]
     return _plan(work, sweep.seeds, TUNING, cpus, done, runs_per_pack, gpu)
@@ -119,7 +120,7 @@ def _plan(
     cpu_target = runs_per_pack or pack_runs_target(total, cpus)
     packs = []
     for experiment, missing, configs in pending:
-        target = (runs_per_pack or MAX_PACK_RUNS) if experiment.task in on_gpu else cpu_target
+        target = (runs_per_pack or default_pack_runs(experiment.task, "cuda")) if experiment.task in on_gpu else cpu_target
         n_packs = math.ceil(len(configs) * len(missing) / target)
         size = math.ceil(len(configs) / n_packs)
         packs.extend(Pack(experiment, tuple(configs[i : i + size]), missing, stage) for i in range(0, len(configs), size))

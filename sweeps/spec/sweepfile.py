@@ -11,6 +11,11 @@ the tuning seeds (by default the N integers after the largest tuning seed).
 A sweep may race its seeds, `race: {min_seeds: 3, max_seeds: 10, alpha: 0.05, seeds_per_round: 1}`
 (sweeps.spec.race): configurations worse than their method's best with confidence stop getting seeds.
 
+A sweep (or one of its variants) may name the engine its packs run on, `engine: NAME` (a
+name of fade_core.engines that runs the task; default: the engine table's default for the
+task and device). The engine is not part of a configuration's identity: engines compute the
+same rule, within the tolerances their tests state.
+
 Beyond interface.md, a sweep may hold `variants`: a list of blocks that each override
 `task`, `task_settings` and/or `optimizers` (e.g. both noise levels of a preset, each
 with its own selected configurations).
@@ -33,6 +38,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
+from fade_core.engines import engine_problem
 from sweeps.spec.config import Config, make_config
 from sweeps.spec.learners import hyperparameter_spec, optimizer_hyperparameters, optimizers_for
 from sweeps.spec.race import Race, parse_race
@@ -42,10 +48,10 @@ from tasks import TASKS, get_task
 
 
 TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants", "resources", "confirm",
-                  "race")
+                  "race", "engine")
 CONFIRM_KEYS = ("seeds",)
 RESOURCE_KEYS = ("cpus_per_pack", "gpus_per_pack")
-VARIANT_KEYS = ("task", "task_settings", "optimizers")
+VARIANT_KEYS = ("task", "task_settings", "optimizers", "engine")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
 # Limits on one sweep, checked before anything is allocated (generous: the study's largest
@@ -73,6 +79,7 @@ class Experiment:
     settings: Any  # the task's settings dataclass
     optimizer: str
     grid: tuple[tuple[str, tuple[float, ...]], ...]  # (hyperparameter, values), in the learner's order
+    engine: str | None = None  # the sweep file's `engine:` (None: the default for the task and device)
 
     @property
     def size(self) -> int:
@@ -292,12 +299,17 @@ def _parse_block(document: dict, block: dict, prefix: str, fail) -> Iterator[Exp
     opt_key = f"{prefix}optimizers" if "optimizers" in block else "optimizers"
     if not isinstance(optimizers, dict) or not optimizers:
         raise fail(opt_key, "must be a non-empty mapping of optimizer name -> {hyperparameter: value or list}")
+    engine = block.get("engine", document.get("engine"))
+    if engine is not None:
+        problem = engine_problem(engine, task.name) if isinstance(engine, str) else f"must be an engine name, got {_short(engine)}"
+        if problem is not None:
+            raise fail(f"{prefix}engine" if "engine" in block else "engine", problem)
     allowed = optimizers_for(task)
     for optimizer, grid in optimizers.items():
         key = f"{opt_key}.{optimizer}"
         if optimizer not in allowed:
             raise fail(key, f"unknown optimizer for task {task.name}; choose one of {', '.join(allowed)}")
-        yield Experiment(task.name, settings, optimizer, _parse_grid(task, optimizer, grid, key, fail))
+        yield Experiment(task.name, settings, optimizer, _parse_grid(task, optimizer, grid, key, fail), engine)
 
 
 def _parse_grid(task, optimizer: str, grid: Any, key: str, fail) -> tuple[tuple[str, tuple[float, ...]], ...]:

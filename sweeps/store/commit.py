@@ -97,7 +97,7 @@ def write_pack(location: StoreLocation, pack: Pack, outcome: PackOutcome, writer
     manifest = Manifest(
         pack_id=pack.pack_id, write_id=write_id, written_at=time.time(), task=e.task, optimizer=e.optimizer, stage=pack.stage,
         configs=tuple(c.config_id for c in pack.configs), seeds=tuple(int(s) for s in pack.seeds), files=files,
-        name=f"{stem}.json",
+        engine=outcome.engine, name=f"{stem}.json",
     )
     _check_writer(location, pack, writer)
     write_record(location, f"{MANIFESTS}/{manifest.name}", manifest, durable=True)  # the commit

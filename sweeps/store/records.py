@@ -81,6 +81,7 @@ class Manifest(_Record):
     seeds: tuple[int, ...]
     files: dict[Literal["scores", "curves"], DataFile]
     stage: Literal["tuning", "confirmation"] | None = None  # None: written before stages (tuning; no stage column)
+    engine: str | None = None  # the fade_core.engines name that computed the rows (None: written before engines were recorded)
     name: str = Field("", exclude=True)  # its file name under manifests/ (not stored in it)
 
     @field_validator("files")

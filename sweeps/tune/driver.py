@@ -37,6 +37,7 @@ from sweeps.spec import (
     plan_confirmation,
     plan_packs,
 )
+from sweeps.spec.engines import check_engines
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
@@ -133,6 +134,7 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
     store.refuse_if_locked()  # a second writer: named as such, before the overwrite check reads the folder
     resources = options.resources or sweep.resources
     check_task_data(sweep)
+    check_engines(sweep.experiments, resources.gpus, options.engine)  # an engine that cannot run: exit 2, before Ray
     # One writer per results folder, for the whole run. Taken before Ray starts: a second writer and a
     # storage that cannot be written are refused at once (exit 2), and so is a resume that would change
     # what stored runs mean (the dtype, task settings). (`Store.preflight`, which the CLI asks before
@@ -194,6 +196,7 @@ def confirm_sweep(results_dir: str | Path | StoreLocation | Store, seeds: int | 
     options = dataclasses.replace(options, dtype=dtype)
     resources = options.resources or sweep.resources
     check_task_data(sweep)
+    check_engines(sweep.experiments, resources.gpus, options.engine)  # an engine that cannot run: exit 2, before Ray
     with store.writing():  # taken before Ray starts, as in run_sweep
         cluster = _connect(store, options, resources)
         try:

@@ -39,6 +39,7 @@ class ExecutionOptions:
     max_failures: int = 3  # retries of a failed trial, each from its last checkpoint
     show_progress: bool = True
     tf32: bool = False  # let float32 matrix products on GPUs use TF32 (faster, ~1e-3 relative error)
+    engine: str | None = None  # every pack's engine (fade_core.engines); None: the sweep file's, else the default
     notify: Callable[[str], None] | None = None  # one line per notice (dashboard URL, orphans removed, ...)
 
     def notice(self, line: str) -> None:

@@ -49,11 +49,13 @@ def pack_trainable(
     checkpoint_every: int,
     resume_from: dict[str, str] | None = None,
     tf32: bool = False,
+    engine: str | None = None,
 ) -> None:
     """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results.
 
     The last checkpoint is this trial's own (a retry), else the one `resume_from` names for
-    the pack (a checkpoint directory of an earlier, interrupted experiment of the sweep)."""
+    the pack (a checkpoint directory of an earlier, interrupted experiment of the sweep).
+    `engine`: every pack's engine (None: its experiment's, else the default for its task and device)."""
     # The pack engine (torch, numba) is imported here, on the worker: the driver imports this
     # module only to hand Tune the function, and starts sooner without it (2-3 s).
     import numba
@@ -76,13 +78,13 @@ def pack_trainable(
     # Ray sets CUDA_VISIBLE_DEVICES to the trial's GPUs, so "cuda" is the one assigned.
     device = "cuda" if ray.get_gpu_ids() else "cpu"
     use_tf32(tf32)
-    runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device)
+    runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device, engine)
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             runner.load_checkpoint(Path(directory))
     elif resume_from and pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, store.location, resume_from[pack.pack_id]):
-        runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device)  # half-loaded state: start clean
+        runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device, engine)  # half-loaded state: start clean
     restored_from = runner.steps_done
     last = None
     for chunk, last in enumerate(runner.run(), start=1):

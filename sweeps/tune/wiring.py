@@ -46,6 +46,7 @@ def _trainable(packs: dict[str, Pack], results_dir: StoreLocation, writer: str |
             checkpoint_every=options.checkpoint_every,
             resume_from=resume_from,
             tf32=options.tf32,
+            engine=options.engine,
         ),
         pack_placement(packs, resources),
     )

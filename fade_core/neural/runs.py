@@ -1,0 +1,56 @@
+"""Making R runs of a neural learner on an engine named by fade_core.engines.
+
+    cpu     the compiled CPU kernel (cpu_engine: a whole segment of steps in one call)
+    torch   batched torch ops, one step at a time (torch_ops: the reference, any device)
+    triton  the torch ops with each parameter's update fused into one Triton kernel (CUDA;
+            on CPU tensors only under TRITON_INTERPRET=1, as the tests run it)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+
+from fade_core.engines import CPU, TORCH, TRITON, EngineError
+from fade_core.mlp import Architecture, BatchedMLP
+from fade_core.neural.rules import NeuralLearner, get_neural_learner
+from fade_core.neural.state import Loss, NeuralRuns
+
+NEURAL_ENGINES = (CPU, TORCH, TRITON)
+
+
+def engine_class(name: str, device: torch.device):
+    """What makes the engine `name` for runs on `device` (EngineError, one line, for a name it cannot run).
+    The engines' modules load here: numba only for the cpu engine, Triton only for triton."""
+    if name == CPU:
+        if device.type != "cpu":
+            raise EngineError(f"engine 'cpu' runs on CPUs only, not {device}; choose torch or triton")
+        from fade_core.neural.cpu_engine import CpuKernel
+
+        return CpuKernel
+    if name in (TORCH, TRITON):
+        from fade_core.neural.torch_ops import TorchOps
+
+        return functools.partial(TorchOps, fused=name == TRITON)
+    raise EngineError(f"engine {name!r} does not run neural learners; choose one of {', '.join(NEURAL_ENGINES)}")
+
+
+def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    """Per-run hyperparameter lists -> [R] tensors, checked against what the learner takes."""
+    unknown = set(values) - set(learner.hyperparameters)
+    if unknown:
+        raise ValueError(f"{learner.name} does not take {', '.join(sorted(unknown))}; it takes {', '.join(learner.hyperparameters)}")
+    return {k: torch.tensor(v, dtype=dtype) for k, v in values.items()}
+
+
+def make_runs(learner: str, arch: Architecture, seeds: list[int], hp: dict[str, list[float]], loss: Loss,
+              device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, engine: str | None = None) -> NeuralRuns:
+    """Notebook entry point: R = len(seeds) runs, run r initialised from seeds[r] with hp[...][r].
+
+    `engine`: one of NEURAL_ENGINES (None: "cpu" on a CPU, "triton" on CUDA)."""
+    spec = get_neural_learner(learner)
+    net = BatchedMLP.from_seeds(arch, list(seeds), device, dtype)
+    if engine is None:
+        engine = CPU if net.flat.device.type == "cpu" else TRITON
+    return NeuralRuns(spec, net, hyperparameter_tensors(spec, hp, dtype), loss, engine_class(engine, net.flat.device))

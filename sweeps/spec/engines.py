@@ -1,0 +1,36 @@
+"""Which engine each experiment of a sweep runs on, checked before anything starts.
+
+A pack's engine is `fade-sweep run --engine NAME` if given, else its experiment's `engine:`
+(the sweep file's), else fade_core.engines' default for its task and device. Its device
+follows from the resources: CUDA for a GPU-capable (neural) task when packs ask for GPUs,
+else the CPU (the trainable picks the same device from what Ray gives it).
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+from fade_core.engines import default_engine, engine_problem
+from sweeps.spec.sweepfile import Experiment, SweepError
+from tasks import get_task
+
+
+def pack_device(task: str, gpus: float) -> str:
+    """The device a pack of `task` runs on when packs ask for `gpus` GPUs each."""
+    return "cuda" if gpus > 0 and get_task(task).runs_on_gpu else "cpu"
+
+
+def experiment_engine(experiment: Experiment, device: str, engine: str | None = None) -> str:
+    """The engine `experiment`'s packs run on `device` (`engine`: the command line's override)."""
+    return engine or experiment.engine or default_engine(experiment.task, device)
+
+
+def check_engines(experiments: Iterable[Experiment], gpus: float, engine: str | None = None) -> None:
+    """SweepError (one line) if some experiment's engine cannot run its task on its device."""
+    for experiment in experiments:
+        device = pack_device(experiment.task, gpus)
+        chosen = experiment_engine(experiment, device, engine)
+        problem = engine_problem(chosen, experiment.task, device)
+        if problem is not None:
+            where = "--engine" if engine else f"engine of {experiment.task}/{experiment.optimizer}"
+            raise SweepError(f"{where}: {problem}")
