@@ -165,8 +165,10 @@ def best_configs(cell_frame: pl.DataFrame) -> pl.DataFrame:
     """The best configuration per (task, settings, optimizer) by the task's score, ranked on
     the statistic `cells` was asked for (`stat_value`; the mean for a frame without it).
 
-    Cells with any diverged seed are never selected; a method whose every cell diverged
-    keeps one row with null statistics and `all_diverged` true. Ties go to the smaller config_id.
+    Cells with any diverged seed are never selected; a method whose every cell diverged (on at
+    least one seed) keeps one row with null statistics and `all_diverged` true: the cell that
+    diverged on the fewest seeds, so its `seeds` and `diverged_seeds` say how close it came (one
+    seed of ten is not ten of ten). Ties go to the smaller config_id.
     """
     names = cell_frame.collect_schema().names()
     chosen = "stat_value" if "stat_value" in names else "mean"
@@ -177,7 +179,7 @@ def best_configs(cell_frame: pl.DataFrame) -> pl.DataFrame:
     )
     nulled = [c for c in (*_NUMERIC_STATS, "stat_value", "outlier_seeds") if c in names]
     return (
-        ranked.sort(["usable", "key", "config_id"], descending=[True, False, False], nulls_last=True)
+        ranked.sort(["usable", "diverged_seeds", "key", "config_id"], descending=[True, False, False, False], nulls_last=True)
         .group_by(group, maintain_order=True)
         .agg(pl.all().first(), configs=pl.len(), diverged_configs=(~pl.col("usable")).sum())
         .with_columns(all_diverged=~pl.col("usable"))
