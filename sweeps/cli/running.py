@@ -5,6 +5,7 @@ the reading commands stay light."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
@@ -85,7 +86,7 @@ def _execution_options(args: argparse.Namespace, resources: PackResources | None
         checkpoint_every=args.checkpoint_every,
         max_failures=args.max_failures,
         tf32=args.tf32,
-        notify=print,
+        notify=functools.partial(print, flush=True),  # progress lines reach a log file as they happen
     )
 
 

@@ -1,18 +1,20 @@
 """`fade-sweep run --dry-run`: the plan (packs, run-steps, resources) and an estimated wall
 time from a short in-process calibration of each experiment's engine.
 
-The estimate is Ray's start, plus the busiest slot's load when the packs are handed out
-largest first to the least-loaded slot (as Tune starts them), a pack costing its run-steps
-at the calibrated rate plus a fixed start-up (trial start, first kernel load, the write of
-its results). `python benchmarks/bench_dryrun.py` compares the estimate with a real run and
-prints the measured start-ups. On a 2-core machine shared with other jobs (load 15 to 40)
-they were 36 to 52 s for Ray and 10 to 17 s per pack; the constants below are for an idle
-machine (a linear-demo run of about 60 s: 10 packs on 2 slots, seconds of engine time).
+The plan is the one the run makes (`plan_packs` with the cost table of sweeps/spec/costs.py).
+The estimate is the command's own start (imports, the store, the closing table), Ray's start,
+then the makespan of the packs on the slots (`plan.makespan`: handed out longest first to the
+first free slot, as Tune starts them), a pack costing its run-steps at the calibrated rate
+plus the overheads of `costs.Overheads` (start-up, per-chunk reports, checkpoints), and the
+first pack of each slot a worker's start (its imports, kernels loaded from numba's cache).
+The constants were measured on the 2-core machine when quiet (load average below 1), the
+minimum of repeats: `python benchmarks/bench_dryrun.py` prints estimate and real side by side.
+On a loaded machine every part is slower: the estimate then says so (`load_note`).
 """
 
 from __future__ import annotations
 
-import heapq
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -21,14 +23,16 @@ import numba
 import torch
 
 from sweeps.packs import make_runner
-from sweeps.spec import Experiment, Pack, PackResources, Sweep, make_config, plan_packs
-from sweeps.spec.plan import format_rate
+from sweeps.spec import CostModel, Experiment, Pack, PackResources, Sweep, make_config, plan_packs
+from sweeps.spec.plan import format_rate, makespan
 from tasks import get_task
 
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
 CALIBRATION_RUNS = {"linear": 200, "neural": 50}
-RAY_START_SECONDS = 15.0  # starting the embedded Ray and its dashboard
-PACK_START_SECONDS = 8.0  # per pack: trial start, kernel load, results written
+COMMAND_SECONDS = 4.0  # the command's imports, the store's checks, Tune's experiment, the closing table
+RAY_START_SECONDS = 6.0  # starting the embedded Ray and its dashboard
+SLOT_START_SECONDS = 2.0  # a slot's first pack: the worker imports torch and numba, loads its kernels
+LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
@@ -65,20 +69,26 @@ class PlanEstimate:
     wall_seconds: float
 
 
-def busiest_slot(pack_seconds: list[float], slots: int) -> float:
-    """Load of the busiest of `slots` when packs go, largest first, to the least-loaded slot."""
-    loads = [0.0] * max(1, slots)
-    for seconds in sorted(pack_seconds, reverse=True):
-        heapq.heapreplace(loads, loads[0] + seconds)
-    return max(loads)
+def load_note(cpus: int | None = None) -> str | None:
+    """A warning when this machine is loaded (its 1-minute load average above LOADED per CPU):
+    other jobs slow the calibration and the run alike, so the estimate is only as good as the
+    load is steady. None when quiet."""
+    cpus = cpus or os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    if load <= LOADED * cpus:
+        return None
+    return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the calibration ran and the run will "
+            "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
 
 
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-             gpu_slots: int = 0) -> PlanEstimate:
+             gpu_slots: int = 0, embedded: bool = True) -> PlanEstimate:
     """The plan and its estimated wall time: CPU packs from a CPU calibration over `slots`,
-    GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`."""
+    GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`.
+    `embedded`: the run starts its own Ray (no --address)."""
     gpu = resources.gpus > 0
-    packs = plan_packs(sweep, slots, (), runs_per_pack, gpu=gpu)
+    table = CostModel(threads=max(1.0, resources.cpus))
+    packs = plan_packs(sweep, slots, (), runs_per_pack, gpu=gpu, gpu_slots=max(1, gpu_slots), costs=table)
     by_experiment: dict[Experiment, list[Pack]] = defaultdict(list)
     for pack in packs:
         by_experiment[pack.experiment].append(pack)
@@ -88,7 +98,7 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         + f"; {slots} CPU packs at once" + (f", {gpu_slots} GPU packs at once" if gpu else ""),
         f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'time':>9}",
     ]
-    seconds: dict[str, list[float]] = {"CPU": [], "GPU": []}  # per pack, start-up included
+    seconds: dict[str, list[float]] = {"cpu": [], "cuda": []}  # per pack, overheads included
     seeds = sweep.seeds[: min(len(sweep.seeds), 5)]
     uncalibrated = False
     for experiment, group in by_experiment.items():
@@ -98,23 +108,31 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         else:
             uncalibrated |= on_gpu
             rate, kind = calibrate(experiment, seeds, getattr(torch, dtype)) * max(resources.cpus, 1), "CPU"
+        measured = table.calibrated({experiment: rate})  # a GPU pack calibrated on the CPU: at the CPU's rate (noted)
+        seconds["cuda" if on_gpu else "cpu"] += [measured.pack_seconds(experiment, p.runs) for p in group]
         steps = sum(p.run_steps for p in group)
-        seconds["GPU" if on_gpu else "CPU"] += [PACK_START_SECONDS + p.run_steps / rate for p in group]
         defaults = type(experiment.settings)()
         settings = ",".join(f"{k}={v}" for k, v in vars(experiment.settings).items() if v != getattr(defaults, k)) or "defaults"
         lines.append(
             f"{experiment.task:<16} {settings:<24} {experiment.optimizer:<10} {len(group):>5} "
             f"{max(p.runs for p in group):>10} {steps:>10.2e} {format_rate(rate) + ' ' + kind:>22} {steps / rate:>8.0f}s"
         )
-    wall = RAY_START_SECONDS + max(busiest_slot(seconds["CPU"], slots), busiest_slot(seconds["GPU"], gpu_slots or 1))
+    ray = RAY_START_SECONDS if embedded else 0.0
+    spans = [makespan(seconds[d], n) + SLOT_START_SECONDS for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
+    wall = COMMAND_SECONDS + ray + max(spans, default=0.0)
+    overheads = table.overheads
     note = " GPU packs were calibrated on the CPU (no GPU on this machine): run the dry run where the GPUs are for their GPU time." if uncalibrated else ""
-    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): Ray's start (~{RAY_START_SECONDS:.0f} s), "
-                 f"~{PACK_START_SECONDS:.0f} s of start-up per pack, and the packs' time at the calibrated rates "
-                 f"over the slots.{note}")
+    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): the command (~{COMMAND_SECONDS:.0f} s)"
+                 + (f", Ray's start (~{ray:.0f} s)" if ray else "")
+                 + f", a worker's start per slot (~{SLOT_START_SECONDS:.0f} s), ~{overheads.pack_start:.1f} s of start-up "
+                 f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
+    loaded = load_note() if embedded else None
+    if loaded:
+        lines.append(loaded)
     return PlanEstimate(lines, wall)
 
 
 def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-                  gpu_slots: int = 0) -> str:
+                  gpu_slots: int = 0, embedded: bool = True) -> str:
     """The plan and its estimated wall time, as `fade-sweep run --dry-run` prints it."""
-    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots).lines)
+    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots, embedded).lines)

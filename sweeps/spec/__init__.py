@@ -4,6 +4,7 @@ No Ray here: `fade-sweep presets`, validation and the results side use this laye
 """
 
 from sweeps.spec.config import LOCATION_SETTINGS, Config, make_config
+from sweeps.spec.costs import CostModel
 from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmation, plan_packs
 from sweeps.spec.presets import preset_names, resolve_sweep
 from sweeps.spec.resources import PackResources
@@ -27,6 +28,7 @@ __all__ = [
     "plan_confirmation",
     "LOCATION_SETTINGS",
     "Config",
+    "CostModel",
     "Experiment",
     "Pack",
     "PackResources",
