@@ -111,10 +111,8 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         measured = table.calibrated({experiment: rate})  # a GPU pack calibrated on the CPU: at the CPU's rate (noted)
         seconds["cuda" if on_gpu else "cpu"] += [measured.pack_seconds(experiment, p.runs) for p in group]
         steps = sum(p.run_steps for p in group)
-        defaults = type(experiment.settings)()
-        settings = ",".join(f"{k}={v}" for k, v in vars(experiment.settings).items() if v != getattr(defaults, k)) or "defaults"
         lines.append(
-            f"{experiment.task:<16} {settings:<24} {experiment.optimizer:<10} {len(group):>5} "
+            f"{experiment.task:<16} {experiment.changed_settings:<24} {experiment.optimizer:<10} {len(group):>5} "
             f"{max(p.runs for p in group):>10} {steps:>10.2e} {format_rate(rate) + ' ' + kind:>22} {steps / rate:>8.0f}s"
         )
     ray = RAY_START_SECONDS if embedded else 0.0

@@ -80,7 +80,8 @@ def _connect(store: Store, options: ExecutionOptions, resources: PackResources) 
     dashboard_url = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started
     if options.show_progress and dashboard_url:
-        options.notice(f"Ray dashboard: {dashboard_url}")
+        for line in dashboard_notice(dashboard_url):
+            options.notice(line)
     # some node must take a GPU pack (ClusterError otherwise); GPU packs at once size the GPU packs
     gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
     slots = parallel_slots(resources.for_task(runs_on_gpu=False))  # CPU packs at once: sizes the CPU packs
@@ -96,6 +97,16 @@ def _tidy(store: Store, options: ExecutionOptions) -> None:
                        f"{', ...' if len(damaged) > 3 else ''}); their packs run again (manifests kept in history/)")
     if removed:
         options.notice(f"Removed {len(removed)} orphan files of interrupted writes from {store.location}")
+
+
+def dashboard_notice(url: str) -> list[str]:
+    """How to get into Ray's dashboard (token authentication is on) and what to look at there."""
+    return [
+        f"Ray dashboard: {url} (it asks for a token: paste what `ray get-auth-token` prints)",
+        "  there: Jobs > this driver > its Tune trials, one per pack (run_steps_done, fraction_done, mean_loss); "
+        "Metrics: the fade_sweep_* gauges (run-steps, rate, best score per experiment) once Prometheus and "
+        "Grafana run (README, 'The dashboard')",
+    ]
 
 
 Planner = Callable[[set[tuple[str, int]]], list[Pack]]  # runs covered -> packs for the rest

@@ -11,6 +11,8 @@ callback writes progress lines instead (`notify`): one when a pack is written an
 every LINE_EVERY_SECONDS, with the numbers `fade-sweep status` shows (`status.progress_line`),
 and a last one at the end, whose rate is the "Done" line's; never one per step or chunk.
 
+The same numbers go to Ray's metrics (`metrics.SweepGauges`), for the dashboard.
+
 The callback is created by the driver for the folder it runs (never restored from a Tune
 experiment: a copied results folder reports into the copy). Tune calls `on_step_begin`
 about ten times a second, which keeps status.json's heartbeat (`updated_at`) fresh.
@@ -30,6 +32,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate, progress_line
 from sweeps.spec import Pack
+from sweeps.tune.metrics import SweepGauges
 
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
 LINE_EVERY_SECONDS = 60.0  # a progress line at least this often where no bar is drawn
@@ -103,15 +106,18 @@ class SweepProgress(Callback):
             trials=trials,
             run_steps_at_start=sum(p.run_steps for p in finished),
         )
+        self._packs = packs
+        self._gauges: SweepGauges | None = None  # made in `setup`, in the driver (Ray is up there)
         self._written_at = 0.0
         self._ended_at: float | None = None  # when Tune's experiment ended: the packs' clock stops there
         self._progress: Progress | None = None
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks with the experiment state; the live display and the line writer stay behind.
-        return {**self.__dict__, "_progress": None, "_lines": None}
+        return {**self.__dict__, "_progress": None, "_lines": None, "_gauges": None}
 
     def setup(self, **info) -> None:
+        self._gauges = SweepGauges(self.status.sweep, self._packs)
         self.status.started_at = time.time()
         self.status.driver_pid, self.status.host = os.getpid(), socket.gethostname()
         if self.show:
@@ -146,6 +152,8 @@ class SweepProgress(Callback):
         entry.restored_from_step = max(entry.restored_from_step, result.get("restored_from_step", 0))
         if result.get("written"):
             entry.state, entry.run_steps_done = "done", entry.run_steps_total
+            if self._gauges is not None:
+                self._gauges.pack_written(entry.pack_id, result.get("best_score"))
             self._refresh(force=True, line=True)  # a pack done: a progress line
             return
         self._refresh()
@@ -209,6 +217,8 @@ class SweepProgress(Callback):
         if force or now - self._written_at >= WRITE_EVERY_SECONDS:
             self.status.write(self.results_dir)
             self._written_at = now
+            if self._gauges is not None:
+                self._gauges.update(self.status)
         if self._lines is not None and (line or now - self._line_at >= LINE_EVERY_SECONDS):
             self._line_at = now
             self._lines(progress_line(self.status))
