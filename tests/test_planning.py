@@ -107,11 +107,12 @@ def test_learner_costs_drive_the_split():
     sgd, adam = sweep.experiments
     rates = {sgd.optimizer: 300e3, adam.optimizer: 100e3}
     costs = CostModel(rate=lambda e, runs, device: rates[e.optimizer])
-    packs = plan_packs(sweep, 16, costs=costs)
-    count = {o: sum(p.experiment.optimizer == o for p in packs) for o in rates}
-    assert 2.5 <= count[adam.optimizer] / count[sgd.optimizer] <= 4
-    seconds = [pack_seconds(p, costs) for p in packs]
-    assert makespan(seconds, 16) <= 1.15 * _ideal(sweep, 16, costs)[0]
+    for slots in (4, 8):  # enough slots to cut both, too few to cut every run apart
+        packs = plan_packs(sweep, slots, costs=costs)
+        count = {o: sum(p.experiment.optimizer == o for p in packs) for o in rates}
+        assert 2.5 <= count[adam.optimizer] / count[sgd.optimizer] <= 3.5, count
+        seconds = [pack_seconds(p, costs) for p in packs]
+        assert makespan(seconds, slots) <= 1.15 * _ideal(sweep, slots, costs)[0]
 
 
 def test_overheads_keep_packs_few_where_they_would_dominate():

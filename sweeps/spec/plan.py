@@ -145,7 +145,7 @@ def balanced_packs(groups: list[_Group], slots: int, costs: CostModel, stage: st
     does), end soonest: the modelled makespan (`makespan`) of each cut tried is compared.
 
     The cuts tried make about k packs per slot for k in PACKS_PER_SLOT (each group gets packs in
-    proportion to its cost, whole configs first, then seeds apart), capped at MAX_PACK_RUNS runs,
+    proportion to its cost, seeds apart first, then configs), capped at MAX_PACK_RUNS runs,
     and never fewer packs than slots where the runs allow. More, smaller packs balance better
     but pay more start-ups; on a GPU a small pack also wastes the device (costs.GpuRate)."""
     device = groups[0].device
@@ -170,10 +170,12 @@ def _pieces(group: _Group, seconds: float, target: float) -> int:
 
 
 def _split(group: _Group, pieces: int, stage: str) -> list[Pack]:
-    """About `pieces` packs of near-equal size: configs apart first (a pack shares each seed's stream
-    between its configs), then seeds apart when there are more pieces than configs."""
+    """About `pieces` packs of near-equal size: seeds apart first, then configs. A pack draws each of
+    its seeds' streams once for all its configs, so cutting seeds apart draws no stream twice, and
+    cutting configs apart draws their seeds' streams once per pack (for a nonlinear stream that is
+    about as costly as a fade_adam run of the same steps; a worker's BlockCache keeps what fits)."""
     configs, seeds = group.configs, group.seeds
-    seed_parts = min(len(seeds), math.ceil(pieces / len(configs)))
+    seed_parts = min(len(seeds), pieces)
     config_parts = min(len(configs), math.ceil(pieces / seed_parts))
     return [Pack(group.experiment, c, s, stage) for c in _even(configs, config_parts) for s in _even(seeds, seed_parts)]
 
