@@ -55,3 +55,14 @@ def test_dry_run_hands_packs_to_the_least_loaded_slot():
 
     assert makespan([10, 6, 5, 4], 2) == 14  # 10 | 6, then 5 -> 11, then 4 -> the 10: 14
     assert makespan([3.0], 4) == 3.0 and makespan([2, 2, 2], 1) == 6
+
+
+def test_dry_run_says_when_the_machine_is_loaded(monkeypatch):
+    """Under load the estimate is not silently wrong: it says the machine is loaded (load average per CPU)."""
+    from sweeps.packs import dryrun
+
+    monkeypatch.setattr(dryrun.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert dryrun.load_note(2) is None  # below one runnable process per CPU: quiet
+    monkeypatch.setattr(dryrun.os, "getloadavg", lambda: (17.9, 12.0, 8.0))
+    note = dryrun.load_note(2)
+    assert note and "loaded (load average 17.9 on 2 CPUs)" in note
