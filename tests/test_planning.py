@@ -138,3 +138,22 @@ def test_tune_starts_trials_in_the_order_of_the_plan():
     ids = [p.pack_id for p in plan_packs(resolve_sweep("nonlinear-sensitivity"), 16)]
     variants = [config["pack_id"] for _, config in generate_variants({"pack_id": tune.grid_search(ids)})]
     assert variants == ids
+
+
+def test_runs_per_pack_is_a_ceiling():
+    sweep = resolve_sweep("nonlinear-sensitivity")  # 16 configs x 5 seeds per learner
+    for size, expected in ((80, 2), (20, 8), (3, 2 * 16 * 2)):
+        packs = plan_packs(sweep, 2, runs_per_pack=size)
+        _check_cover(sweep, packs)
+        assert max(p.runs for p in packs) <= size and len(packs) == expected
+
+
+def test_a_cut_is_as_even_as_the_runs_allow():
+    """Four pieces of 16 configs x 5 seeds: configs apart (4 x 20 runs), not seeds apart (40, 20, 20, 20 ... )."""
+    from sweeps.spec.plan import _Group, _split
+
+    experiment = resolve_sweep("nonlinear-sensitivity").experiments[0]
+    group = _Group(experiment, (0, 1, 2, 3, 4), experiment.cells, "cpu")
+    assert sorted(p.runs for p in _split(group, 4, "tuning")) == [20, 20, 20, 20]
+    assert sorted(p.runs for p in _split(group, 5, "tuning")) == [16] * 5  # seeds apart: no stream drawn twice
+    assert all(len(p.configs) == 16 for p in _split(group, 5, "tuning"))

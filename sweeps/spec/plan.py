@@ -128,7 +128,7 @@ def _plan(work: list[tuple[Experiment, list[Config]]], seeds: tuple[int, ...], s
         if not mine:
             continue
         if runs_per_pack:
-            packs += [p for g in mine for p in _split(g, math.ceil(g.runs / runs_per_pack), stage)]
+            packs += [p for g in mine for p in _fixed(g, runs_per_pack, stage)]
         else:
             packs += balanced_packs(mine, max(1, count), costs, stage)
     # Longest first: Tune starts trials in the order given, so the tail is made of short packs.
@@ -170,14 +170,29 @@ def _pieces(group: _Group, seconds: float, target: float) -> int:
 
 
 def _split(group: _Group, pieces: int, stage: str) -> list[Pack]:
-    """About `pieces` packs of near-equal size: seeds apart first, then configs. A pack draws each of
-    its seeds' streams once for all its configs, so cutting seeds apart draws no stream twice, and
-    cutting configs apart draws their seeds' streams once per pack (for a nonlinear stream that is
-    about as costly as a fade_adam run of the same steps; a worker's BlockCache keeps what fits)."""
+    """About `pieces` packs of near-equal size, the cut whose largest pack is smallest: seeds apart
+    first, or configs apart first when that is more even (5 seeds do not cut evenly in 4). A pack
+    draws each of its seeds' streams once for all its configs: cutting seeds apart draws no stream
+    twice, cutting configs apart draws their seeds' streams once per pack (a nonlinear stream costs
+    about what a fade_adam run of the same steps does; a worker's BlockCache keeps what fits)."""
     configs, seeds = group.configs, group.seeds
-    seed_parts = min(len(seeds), pieces)
-    config_parts = min(len(configs), math.ceil(pieces / seed_parts))
-    return [Pack(group.experiment, c, s, stage) for c in _even(configs, config_parts) for s in _even(seeds, seed_parts)]
+    by_seeds = min(len(seeds), pieces), None
+    by_configs = None, min(len(configs), pieces)
+    cuts = []
+    for seed_parts, config_parts in (by_seeds, by_configs):
+        seed_parts = seed_parts or min(len(seeds), math.ceil(pieces / config_parts))
+        config_parts = config_parts or min(len(configs), math.ceil(pieces / seed_parts))
+        cuts.append([Pack(group.experiment, c, s, stage) for c in _even(configs, config_parts) for s in _even(seeds, seed_parts)])
+    return min(cuts, key=lambda cut: max(p.runs for p in cut))  # ties: seeds apart
+
+
+def _fixed(group: _Group, runs_per_pack: int, stage: str) -> list[Pack]:
+    """Packs of at most `runs_per_pack` runs (`--runs-per-pack`): whole configs with all their seeds
+    where a config's seeds fit, else one config and as many seeds as fit."""
+    seeds_per_pack = min(len(group.seeds), runs_per_pack)
+    configs_per_pack = max(1, runs_per_pack // seeds_per_pack)
+    return [Pack(group.experiment, group.configs[i : i + configs_per_pack], group.seeds[j : j + seeds_per_pack], stage)
+            for i in range(0, len(group.configs), configs_per_pack) for j in range(0, len(group.seeds), seeds_per_pack)]
 
 
 def _even(items: tuple, parts: int) -> list[tuple]:
