@@ -11,7 +11,7 @@ import sys
 
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import best_text, open_results, stage_text
-from sweeps.spec import PackResources, check_task_data, cpu_only_tasks, resolve_sweep
+from sweeps.spec import CostModel, PackResources, check_task_data, cpu_only_tasks, resolve_sweep
 
 
 def _resources(args: argparse.Namespace, sweep) -> PackResources:
@@ -140,7 +140,8 @@ def _dry_run(args: argparse.Namespace, sweep, resources: PackResources) -> None:
         gpu_slots = min(slots, int(torch.cuda.device_count() // resources.gpus)) if resources.gpus > 0 else 0
         if slots == 0:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
-    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots))
+    costs = CostModel(chunk_steps=args.chunk_steps, checkpoint_every=args.checkpoint_every, threads=max(1.0, resources.cpus))
+    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots, not args.address, costs))
 
 
 def _refuse_if_being_written(storage: str, name: str) -> None:

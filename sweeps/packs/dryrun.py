@@ -82,12 +82,13 @@ def load_note(cpus: int | None = None) -> str | None:
 
 
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-             gpu_slots: int = 0, embedded: bool = True) -> PlanEstimate:
+             gpu_slots: int = 0, embedded: bool = True, costs: CostModel | None = None) -> PlanEstimate:
     """The plan and its estimated wall time: CPU packs from a CPU calibration over `slots`,
     GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`.
-    `embedded`: the run starts its own Ray (no --address)."""
+    `embedded`: the run starts its own Ray (no --address); `costs`: the run's cost model (its
+    chunk and checkpoint settings), which plans the packs as the run will."""
     gpu = resources.gpus > 0
-    table = CostModel(threads=max(1.0, resources.cpus))
+    table = costs or CostModel(threads=max(1.0, resources.cpus))
     packs = plan_packs(sweep, slots, (), runs_per_pack, gpu=gpu, gpu_slots=max(1, gpu_slots), costs=table)
     by_experiment: dict[Experiment, list[Pack]] = defaultdict(list)
     for pack in packs:
@@ -131,6 +132,6 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
 
 
 def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-                  gpu_slots: int = 0, embedded: bool = True) -> str:
+                  gpu_slots: int = 0, embedded: bool = True, costs: CostModel | None = None) -> str:
     """The plan and its estimated wall time, as `fade-sweep run --dry-run` prints it."""
-    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots, embedded).lines)
+    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots, embedded, costs).lines)
