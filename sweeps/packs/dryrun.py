@@ -5,8 +5,9 @@ The plan is the one the run makes (`plan_packs` with the cost table of sweeps/sp
 The estimate is the command's own start (imports, the store, the closing table), Ray's start,
 then the makespan of the packs on the slots (`plan.makespan`: handed out longest first to the
 first free slot, as Tune starts them), a pack costing its run-steps at the calibrated rate
-plus the overheads of `costs.Overheads` (start-up, per-chunk reports, checkpoints), and the
-first pack of each slot a worker's start (its imports, kernels loaded from numba's cache).
+plus the overheads of `costs.Overheads` (start-up, per-chunk reports, checkpoints), and on
+each slot a worker's start (its imports, kernels loaded from numba's cache) and its draw of the
+sweep's streams (each once: `stream_seconds`).
 The constants were measured on the 2-core machine when quiet (load average below 1), the
 minimum of repeats: `python benchmarks/bench_dryrun.py` prints estimate and real side by side.
 On a loaded machine every part is slower: the estimate then says so (`load_note`).
@@ -32,6 +33,8 @@ CALIBRATION_RUNS = {"linear": 200, "neural": 50}
 COMMAND_SECONDS = 4.0  # the command's imports, the store's checks, Tune's experiment, the closing table
 RAY_START_SECONDS = 6.0  # starting the embedded Ray and its dashboard
 SLOT_START_SECONDS = 2.0  # a slot's first pack: the worker imports torch and numba, loads its kernels
+STREAM_CALIBRATION_STEPS = 20_000  # steps of one stream drawn to time a task's streams
+UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, so the draw is not served from the BlockCache
 LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
@@ -61,6 +64,21 @@ def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype
     if device == "cuda":
         torch.cuda.synchronize()
     return pack.runs * (steps - steps // 4) / (time.perf_counter() - start)
+
+
+def stream_seconds(experiment: Experiment, seeds: int) -> float:
+    """Seconds to draw `seeds` streams of this experiment's task settings, whole length, on one thread.
+
+    A pack draws each of its seeds' streams once for all its configs, and a worker's BlockCache
+    keeps them for the packs that follow, so each slot draws each stream about once: a cost per
+    slot, not per run (a 1-config pack of 10 linear seeds spends more on its streams than on its
+    runs). Timed on STREAM_CALIBRATION_STEPS steps of a seed no sweep uses (nothing cached)."""
+    steps = experiment.settings.steps
+    n = min(steps, STREAM_CALIBRATION_STEPS)
+    stream = get_task(experiment.task).make_stream(experiment.settings, UNCACHED_SEED)
+    start = time.perf_counter()
+    stream.chunk(0, n)
+    return seeds * steps * (time.perf_counter() - start) / n
 
 
 @dataclass(frozen=True)
@@ -100,6 +118,7 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'time':>9}",
     ]
     seconds: dict[str, list[float]] = {"cpu": [], "cuda": []}  # per pack, overheads included
+    streams: dict[str, dict[tuple[str, str], float]] = {"cpu": {}, "cuda": {}}  # per slot: each stream drawn once
     seeds = sweep.seeds[: min(len(sweep.seeds), 5)]
     uncalibrated = False
     for experiment, group in by_experiment.items():
@@ -110,20 +129,26 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
             uncalibrated |= on_gpu
             rate, kind = calibrate(experiment, seeds, getattr(torch, dtype)) * max(resources.cpus, 1), "CPU"
         measured = table.calibrated({experiment: rate})  # a GPU pack calibrated on the CPU: at the CPU's rate (noted)
-        seconds["cuda" if on_gpu else "cpu"] += [measured.pack_seconds(experiment, p.runs) for p in group]
+        pool = "cuda" if on_gpu else "cpu"
+        seconds[pool] += [measured.pack_seconds(experiment, p.runs) for p in group]
+        drawn = (experiment.task, repr(experiment.settings))
+        if drawn not in streams[pool]:
+            streams[pool][drawn] = stream_seconds(experiment, len(sweep.seeds))
         steps = sum(p.run_steps for p in group)
         lines.append(
             f"{experiment.task:<16} {experiment.changed_settings:<24} {experiment.optimizer:<10} {len(group):>5} "
             f"{max(p.runs for p in group):>10} {steps:>10.2e} {format_rate(rate) + ' ' + kind:>22} {steps / rate:>8.0f}s"
         )
     ray = RAY_START_SECONDS if embedded else 0.0
-    spans = [makespan(seconds[d], n) + SLOT_START_SECONDS for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
+    spans = [makespan(seconds[d], n) + SLOT_START_SECONDS + sum(streams[d].values())
+             for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
     wall = COMMAND_SECONDS + ray + max(spans, default=0.0)
     overheads = table.overheads
     note = " GPU packs were calibrated on the CPU (no GPU on this machine): run the dry run where the GPUs are for their GPU time." if uncalibrated else ""
     lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): the command (~{COMMAND_SECONDS:.0f} s)"
                  + (f", Ray's start (~{ray:.0f} s)" if ray else "")
-                 + f", a worker's start per slot (~{SLOT_START_SECONDS:.0f} s), ~{overheads.pack_start:.1f} s of start-up "
+                 + f", a worker's start per slot (~{SLOT_START_SECONDS:.0f} s) and its streams "
+                 f"(~{max((sum(v.values()) for v in streams.values()), default=0):.0f} s), ~{overheads.pack_start:.1f} s of start-up "
                  f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
     loaded = load_note() if embedded else None
     if loaded:
