@@ -334,3 +334,41 @@ def test_robustness_refuses_a_statistic_it_does_not_offer(store, capsys, stat):
         f"fade-sweep: error: --stat {stat}: the robustness table tunes on the mean of normalised scores (Adkins et al. "
         "2024) and offers no other statistic; drop --stat for --kind robustness"]
     assert main(["table", str(store), "--kind", "robustness"]) == 0
+
+
+DIVERGING_SWEEP = {
+    "name": "diverging",
+    "task": "linear_tracking",
+    "task_settings": {"steps": 4, "bin": 2},
+    "seeds": 10,
+    "optimizers": {"sgd": {"alpha": 0.1}, "coupled": {"theta": 0.01, "beta0": -4.6, "gamma0": -2.3},
+                   "idbd": {"theta_alpha": [0.01, 0.005], "beta0": -4.6}},
+}
+DIVERGING_SCORES = {
+    ("sgd", (0.1,)): [1.0] * 10,
+    ("coupled", (0.01, -4.6, -2.3)): [0.5] * 9 + [math.inf],  # nine finite seeds, one blew up
+    ("idbd", (0.01, -4.6)): [0.4] * 7 + [math.nan] * 3,
+    ("idbd", (0.005, -4.6)): [0.3] * 8 + [math.inf] * 2,  # diverged on the fewest seeds of its method
+}
+
+
+def test_best_table_counts_diverged_seeds(tmp_path):
+    """One diverged seed of ten reads "diverged on 1/10 seeds" (not "all diverged") in Markdown, CSV
+    and the report; such a configuration is still never selected, and the rule is stated."""
+    store = Store.open(write_known_store(tmp_path / "diverging", DIVERGING_SWEEP, DIVERGING_SCORES))
+    analysis = Analysis.of(store)
+    csv = pl.read_csv(tables.table_text(analysis, "best", "csv").encode())
+    by_method = {r["optimizer"]: r for r in csv.iter_rows(named=True)}
+    assert by_method["coupled"]["status"] == "diverged on 1/10 seeds"
+    assert (by_method["coupled"]["seeds"], by_method["coupled"]["diverged_seeds"]) == (10, 1)
+    assert by_method["idbd"]["status"] == "diverged on 2/10 seeds" and by_method["idbd"]["theta_alpha"] == 0.005
+    assert by_method["coupled"]["mean"] is None and not by_method["coupled"]["best_method"]  # never selected
+    assert by_method["sgd"]["status"] == "ok" and by_method["sgd"]["best_method"]
+    md = tables.table_text(analysis, "best", "md")
+    assert "| coupled | diverged on 1/10 seeds | 10 |" in md and "all diverged" not in md
+    assert "never selected" in md and "fewest seeds" in md
+    from sweeps.analysis.report import write_report
+
+    write_report(store, store.location / "report.html")
+    page = (tmp_path / "diverging" / "report.html").read_text()
+    assert "diverged on 1/10 seeds" in page and "diverged on 2/10 seeds" in page

@@ -131,9 +131,9 @@ def test_resume_runs_only_missing_and_reproduces_them(finished, tmp_path):
     assert after.height == before.height
     assert after.select("config_id", "seed", "score", "diverged").equals(before.select("config_id", "seed", "score", "diverged"))
     assert all(p.stat().st_mtime_ns == t for p, t in untouched.items())  # finished packs not re-run
-    # the lost runs (one optimizer, all seeds) come back as one new pack at the automatic size
+    # the lost runs (one optimizer, all seeds) come back in new packs, re-planned for the 2 slots: one per slot
     assert 0 < lost < 100
-    assert len(list((results_dir / "scores").glob("**/*.parquet"))) == len(untouched) + 1
+    assert len(list((results_dir / "scores").glob("**/*.parquet"))) == len(untouched) + 2
     assert not victim.exists()  # the orphan of the interrupted write is removed by --resume
     assert results.missing_runs(results_dir).height == 0
 

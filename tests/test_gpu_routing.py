@@ -41,8 +41,9 @@ def test_gpu_packs_fill_the_device_and_cpu_packs_the_cpu_slots():
     assert by_task["nonlinear_tracking"] == [12 * 5], "one pack holds every neural run (below MAX_PACK_RUNS)"
     assert 12 * 5 <= MAX_PACK_RUNS
     assert sum(by_task["linear_tracking"]) == (4 + 12) * 5
-    without_gpu = plan_packs(sweep, cpus=4)
-    assert sorted(p.runs for p in without_gpu if p.experiment.task == "linear_tracking") == sorted(by_task["linear_tracking"])
+    assert len(by_task["linear_tracking"]) >= 4, "the CPU packs keep the 4 CPU slots busy"
+    without_gpu = plan_packs(sweep, cpus=4)  # the neural packs share the CPU slots too
+    assert sum(p.runs for p in without_gpu) == (4 + 12 + 12) * 5
     assert len([p for p in without_gpu if p.experiment.task == "nonlinear_tracking"]) >= 1
 
 

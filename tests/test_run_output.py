@@ -24,6 +24,8 @@ BANNERS = ("Token authentication is enabled", "Configuration for experiment", "V
 
 
 def test_run_output_is_quiet_and_has_one_throughput(tmp_path, capsys):
+    """Not a terminal (captured): progress lines (start, each pack written, every minute, the end) with the
+    numbers `status` shows, none per step; their last rate is the Done line's and status's."""
     sweep = tmp_path / "quiet.yaml"
     sweep.write_text(yaml.safe_dump(SWEEP))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -34,18 +36,33 @@ def test_run_output_is_quiet_and_has_one_throughput(tmp_path, capsys):
     assert done.returncode == 0, output[-3000:]
     assert not [b for b in BANNERS if b in output], output
     rates = re.findall(r"([\d.]+[KM]) run-steps/s", output)
-    bar = re.search(r"sweep .*100%.*packs 2/2 ([\d.]+[KM]) run-steps/s elapsed \d+:\d\d:\d\d", output)
-    assert bar, output
+    progress = re.findall(r"^\[(\d+) s\] (\w+): packs (\d+) done, \d+ running, (\d+) failed, \d+ pending; "
+                          r"run-steps [\d.e+]+ of [\d.e+]+ \(([\d.]+)%\), ([\d.]+[KM]) run-steps/s", output, re.MULTILINE)
+    assert [p[2] for p in progress if p[1] == "running" and p[2] != "0"] == ["1", "2"], output  # a line per pack written
+    assert len(progress) <= 4 + int(progress[-1][0]) // 60, output  # start, 2 packs, the end, one a minute: no more
+    assert progress[-1][1:5] == ("finished", "2", "0", "100.0"), output
     line = re.search(r"Done: 2 packs, .* s wall \(Ray start [\d.]+ s, packs [\d.]+ s\); ([\d.]+[KM]) run-steps/s while packs ran",
                      output)
-    assert line and line.group(1) == bar.group(1), output
+    assert line and line.group(1) == progress[-1][5], output
     assert main(["status", str(tmp_path / "store" / "quiet")]) == 0
     status = re.search(r"\(100\.0%\), ([\d.]+[KM]) run-steps/s", capsys.readouterr().out)
-    assert status and status.group(1) == bar.group(1) and set(rates) == {bar.group(1)}
+    assert status and status.group(1) == progress[-1][5]
+    assert set(rates[-2:]) == {progress[-1][5]}  # the last progress line and Done: one throughput
 
 
 def test_dry_run_hands_packs_to_the_least_loaded_slot():
-    from sweeps.packs.dryrun import busiest_slot
+    from sweeps.spec.plan import makespan
 
-    assert busiest_slot([10, 6, 5, 4], 2) == 14  # 10 | 6, then 5 -> 11, then 4 -> the 10: 14
-    assert busiest_slot([3.0], 4) == 3.0 and busiest_slot([2, 2, 2], 1) == 6
+    assert makespan([10, 6, 5, 4], 2) == 14  # 10 | 6, then 5 -> 11, then 4 -> the 10: 14
+    assert makespan([3.0], 4) == 3.0 and makespan([2, 2, 2], 1) == 6
+
+
+def test_dry_run_says_when_the_machine_is_loaded(monkeypatch):
+    """Under load the estimate is not silently wrong: it says the machine is loaded (load average per CPU)."""
+    from sweeps.packs import dryrun
+
+    monkeypatch.setattr(dryrun.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert dryrun.load_note(2) is None  # below one runnable process per CPU: quiet
+    monkeypatch.setattr(dryrun.os, "getloadavg", lambda: (17.9, 12.0, 8.0))
+    note = dryrun.load_note(2)
+    assert note and "loaded (load average 17.9 on 2 CPUs)" in note

@@ -31,7 +31,7 @@ def paired_table(analysis: Analysis, best: pl.DataFrame, reference: str | None =
 
     `reference`: a method name; default the best method of each task settings (by `stat`).
     `status`: "ok", "reference" (the reference's own row), "no shared seeds", or the
-    method's best-table status ("all diverged", "missing") / "no reference" when the
+    method's best-table status ("diverged on d/n seeds", "missing") / "no reference" when the
     reference has no usable configuration there. Raises ValueError for an unknown method.
     """
     frame, variant, stat = analysis.scores, analysis.variant, analysis.stat

@@ -173,8 +173,10 @@ def best_configs(cell_frame: pl.DataFrame) -> pl.DataFrame:
     """The best configuration per (task, settings, optimizer) by the task's score, ranked on
     the statistic `cells` was asked for (`stat_value`; the mean for a frame without it).
 
-    Cells with any diverged seed are never selected; a method whose every cell diverged
-    keeps one row with null statistics and `all_diverged` true. Ties go to the smaller config_id.
+    Cells with any diverged seed are never selected; a method whose every cell diverged (on at
+    least one seed) keeps one row with null statistics and `all_diverged` true: the cell that
+    diverged on the fewest seeds, so its `seeds` and `diverged_seeds` say how close it came (one
+    seed of ten is not ten of ten). Ties go to the smaller config_id.
     In a raced sweep (a `race_status` column) only the race's survivors are selected: an eliminated
     cell holds fewer seeds, and its statistic is never ranked against theirs.
     """
@@ -186,7 +188,8 @@ def best_configs(cell_frame: pl.DataFrame) -> pl.DataFrame:
     ranked = cell_frame.lazy().with_columns(usable=usable, eligible=usable & in_race, key=ranking_key(chosen))
     nulled = [c for c in (*_NUMERIC_STATS, "stat_value", "outlier_seeds") if c in names]
     return (
-        ranked.sort(["eligible", "key", "config_id"], descending=[True, False, False], nulls_last=True)
+        ranked.sort(["eligible", "diverged_seeds", "key", "config_id"], descending=[True, False, False, False],
+                    nulls_last=True)
         .group_by(group, maintain_order=True)
         .agg(pl.all().first(), configs=pl.len(), diverged_configs=(~pl.col("usable")).sum())
         .with_columns(all_diverged=~pl.col("eligible"))

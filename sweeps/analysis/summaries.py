@@ -19,6 +19,9 @@ from sweeps.analysis import queries
 from sweeps.analysis.compare import paired_table
 from sweeps.analysis.queries import Analysis
 
+DIVERGED_RULE = ("A configuration with any diverged seed (a non-finite score) is never selected; a method whose "
+                 "every configuration diverged on some seed shows the one that diverged on the fewest seeds, "
+                 "as \"diverged on d/n seeds\" (d of its n seeds).")
 ROBUST_WITHIN = 0.05  # sensitivity tables: the share of non-diverged cells within 5% of the best
 
 
@@ -32,12 +35,15 @@ def best_table(analysis: Analysis) -> pl.DataFrame:
     """One row per (task, settings, optimizer) of the recorded sweep: the best configuration
     by the analysis' statistic (mean, median or iqm) and its statistics (every column of `queries.cells`).
 
-    `status` is "ok", "all diverged" (no configuration usable) or "missing" (no run of the
-    method finished: a row of nulls, so a method never silently vanishes from the table).
+    `status` is "ok", "diverged on d/n seeds" (no configuration usable: every one diverged on
+    some seed; the row is the one that diverged on the fewest, d of its n seeds: DIVERGED_RULE)
+    or "missing" (no run of the method finished: a row of nulls, so a method never silently
+    vanishes from the table).
     """
     variant, stat = analysis.variant, analysis.stat
     best = queries.best_configs(analysis.cells)
-    best = best.with_columns(status=pl.when(pl.col("all_diverged")).then(pl.lit("all diverged")).otherwise(pl.lit("ok")))
+    diverged = pl.format("diverged on {}/{} seeds", pl.col("diverged_seeds"), pl.col("seeds"))
+    best = best.with_columns(status=pl.when(pl.col("all_diverged")).then(diverged).otherwise(pl.lit("ok")))
     if not analysis.complete:  # every method of the sweep gets a row, "missing" where no run finished
         methods = analysis.missing.group_by([*variant, "optimizer"]).agg(configs=pl.col("config_id").n_unique())
         absent = methods.join(best.select(*variant, "optimizer"), on=[*variant, "optimizer"], how="anti", nulls_equal=True)

@@ -30,7 +30,7 @@ import polars as pl
 from sweeps.analysis import TABLES, queries, stats
 from sweeps.analysis.importance import importance_table
 from sweeps.analysis.queries import Analysis
-from sweeps.analysis.summaries import SensitivityTable, best_table, compare_table, sensitivity_frame, sensitivity_tables
+from sweeps.analysis.summaries import DIVERGED_RULE, SensitivityTable, best_table, compare_table, sensitivity_frame, sensitivity_tables
 from sweeps.spec import LOCATION_SETTINGS
 from tasks import get_task
 
@@ -197,7 +197,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str], stat: str, race: str = 
         grids.append(
             _Grid(
                 variant_title({k: first[k] for k in variant}),
-                _score_note(first["task"], stat) + " Best method in bold." + race,
+                _score_note(first["task"], stat) + " Best method in bold. " + DIVERGED_RULE + race,
                 ("method", "score", "seeds", f"95% CI ({STAT_NAMES[stat]})", "selected hyperparameters",
                  "diverged configs", "missing runs"),
                 rows,

@@ -5,12 +5,13 @@ the reading commands stay light."""
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import best_text, open_results, stage_text
-from sweeps.spec import PackResources, check_task_data, cpu_only_tasks, resolve_sweep, with_race
+from sweeps.spec import CostModel, PackResources, check_task_data, cpu_only_tasks, resolve_sweep, with_race
 from sweeps.spec.engines import check_engines
 
 
@@ -106,7 +107,7 @@ def _execution_options(args: argparse.Namespace, resources: PackResources | None
         max_failures=args.max_failures,
         tf32=args.tf32,
         engine=args.engine,
-        notify=print,
+        notify=functools.partial(print, flush=True),  # progress lines reach a log file as they happen
     )
 
 
@@ -163,7 +164,9 @@ def _dry_run(args: argparse.Namespace, sweep, resources: PackResources) -> None:
         gpu_slots = min(slots, int(torch.cuda.device_count() // resources.gpus)) if resources.gpus > 0 else 0
         if slots == 0:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
-    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots, args.engine))
+    costs = CostModel(chunk_steps=args.chunk_steps, checkpoint_every=args.checkpoint_every, threads=max(1.0, resources.cpus))
+    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots, not args.address, costs,
+                        args.engine))
 
 
 def _refuse_if_being_written(storage: str, name: str) -> None:

@@ -1,18 +1,21 @@
 """`fade-sweep run --dry-run`: the plan (packs, run-steps, resources) and an estimated wall
 time from a short in-process calibration of each experiment's engine.
 
-The estimate is Ray's start, plus the busiest slot's load when the packs are handed out
-largest first to the least-loaded slot (as Tune starts them), a pack costing its run-steps
-at the calibrated rate plus a fixed start-up (trial start, first kernel load, the write of
-its results). `python benchmarks/bench_dryrun.py` compares the estimate with a real run and
-prints the measured start-ups. On a 2-core machine shared with other jobs (load 15 to 40)
-they were 36 to 52 s for Ray and 10 to 17 s per pack; the constants below are for an idle
-machine (a linear-demo run of about 60 s: 10 packs on 2 slots, seconds of engine time).
+The plan is the one the run makes (`plan_packs` with the cost table of sweeps/spec/costs.py).
+The estimate is the command's own start (imports, the store, the closing table), Ray's start,
+then the makespan of the packs on the slots (`plan.makespan`: handed out longest first to the
+first free slot, as Tune starts them), a pack costing its run-steps at the calibrated rate
+plus the overheads of `costs.Overheads` (start-up, per-chunk reports, checkpoints), and on
+each slot a worker's start (its imports, kernels loaded from numba's cache) and its draw of the
+sweep's streams (each once: `stream_seconds`).
+The constants were measured on the 2-core machine when quiet (load average below 1), the
+minimum of repeats: `python benchmarks/bench_dryrun.py` prints estimate and real side by side.
+On a loaded machine every part is slower: the estimate then says so (`load_note`).
 """
 
 from __future__ import annotations
 
-import heapq
+import os
 import time
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -22,14 +25,18 @@ import torch
 
 from fade_core.engines import default_engine
 from sweeps.packs import make_runner
-from sweeps.spec import Experiment, Pack, PackResources, Sweep, make_config, plan_packs
-from sweeps.spec.plan import format_rate
+from sweeps.spec import CostModel, Experiment, Pack, PackResources, Sweep, make_config, plan_packs
+from sweeps.spec.plan import format_rate, makespan
 from tasks import get_task
 
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
 CALIBRATION_RUNS = {"linear": 200, "neural": 50}
-RAY_START_SECONDS = 15.0  # starting the embedded Ray and its dashboard
-PACK_START_SECONDS = 8.0  # per pack: trial start, kernel load, results written
+COMMAND_SECONDS = 4.0  # the command's imports, the store's checks, Tune's experiment, the closing table
+RAY_START_SECONDS = 6.0  # starting the embedded Ray and its dashboard
+SLOT_START_SECONDS = 2.0  # a slot's first pack: the worker imports torch and numba, loads its kernels
+STREAM_CALIBRATION_STEPS = 20_000  # steps of one stream drawn to time a task's streams
+UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, so the draw is not served from the BlockCache
+LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
@@ -60,26 +67,49 @@ def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype
     return pack.runs * (steps - steps // 4) / (time.perf_counter() - start)
 
 
+def stream_seconds(experiment: Experiment, seeds: int) -> float:
+    """Seconds to draw `seeds` streams of this experiment's task settings, whole length, on one thread.
+
+    A pack draws each of its seeds' streams once for all its configs, and a worker's BlockCache
+    keeps them for the packs that follow, so each slot draws each stream about once: a cost per
+    slot, not per run (a 1-config pack of 10 linear seeds spends more on its streams than on its
+    runs). Timed on STREAM_CALIBRATION_STEPS steps of a seed no sweep uses (nothing cached)."""
+    steps = experiment.settings.steps
+    n = min(steps, STREAM_CALIBRATION_STEPS)
+    stream = get_task(experiment.task).make_stream(experiment.settings, UNCACHED_SEED)
+    start = time.perf_counter()
+    stream.chunk(0, n)
+    return seeds * steps * (time.perf_counter() - start) / n
+
+
 @dataclass(frozen=True)
 class PlanEstimate:
     lines: list[str]  # the plan, one line per experiment, and the estimate
     wall_seconds: float
 
 
-def busiest_slot(pack_seconds: list[float], slots: int) -> float:
-    """Load of the busiest of `slots` when packs go, largest first, to the least-loaded slot."""
-    loads = [0.0] * max(1, slots)
-    for seconds in sorted(pack_seconds, reverse=True):
-        heapq.heapreplace(loads, loads[0] + seconds)
-    return max(loads)
+def load_note(cpus: int | None = None) -> str | None:
+    """A warning when this machine is loaded (its 1-minute load average above LOADED per CPU):
+    other jobs slow the calibration and the run alike, so the estimate is only as good as the
+    load is steady. None when quiet."""
+    cpus = cpus or os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    if load <= LOADED * cpus:
+        return None
+    return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the calibration ran and the run will "
+            "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
 
 
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-             gpu_slots: int = 0, engine: str | None = None) -> PlanEstimate:
+             gpu_slots: int = 0, embedded: bool = True, costs: CostModel | None = None,
+             engine: str | None = None) -> PlanEstimate:
     """The plan and its estimated wall time: CPU packs from a CPU calibration over `slots`,
-    GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`."""
+    GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`.
+    `embedded`: the run starts its own Ray (no --address); `costs`: the run's cost model (its
+    chunk and checkpoint settings), which plans the packs as the run will."""
     gpu = resources.gpus > 0
-    packs = plan_packs(sweep, slots, (), runs_per_pack, gpu=gpu)
+    table = costs or CostModel(threads=max(1.0, resources.cpus))
+    packs = plan_packs(sweep, slots, (), runs_per_pack, gpu=gpu, gpu_slots=max(1, gpu_slots), costs=table)
     by_experiment: dict[Experiment, list[Pack]] = defaultdict(list)
     for pack in packs:
         by_experiment[pack.experiment].append(pack)
@@ -89,7 +119,8 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         + f"; {slots} CPU packs at once" + (f", {gpu_slots} GPU packs at once" if gpu else ""),
         f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'time':>9}",
     ]
-    seconds: dict[str, list[float]] = {"CPU": [], "GPU": []}  # per pack, start-up included
+    seconds: dict[str, list[float]] = {"cpu": [], "cuda": []}  # per pack, overheads included
+    streams: dict[str, dict[tuple[str, str], float]] = {"cpu": {}, "cuda": {}}  # per slot: each stream drawn once
     seeds = sweep.seeds[: min(len(sweep.seeds), 5)]
     uncalibrated = False
     for experiment, group in by_experiment.items():
@@ -101,23 +132,36 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
             # a GPU pack calibrated on this GPU-less machine: by the CPU's default engine
             cpu_engine = default_engine(experiment.task, "cpu") if on_gpu else engine
             rate, kind = calibrate(experiment, seeds, getattr(torch, dtype), engine=cpu_engine) * max(resources.cpus, 1), "CPU"
+        measured = table.calibrated({experiment: rate})  # a GPU pack calibrated on the CPU: at the CPU's rate (noted)
+        pool = "cuda" if on_gpu else "cpu"
+        seconds[pool] += [measured.pack_seconds(experiment, p.runs) for p in group]
+        drawn = (experiment.task, repr(experiment.settings))
+        if drawn not in streams[pool]:
+            streams[pool][drawn] = stream_seconds(experiment, len(sweep.seeds))
         steps = sum(p.run_steps for p in group)
-        seconds["GPU" if on_gpu else "CPU"] += [PACK_START_SECONDS + p.run_steps / rate for p in group]
-        defaults = type(experiment.settings)()
-        settings = ",".join(f"{k}={v}" for k, v in vars(experiment.settings).items() if v != getattr(defaults, k)) or "defaults"
         lines.append(
-            f"{experiment.task:<16} {settings:<24} {experiment.optimizer:<10} {len(group):>5} "
+            f"{experiment.task:<16} {experiment.changed_settings:<24} {experiment.optimizer:<10} {len(group):>5} "
             f"{max(p.runs for p in group):>10} {steps:>10.2e} {format_rate(rate) + ' ' + kind:>22} {steps / rate:>8.0f}s"
         )
-    wall = RAY_START_SECONDS + max(busiest_slot(seconds["CPU"], slots), busiest_slot(seconds["GPU"], gpu_slots or 1))
+    ray = RAY_START_SECONDS if embedded else 0.0
+    spans = [makespan(seconds[d], n) + SLOT_START_SECONDS + sum(streams[d].values())
+             for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
+    wall = COMMAND_SECONDS + ray + max(spans, default=0.0)
+    overheads = table.overheads
     note = " GPU packs were calibrated on the CPU (no GPU on this machine): run the dry run where the GPUs are for their GPU time." if uncalibrated else ""
-    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): Ray's start (~{RAY_START_SECONDS:.0f} s), "
-                 f"~{PACK_START_SECONDS:.0f} s of start-up per pack, and the packs' time at the calibrated rates "
-                 f"over the slots.{note}")
+    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): the command (~{COMMAND_SECONDS:.0f} s)"
+                 + (f", Ray's start (~{ray:.0f} s)" if ray else "")
+                 + f", a worker's start per slot (~{SLOT_START_SECONDS:.0f} s) and its streams "
+                 f"(~{max((sum(v.values()) for v in streams.values()), default=0):.0f} s), ~{overheads.pack_start:.1f} s of start-up "
+                 f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
+    loaded = load_note() if embedded else None
+    if loaded:
+        lines.append(loaded)
     return PlanEstimate(lines, wall)
 
 
 def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-                  gpu_slots: int = 0, engine: str | None = None) -> str:
+                  gpu_slots: int = 0, embedded: bool = True, costs: CostModel | None = None,
+                  engine: str | None = None) -> str:
     """The plan and its estimated wall time, as `fade-sweep run --dry-run` prints it."""
-    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots, engine).lines)
+    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots, embedded, costs, engine).lines)

@@ -4,6 +4,7 @@ No Ray here: `fade-sweep presets`, validation and the results side use this laye
 """
 
 from sweeps.spec.config import LOCATION_SETTINGS, Config, make_config
+from sweeps.spec.costs import CostModel
 from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmation, plan_packs, plan_round
 from sweeps.spec.presets import preset_description, preset_names, resolve_sweep
 from sweeps.spec.race import Race, with_race
@@ -28,6 +29,7 @@ __all__ = [
     "plan_confirmation",
     "LOCATION_SETTINGS",
     "Config",
+    "CostModel",
     "Experiment",
     "Pack",
     "PackResources",

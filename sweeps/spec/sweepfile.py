@@ -91,6 +91,17 @@ class Experiment:
         """The grid's configurations with their ids, in `configs()` order; hashed once per experiment."""
         return tuple(make_config(self, values) for values in self.configs())
 
+    @property
+    def changed_settings(self) -> str:
+        """The task settings that differ from the task's defaults, "k=v,k=v" ("defaults" if none)."""
+        defaults = type(self.settings)()
+        return ",".join(f"{k}={v}" for k, v in vars(self.settings).items() if v != getattr(defaults, k)) or "defaults"
+
+    @property
+    def label(self) -> str:
+        """A short name that tells the experiments of one sweep apart: "task[settings] optimizer"."""
+        return f"{self.task}[{self.changed_settings}] {self.optimizer}"
+
     def configs(self) -> list[dict[str, float]]:
         """The grid's cells, in a stable order (Cartesian product of the axes)."""
         names = [n for n, _ in self.grid]

@@ -26,7 +26,7 @@ from sweeps.store.records import STATUS_FILE, SweepStatus, TrialStatus, read_rec
 HEARTBEAT_SECONDS = 1.0  # how often a live driver refreshes updated_at (at least every few seconds)
 STALE_SECONDS = 30.0  # a heartbeat older than this, from a driver on another host, means it is gone
 
-__all__ = ["STATUS_FILE", "SweepStatus", "TrialStatus", "driver_gone", "format_rate", "format_status", "read_status"]
+__all__ = ["STATUS_FILE", "SweepStatus", "TrialStatus", "driver_gone", "format_rate", "format_status", "progress_line", "read_status"]
 
 
 def read_status(location: StoreLocation) -> SweepStatus | None:
@@ -47,20 +47,36 @@ def driver_gone(status: SweepStatus, now: float | None = None) -> bool:
     return status.host is not None and age > STALE_SECONDS
 
 
+def _packs(status: SweepStatus) -> str:
+    return (f"{status.count('done')} done, {status.count('running')} running, {status.count('failed')} failed, "
+            f"{status.count('pending')} pending")
+
+
+def _run_steps(status: SweepStatus, live: bool) -> str:
+    """Run-steps done of the total, %, the rate and (while running) the ETA: one text for `status` and the log."""
+    remaining = status.run_steps_total - status.run_steps_done
+    eta = remaining / status.rate if live and status.rate > 0 and status.state == "running" else None
+    return (f"{status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
+            f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {format_rate(status.rate)}"
+            + (f", ETA {eta:.0f} s" if eta is not None else ""))
+
+
+def progress_line(status: SweepStatus) -> str:
+    """One line of a run's progress where no progress bar is drawn (a log file, a job's output):
+    the numbers `fade-sweep status` shows, from the same status."""
+    elapsed = status.updated_at - status.started_at
+    return f"[{elapsed:.0f} s] {status.state}: packs {_packs(status)}; run-steps {_run_steps(status, True)}"
+
+
 def format_status(status: SweepStatus, finished_packs: int, resume: str = "fade-sweep run ... --resume") -> str:
     """The lines `fade-sweep status RESULTS_DIR` prints; `resume` is the command that continues the sweep."""
     age = time.time() - status.updated_at
     gone = driver_gone(status)
     state = "interrupted (driver not running)" if gone else status.state
-    remaining = status.run_steps_total - status.run_steps_done
-    eta = remaining / status.rate if status.rate > 0 and status.state == "running" and not gone else None
     lines = [
         f"sweep {status.sweep}: {state} (updated {age:.0f} s ago)",
-        f"packs: {status.count('done')} done, {status.count('running')} running, {status.count('failed')} failed, "
-        f"{status.count('pending')} pending ({finished_packs} pack files in the store)",
-        f"run-steps: {status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
-        f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {format_rate(status.rate)}"
-        + (f", ETA {eta:.0f} s" if eta is not None else ""),
+        f"packs: {_packs(status)} ({finished_packs} pack files in the store)",
+        f"run-steps: {_run_steps(status, not gone)}",
     ]
     if gone:
         where = "" if status.host == socket.gethostname() else f" on {status.host}, no heartbeat for {age:.0f} s"

@@ -28,6 +28,7 @@ from sweeps.analysis.queries import Analysis
 from sweeps.spec import (
     CONFIRMATION,
     TUNING,
+    CostModel,
     Pack,
     PackResources,
     Sweep,
@@ -64,6 +65,14 @@ class _Cluster:
     ray_start: float
     dashboard_url: str | None
     slots: int  # CPU packs at once
+    gpu_slots: int  # GPU packs at once (0 without GPU packs)
+
+    def plan_options(self, options: ExecutionOptions, resources: PackResources) -> dict:
+        """What `plan_packs` / `plan_confirmation` need beside the runs: the slots and the cost model."""
+        costs = CostModel(chunk_steps=options.chunk_steps, checkpoint_every=options.checkpoint_every,
+                          threads=max(1.0, resources.cpus))
+        return {"cpus": self.slots, "runs_per_pack": options.runs_per_pack, "gpu": resources.gpus > 0,
+                "gpu_slots": max(1, self.gpu_slots), "costs": costs}
 
 
 def _connect(store: Store, options: ExecutionOptions, resources: PackResources) -> _Cluster:
@@ -73,12 +82,13 @@ def _connect(store: Store, options: ExecutionOptions, resources: PackResources) 
     dashboard_url = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started
     if options.show_progress and dashboard_url:
-        options.notice(f"Ray dashboard: {dashboard_url}")
-    if resources.gpus > 0:
-        parallel_slots(resources)  # some node must take a GPU pack (ClusterError otherwise)
+        for line in dashboard_notice(dashboard_url):
+            options.notice(line)
+    # some node must take a GPU pack (ClusterError otherwise); GPU packs at once size the GPU packs
+    gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
     slots = parallel_slots(resources.for_task(runs_on_gpu=False))  # CPU packs at once: sizes the CPU packs
     check_storage(store.location)
-    return _Cluster(started, ray_start, dashboard_url, slots)
+    return _Cluster(started, ray_start, dashboard_url, slots, gpu_slots)
 
 
 def _tidy(store: Store, options: ExecutionOptions) -> None:
@@ -90,6 +100,16 @@ def _tidy(store: Store, options: ExecutionOptions) -> None:
                        f"{', ...' if len(damaged) > 3 else ''}); their packs run again (manifests kept in history/)")
     if removed:
         options.notice(f"Removed {len(removed)} orphan files of interrupted writes from {store.location}")
+
+
+def dashboard_notice(url: str) -> list[str]:
+    """How to get into Ray's dashboard (token authentication is on) and what to look at there."""
+    return [
+        f"Ray dashboard: {url} (it asks for a token: paste what `ray get-auth-token` prints)",
+        "  there: Jobs > this driver > its Tune trials, one per pack (run_steps_done, fraction_done, mean_loss); "
+        "Metrics: the fade_sweep_* gauges (run-steps, rate, best score per experiment) once Prometheus and "
+        "Grafana run (README, 'The dashboard')",
+    ]
 
 
 Planner = Callable[[set[tuple[str, int]]], list[Pack]]  # runs covered -> packs for the rest
@@ -151,11 +171,11 @@ def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, 
                 finished = store.reopened().finished_runs() & sweep.pairs
                 return _execute(sweep, store, TUNING, seeds, again, finished, plan, options, resources, cluster)
 
-            return run_race(sweep, store, resume, cluster.slots, options.runs_per_pack, resources.gpus > 0, run_round)
+            return run_race(sweep, store, resume, cluster.plan_options(options, resources), run_round)
         finished = store.finished_runs() & sweep.pairs if resume else set()  # runs outside the sweep: ignored
 
         def plan(done: set) -> list[Pack]:  # on GPUs a pack fills the device; on CPUs packs keep every slot busy
-            return plan_packs(sweep, cluster.slots, done, options.runs_per_pack, gpu=resources.gpus > 0)
+            return plan_packs(sweep, done=done, **cluster.plan_options(options, resources))
 
         return _execute(sweep, store, TUNING, sweep.seeds, resume, finished, plan, options, resources, cluster)
 
@@ -214,6 +234,6 @@ def confirm_sweep(results_dir: str | Path | StoreLocation | Store, seeds: int | 
         selected = [index[row.config_id] for row in record.selected]
 
         def plan(done: set) -> list[Pack]:
-            return plan_confirmation(selected, record.seeds, cluster.slots, done, options.runs_per_pack, gpu=resources.gpus > 0)
+            return plan_confirmation(selected, record.seeds, done=done, **cluster.plan_options(options, resources))
 
         return _execute(sweep, store, CONFIRMATION, record.seeds, True, finished, plan, options, resources, cluster)

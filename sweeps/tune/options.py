@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable
@@ -38,6 +39,7 @@ class ExecutionOptions:
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     max_failures: int = 3  # retries of a failed trial, each from its last checkpoint
     show_progress: bool = True
+    progress_lines: bool | None = None  # progress as lines to `notify`, not a bar; None: when stdout is not a terminal
     tf32: bool = False  # let float32 matrix products on GPUs use TF32 (faster, ~1e-3 relative error)
     engine: str | None = None  # every pack's engine (fade_core.engines); None: the sweep file's, else the default
     notify: Callable[[str], None] | None = None  # one line per notice (dashboard URL, orphans removed, ...)
@@ -45,6 +47,11 @@ class ExecutionOptions:
     def notice(self, line: str) -> None:
         if self.notify is not None:
             self.notify(line)
+
+    def line_writer(self) -> Callable[[str], None] | None:
+        """Where progress lines go when there is no terminal to draw a bar on (None: draw the bar, or nothing)."""
+        lines = self.progress_lines if self.progress_lines is not None else not sys.stdout.isatty()
+        return self.notify if self.show_progress and lines else None
 
 
 @dataclass(frozen=True)

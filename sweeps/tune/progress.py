@@ -6,6 +6,13 @@ elapsed time and the ETA. The throughput is ONE number everywhere (bar, the clos
 line, `fade-sweep status`): `SweepStatus.rate`, the run-steps this run has done divided by
 the wall seconds since its packs started (Ray's start is reported apart).
 
+Where no bar can be drawn (stdout is not a terminal: a log file, nohup, a Ray Job, CI), the
+callback writes progress lines instead (`notify`): one when a pack is written and at least
+every LINE_EVERY_SECONDS, with the numbers `fade-sweep status` shows (`status.progress_line`),
+and a last one at the end, whose rate is the "Done" line's; never one per step or chunk.
+
+The same numbers go to Ray's metrics (`metrics.SweepGauges`), for the dashboard.
+
 The callback is created by the driver for the folder it runs (never restored from a Tune
 experiment: a copied results folder reports into the copy). Tune calls `on_step_begin`
 about ten times a second, which keeps status.json's heartbeat (`updated_at`) fresh.
@@ -18,15 +25,17 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 from ray.tune import Callback
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate
+from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate, progress_line
 from sweeps.spec import Pack
+from sweeps.tune.metrics import SweepGauges
 
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
+LINE_EVERY_SECONDS = 60.0  # a progress line at least this often where no bar is drawn
 TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 TUNE_LOGGER = "ray.tune.tune"  # tune.run's module logger: its SIGINT handler warns there
 
@@ -90,10 +99,14 @@ def done_line(run: RunSummary, status: SweepStatus | None) -> str:
 class SweepProgress(Callback):
     """A Tune callback following every trial (= pack) of a sweep."""
 
-    def __init__(self, sweep_name: str, packs: list[Pack], results_dir: Path, show: bool = True, finished: list[Pack] = ()):
-        """`packs`: this run's trials; `finished`: packs that earlier runs of the sweep finished (shown as done)."""
+    def __init__(self, sweep_name: str, packs: list[Pack], results_dir: Path, show: bool = True, finished: list[Pack] = (),
+                 lines: Callable[[str], None] | None = None):
+        """`packs`: this run's trials; `finished`: packs that earlier runs of the sweep finished (shown as done);
+        `lines`: where progress lines go instead of the bar (stdout is not a terminal)."""
         self.results_dir = results_dir
-        self.show = show
+        self.show = show and lines is None
+        self._lines = lines
+        self._line_at = 0.0  # when the last progress line was written
         trials = {p.pack_id: TrialStatus(p.pack_id, "done", p.run_steps, p.run_steps) for p in finished}
         trials.update({p.pack_id: TrialStatus(p.pack_id, "pending", 0, p.run_steps) for p in packs})
         self.status = SweepStatus(
@@ -105,15 +118,18 @@ class SweepProgress(Callback):
             trials=trials,
             run_steps_at_start=sum(p.run_steps for p in finished),
         )
+        self._packs = packs
+        self._gauges: SweepGauges | None = None  # made in `setup`, in the driver (Ray is up there)
         self._written_at = 0.0
         self._ended_at: float | None = None  # when Tune's experiment ended: the packs' clock stops there
         self._progress: Progress | None = None
 
     def __getstate__(self) -> dict:
-        # Tune pickles its callbacks with the experiment state; the live display stays behind.
-        return {**self.__dict__, "_progress": None}
+        # Tune pickles its callbacks with the experiment state; the live display and the line writer stay behind.
+        return {**self.__dict__, "_progress": None, "_lines": None, "_gauges": None}
 
     def setup(self, **info) -> None:
+        self._gauges = SweepGauges(self.status.sweep, self._packs)
         self.status.started_at = time.time()
         self.status.driver_pid, self.status.host = os.getpid(), socket.gethostname()
         if self.show:
@@ -148,6 +164,10 @@ class SweepProgress(Callback):
         entry.restored_from_step = max(entry.restored_from_step, result.get("restored_from_step", 0))
         if result.get("written"):
             entry.state, entry.run_steps_done = "done", entry.run_steps_total
+            if self._gauges is not None:
+                self._gauges.pack_written(entry.pack_id, result.get("best_score"))
+            self._refresh(force=True, line=True)  # a pack done: a progress line
+            return
         self._refresh()
 
     def on_trial_complete(self, iteration, trials, trial, **info) -> None:
@@ -178,7 +198,7 @@ class SweepProgress(Callback):
             elif entry.state in ("running", "done"):
                 entry.state = "pending"  # stopped; it continues from its checkpoint on --resume
         self.status.state = state
-        self._refresh(force=True)
+        self._refresh(force=True, line=True)  # the last line: its rate is the Done line's
         if self._progress is not None:
             self._progress.stop()
             self._progress = None
@@ -194,7 +214,7 @@ class SweepProgress(Callback):
             self._progress.stop()
             self._progress = None
 
-    def _refresh(self, force: bool = False) -> None:
+    def _refresh(self, force: bool = False, line: bool = False) -> None:
         now = time.time()
         # After the experiment's end the rate's clock stays there, so the bar, the Done line
         # and `fade-sweep status` show one throughput.
@@ -209,3 +229,8 @@ class SweepProgress(Callback):
         if force or now - self._written_at >= WRITE_EVERY_SECONDS:
             self.status.write(self.results_dir)
             self._written_at = now
+            if self._gauges is not None:
+                self._gauges.update(self.status)
+        if self._lines is not None and (line or now - self._line_at >= LINE_EVERY_SECONDS):
+            self._line_at = now
+            self._lines(progress_line(self.status))

@@ -30,10 +30,9 @@ def _stored_scores(store: Store) -> pl.LazyFrame | None:
     return reader.scan("scores", all_runs=True) if reader.finished_runs() else None
 
 
-def run_race(sweep: Sweep, store: Store, resume: bool, cpus: int, runs_per_pack: int | None, gpu: bool,
-             run_round: RunRound) -> SweepRun:
+def run_race(sweep: Sweep, store: Store, resume: bool, plan_options: dict, run_round: RunRound) -> SweepRun:
     """Run the rounds a raced sweep still needs (the caller holds the writer lock); returns what this
-    run did, summed over its rounds. SweepInterrupted from a round leaves the decided rounds recorded."""
+    run did, summed over its rounds. `plan_options`: the slots and cost model, as `plan_packs` takes them. SweepInterrupted from a round leaves the decided rounds recorded."""
     race = sweep.race
     seeds = race.seeds(sweep.seeds)
     rounds = [seeds[:n] for n in race.schedule(sweep.seeds)]
@@ -48,7 +47,7 @@ def run_race(sweep: Sweep, store: Store, resume: bool, cpus: int, runs_per_pack:
         alive = set(played.alive)
 
         def plan(done: set, alive=alive, round_seeds=played.next_seeds) -> list[Pack]:
-            return plan_round(sweep, alive, round_seeds, cpus, done, runs_per_pack, gpu)
+            return plan_round(sweep, alive, round_seeds, done=done, **plan_options)
 
         runs.append(run_round(played.next_seeds, resume or bool(runs), plan))
     if not runs:  # decided already (a resume after the last round): nothing to run, but a run's numbers

@@ -1,0 +1,126 @@
+"""What a pack costs, in seconds on one slot: the model the planner sizes packs by.
+
+A pack of R runs of an experiment of S steps costs
+
+    pack_start + S * R / rate(experiment, R, device)
+    + chunks * per_chunk + checkpoints * (per_checkpoint + R * per_checkpoint_run)
+
+where chunks = ceil(S / chunk_steps) and checkpoints = chunks // checkpoint_every.
+
+`rate` is run-steps per second of one slot. On a CPU it is the learner's own rate
+(`CPU_RATES`: learners differ by 5x and more; a pack of fade_adam costs about 2.7 of
+fade_sgd) times the slot's threads; it does not depend on R (the kernels are linear in the
+runs). On a GPU it is not linear in R: a step costs a launch latency whatever R is, then
+R runs of work, so rate(R) = peak * R / (R + half_runs) (`GpuRate`): small packs waste the
+device, which is why GPU packs stay large. `--dry-run` replaces the table's rates with the
+ones it calibrates (`CostModel.calibrated`); an engines table can be plugged in by passing
+any `RateFn`.
+
+The overheads were measured on the 2-core CI machine, quiet (load average < 1), minima of
+repeats (`python benchmarks/bench_overheads.py`): see the constants.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+from sweeps.spec.sweepfile import Experiment
+from tasks import get_task
+
+DEFAULT_CHUNK_STEPS = 10_000  # steps a pack advances between two reports to Tune
+DEFAULT_CHECKPOINT_EVERY = 10  # chunks between two checkpoints of a pack
+RateFn = Callable[[Experiment, int, str], float]  # (experiment, runs in the pack, "cpu" | "cuda") -> run-steps/s
+
+# Run-steps/s of one pack on one CPU thread, per (task, optimizer), float32, the best of the
+# calibrations of `fade-sweep run benchmarks/sweeps/linear-many-small-packs.yaml --dry-run` (3 noise
+# levels) on the 2-core CI machine, quiet (load average 1.0), 2026-11-27;
+# `python benchmarks/bench_learner_costs.py` measures them again (take the best of its repeats).
+CPU_RATES: dict[tuple[str, str], float] = {
+    ("linear_tracking", "sgd"): 113e6,
+    ("linear_tracking", "sgd_wd"): 261e6,
+    ("linear_tracking", "idbd"): 74e6,
+    ("linear_tracking", "idbd_wd"): 71e6,
+    ("linear_tracking", "fade"): 67e6,
+    ("linear_tracking", "fade_idbd"): 50e6,
+    ("linear_tracking", "coupled"): 48e6,
+    # best of 3 of `python benchmarks/bench_learner_costs.py nonlinear`, the machine loaded (load average 8 to 16):
+    # slow in absolute terms, but measured side by side, so their ratios (what the packing needs) hold;
+    # fade_sgd and fade_adam: best of 2 packs of 80 runs x 4,000 steps each, side by side (load 20): 2.7x apart,
+    # as in the preset's real run at 9fdfec8 (830 s and 2,100-2,300 s for the same run-steps)
+    ("nonlinear_tracking", "sgd"): 92e3,
+    ("nonlinear_tracking", "sgd_wd"): 95e3,
+    ("nonlinear_tracking", "adam"): 36e3,
+    ("nonlinear_tracking", "adamw"): 42e3,
+    ("nonlinear_tracking", "fade_sgd"): 81e3,
+    ("nonlinear_tracking", "fade_adam"): 30e3,
+    # one run pinned to a core, quiet (benchmarks/ROOFLINE.md, "project" column): 4.2x apart
+    ("emnist_label_permuted", "fade_sgd"): 20.2e3,
+    ("emnist_label_permuted", "adam"): 4.8e3,
+    ("emnist_partial_permuted", "fade_sgd"): 20.2e3,
+    ("emnist_partial_permuted", "adam"): 4.8e3,
+}
+TASK_CPU_RATES = {"emnist_label_permuted": 10e3, "emnist_partial_permuted": 10e3}  # between its fade_sgd and adam
+FAMILY_CPU_RATES = {"linear": 60e6, "neural": 60e3}  # a learner in neither table
+
+
+@dataclass(frozen=True)
+class GpuRate:
+    """A GPU slot's rate for a pack of R runs: peak * R / (R + half_runs).
+
+    Not measured here (no GPU on the CI machine): `peak` and `half_runs` are placeholders of
+    the right shape until an engines table (or `--dry-run` on the GPU) gives figures."""
+
+    peak: float = 2e6  # run-steps/s of a full device
+    half_runs: int = 256  # the pack size at which the device gives half its peak
+
+    def __call__(self, runs: int) -> float:
+        return self.peak * runs / (runs + self.half_runs)
+
+
+def table_rate(experiment: Experiment, runs: int, device: str) -> float:
+    """The default `RateFn`: `CPU_RATES` on a CPU thread, `GpuRate()` on a GPU."""
+    if device == "cuda":
+        return GpuRate()(runs)
+    key = (experiment.task, experiment.optimizer)
+    return CPU_RATES.get(key) or TASK_CPU_RATES.get(experiment.task) or FAMILY_CPU_RATES[get_task(experiment.task).family]
+
+
+@dataclass(frozen=True)
+class Overheads:
+    """Seconds a pack spends outside its kernel (quiet 2-core machine, minima of repeats)."""
+
+    pack_start: float = 0.8  # a Tune trial on a reused actor, the runner's build, the kernel from cache, the write
+    per_chunk: float = 0.004  # a chunk's report to Tune and its bin summaries
+    per_checkpoint: float = 0.05  # a checkpoint's folder, pack.json and Tune's bookkeeping
+    per_checkpoint_run: float = 2e-5  # ... and its tensors, per run
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds of a pack on one slot (see the module docstring)."""
+
+    rate: RateFn = table_rate
+    overheads: Overheads = Overheads()
+    chunk_steps: int = DEFAULT_CHUNK_STEPS
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
+    threads: float = 1.0  # CPU threads of a CPU slot (a pack's CPUs)
+    measured: Mapping[Experiment, float] = field(default_factory=dict)  # calibrated rates of a slot
+
+    def run_steps_per_second(self, experiment: Experiment, runs: int, device: str = "cpu") -> float:
+        """One slot's rate for a pack of `runs` runs of `experiment` on `device`."""
+        return self.measured.get(experiment) or self.rate(experiment, runs, device) * (self.threads if device == "cpu" else 1)
+
+    def pack_seconds(self, experiment: Experiment, runs: int, device: str = "cpu") -> float:
+        """The wall seconds of one pack of `runs` runs of `experiment` on one slot of `device`."""
+        steps = experiment.settings.steps
+        chunks = math.ceil(steps / self.chunk_steps)
+        checkpoints = chunks // self.checkpoint_every if self.checkpoint_every else 0
+        o = self.overheads
+        return (o.pack_start + steps * runs / self.run_steps_per_second(experiment, runs, device)
+                + chunks * o.per_chunk + checkpoints * (o.per_checkpoint + runs * o.per_checkpoint_run))
+
+    def calibrated(self, rates: Mapping[Experiment, float]) -> CostModel:
+        """This model with the rates of a slot measured for these experiments (the dry run's calibration)."""
+        return replace(self, measured={**self.measured, **rates})
