@@ -8,7 +8,7 @@ import torch
 
 from sweeps.packs.neural import use_tf32
 from sweeps.spec import PackResources, SweepError, parse_sweep, plan_packs
-from sweeps.spec.plan import MAX_PACK_RUNS
+from fade_core.engines import default_pack_runs
 
 MIXED = {
     "name": "mixed",
@@ -38,8 +38,8 @@ def test_gpu_packs_fill_the_device_and_cpu_packs_the_cpu_slots():
     by_task: dict[str, list[int]] = {}
     for pack in packs:
         by_task.setdefault(pack.experiment.task, []).append(pack.runs)
-    assert by_task["nonlinear_tracking"] == [12 * 5], "one pack holds every neural run (below MAX_PACK_RUNS)"
-    assert 12 * 5 <= MAX_PACK_RUNS
+    assert by_task["nonlinear_tracking"] == [12 * 5], "one pack holds every neural run (below the engine table's pack size)"
+    assert 12 * 5 <= default_pack_runs("nonlinear_tracking", "cuda")
     assert sum(by_task["linear_tracking"]) == (4 + 12) * 5
     assert len(by_task["linear_tracking"]) >= 4, "the CPU packs keep the 4 CPU slots busy"
     without_gpu = plan_packs(sweep, cpus=4)  # the neural packs share the CPU slots too

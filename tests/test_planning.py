@@ -10,7 +10,8 @@ from ray.tune.search.variant_generator import generate_variants
 
 from sweeps.spec import CostModel, parse_sweep, plan_packs, resolve_sweep
 from sweeps.spec.costs import GpuRate, Overheads
-from sweeps.spec.plan import MAX_PACK_RUNS, makespan, pack_seconds
+from fade_core.engines import default_pack_runs
+from sweeps.spec.plan import makespan, pack_seconds
 
 COSTS = CostModel()
 PRESETS = ("nonlinear-sensitivity", "nonlinear", "nonlinear-best", "linear-noise0", "linear-demo", "emnist-sensitivity", "emnist")
@@ -37,7 +38,7 @@ def _check_cover(sweep, packs, done=frozenset()):
     assert len(pairs) == len(set(pairs)) and set(pairs) == set(sweep.pairs) - set(done)
     for pack in packs:
         assert {c.config_id for c in pack.configs} <= {c.config_id for c in pack.experiment.cells}
-        assert pack.runs <= MAX_PACK_RUNS
+        assert pack.runs <= default_pack_runs(pack.experiment.task, "cpu")
 
 
 def _ideal(sweep, slots, costs, device="cpu"):
