@@ -124,6 +124,7 @@ class NeuralRuns:
         adam_fused = adam and learner.weight_decay != "coupled"
         fused = range(len(starts) - 1) if self._triton else ()
         self._fused_params = {i for i in fused if adam_fused or i in self.fade_index}
+        self.persistent = persistent_engine(learner, net.arch, loss, like.device)
 
     # -- state ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -145,6 +146,9 @@ class NeuralRuns:
         On CPU the whole segment is one compiled call (cpu_kernel, unless compiled_cpu is
         False); elsewhere it is one batched `step` per step.
         """
+        if self.persistent is not None:
+            self.persistent.advance(self.learner, self.net.arch, self.state_dict(), self.hp, x, target, run_slot, sums.tensors())
+            return
         if self.net.flat.device.type == "cpu" and self.compiled_cpu:
             self._advance_compiled(x, target, run_slot, sums)
             return
@@ -363,6 +367,21 @@ def fused_kernels(device: torch.device) -> ModuleType | None:
             raise ValueError(f"FADE_TRITON=1 needs Triton, which does not import here ({err})") from None
         return None
     return triton_update
+
+
+def persistent_engine(learner: NeuralLearner, arch: Architecture, loss: Loss, device: torch.device) -> ModuleType | None:
+    """The persistent engine (fade_core.neural.persistent: a whole segment per launch, each run's
+    network on chip) when FADE_PERSISTENT=1 asks for it and it runs this network and loss, else
+    None. Opt-in until the engine table (fade_core/engines.py) names it per task and device; on
+    CPU tensors it needs TRITON_INTERPRET=1 (Triton's interpreter: tests only)."""
+    mode = os.environ.get("FADE_PERSISTENT", "0")
+    if mode not in ("0", "1"):
+        raise ValueError(f"FADE_PERSISTENT must be 0 or 1, not {mode!r}")
+    if mode == "0":
+        return None
+    from fade_core.neural import persistent
+
+    return None if persistent.unsupported(learner, arch, loss) else persistent
 
 
 def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:

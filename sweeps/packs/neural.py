@@ -53,7 +53,8 @@ class NeuralPackRunner(PackRunner):
         self.sums = StepSums.zeros(pack.runs, self.task.architecture, self.task.loss, self.device)
         self.curves = self._empty_curves()
         self._graph: tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor] | None = None  # graph, its inputs
-        self._use_graphs = self.device.type == "cuda"
+        # (the persistent engine runs a whole segment in one launch: nothing for a graph to save)
+        self._use_graphs = self.device.type == "cuda" and self.runs.persistent is None
 
     # -- metrics -------------------------------------------------------------------------
     def curve_names(self) -> list[str]:

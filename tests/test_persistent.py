@@ -1,0 +1,175 @@
+"""The persistent engine (fade_core/neural/persistent.py) against the torch ops and the CPU kernel,
+all nine learners, float32; pack, position, wave and segment invariance; divergence kept to its run.
+
+Without a GPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, numpy on the CPU) at
+short streams; with one, compiled, at longer ones (`benchmarks/gpu_check_nonlinear.sh` runs these).
+Tolerance: test_cuda.py's (RTOL 2e-3, ATOL 1e-4: float32 on two engines whose sums are ordered
+differently); measured in the interpreter after 30 steps: 1e-5 relative or better. Invariance
+is bitwise: a run's program reads nothing of the other runs'.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+
+import numpy as np
+import pytest
+import torch
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+# Must be set before triton.jit defines the kernels (on import of triton_update and persistent).
+os.environ.setdefault("TRITON_INTERPRET", "0" if DEVICE == "cuda" else "1")
+pytest.importorskip("triton", reason="Triton does not import here (torch ships it on Linux x86-64)")
+
+from fade_core.architecture import Architecture  # noqa: E402
+from fade_core.neural import NEURAL_LEARNERS, StepSums, persistent, torch_ops, triton_update  # noqa: E402
+from tests.test_cuda import RTOL, ATOL, _assert_close, _pack, _run  # noqa: E402
+
+if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+    importlib.reload(triton_update)
+    importlib.reload(persistent)
+
+GPU = DEVICE == "cuda"
+STUDENT = Architecture((32, 256, 20))  # the nonlinear task's
+ODD = Architecture((7, 40, 5), negative_slope=0.01)  # no width a power of two: every tile padded
+STEPS = 300 if GPU else 30
+HP = {"alpha": [0.01, 0.003, 0.001, 0.02], "lambda": [0.01, 0.1, 0.001, 0.05], "kappa": [0.3, 1.0, 2.0, 0.5],
+      "theta_lambda": [0.5, 0.0, 2.0, 1.0], "gamma0": [-4.6, -1.0, -9.2, -2.3]}
+SEEDS = [0, 1, 0, 1]  # run r reads stream slot r % 2
+
+
+def _runs(learner: str, arch: Architecture, runs: list[int], device: str = DEVICE, hp=None, compiled_cpu=False):
+    """Runs `runs` (indices into SEEDS/HP) of `learner`, starting as a full pack's would."""
+    spec = NEURAL_LEARNERS[learner]
+    hp = hp or HP
+    values = {k: [hp[k][r] for r in runs] for k in spec.hyperparameters}
+    return torch_ops.make_runs(learner, arch, [SEEDS[r] for r in runs], values, "squared_error", device,
+                               compiled_cpu=compiled_cpu)
+
+
+def _stream(arch: Architecture, steps: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    x = torch.randn(steps, 2, arch.sizes[0], generator=gen)
+    return x.to(DEVICE), torch.randn(steps, 2, arch.sizes[-1], generator=gen).to(DEVICE)
+
+
+def _advance(nets, x, y, runs: list[int], segments=None, config=None) -> StepSums:
+    """Persistent steps over x, y in `segments` (lengths; default: one), sums of the whole stream."""
+    sums = StepSums.zeros(nets.net.runs, nets.net.arch, "squared_error", nets.net.flat.device)
+    slot = torch.tensor([r % 2 for r in runs], device=nets.net.flat.device)
+    t = 0
+    for n in segments or [x.shape[0]]:
+        persistent.advance(nets.learner, nets.net.arch, nets.state_dict(), nets.hp, x[t : t + n], y[t : t + n], slot,
+                           sums.tensors(), config)
+        t += n
+    return sums
+
+
+def _everything(nets, sums: StepSums) -> dict[str, torch.Tensor]:
+    named = {f"sums.{i}": t for i, t in enumerate(sums.tensors())}
+    return {**{k: v for k, v in nets.state_dict().items()}, **named}
+
+
+@pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
+def test_every_learner_matches_the_torch_ops_and_the_cpu_kernel(learner, monkeypatch):
+    monkeypatch.setenv("FADE_TRITON", "0")  # the reference: plain torch ops
+    runs = [0, 1, 2]
+    x, y = _stream(STUDENT, STEPS)
+    fast = _runs(learner, STUDENT, runs)
+    got = _everything(fast, _advance(fast, x, y, runs))
+    references = {"torch ops": _runs(learner, STUDENT, runs)}
+    if not GPU:
+        references["cpu kernel"] = _runs(learner, STUDENT, runs, compiled_cpu=True)
+    for name, ref in references.items():
+        sums = StepSums.zeros(len(runs), STUDENT, "squared_error", DEVICE)
+        ref.advance(x, y, torch.tensor([r % 2 for r in runs], device=DEVICE), sums)
+        for key, want in _everything(ref, sums).items():
+            assert got[key].isfinite().all(), key
+            torch.testing.assert_close(got[key], want, rtol=RTOL, atol=ATOL, msg=f"{learner} {key} vs {name}")
+
+
+@pytest.mark.parametrize("learner", ["fade_adam", "fade_sgd_all", "adamw", "sgd_wclip"])
+def test_a_run_does_not_depend_on_its_pack_position_or_segments(learner):
+    """Bitwise: run 2 of a four-run pack in one segment equals run 2 alone (position 0, pack of
+    one) stepped in three uneven segments, and, on a GPU, run 2 at the end of a pack of 1,000
+    copies of the pack (several waves)."""
+    x, y = _stream(ODD, 23)
+    full = _runs(learner, ODD, [0, 1, 2, 3])
+    whole = _everything(full, _advance(full, x, y, [0, 1, 2, 3]))
+    alone = _runs(learner, ODD, [2])
+    pieces = _everything(alone, _advance(alone, x, y, [2], segments=[1, 7, 15]))
+    for key, value in pieces.items():
+        want = whole[key] if value.dim() == 0 else whole[key][2:3]
+        assert torch.equal(value, want), key
+    if GPU:
+        many = _runs(learner, ODD, [0, 1, 2, 3] * 250)
+        last = _everything(many, _advance(many, x, y, [0, 1, 2, 3] * 250))
+        for key, value in last.items():
+            assert value.dim() == 0 or torch.equal(value[-2:-1], whole[key][2:3]), key
+
+
+@pytest.mark.parametrize("stream", [0, 1])
+def test_held_and_streamed_adam_moments_agree(stream):
+    """The knobs change where the moments live, not the numbers (to float32 rounding: a GPU
+    compiles the variants' reductions differently; the interpreter gives the same bits)."""
+    x, y = _stream(ODD, 12)
+    nets = {c: _runs("fade_adam", ODD, [0, 1]) for c in ("default", "knob")}
+    default = _everything(nets["default"], _advance(nets["default"], x, y, [0, 1]))
+    config = persistent.KernelConfig(num_warps=4, stream=stream)
+    knob = _everything(nets["knob"], _advance(nets["knob"], x, y, [0, 1], config=config))
+    for key, value in knob.items():
+        torch.testing.assert_close(value, default[key], rtol=1e-5, atol=1e-7, msg=key)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning")
+def test_a_diverging_run_becomes_non_finite_alone():
+    hp = {**HP, "alpha": [0.01, 50.0, 0.003, 0.001]}  # run 1 overflows
+    x, y = _stream(ODD, 20)
+    both = _runs("fade_sgd", ODD, [0, 1], hp=hp)
+    sums = _advance(both, x, y, [0, 1])
+    alone = _runs("fade_sgd", ODD, [0], hp=hp)
+    alone_sums = _advance(alone, x, y, [0])
+    assert not sums.loss[1].isfinite() and not both.net.flat[1].isfinite().all()
+    assert torch.equal(sums.loss[:1], alone_sums.loss) and torch.equal(both.net.flat[:1], alone.net.flat)
+
+
+def test_the_engine_refuses_what_it_does_not_run():
+    emnist_like = Architecture((9, 6, 5, 4))
+    assert "one hidden layer" in persistent.unsupported(NEURAL_LEARNERS["sgd"], emnist_like, "squared_error")
+    assert "regression" in persistent.unsupported(NEURAL_LEARNERS["sgd"], STUDENT, "cross_entropy")
+    with pytest.raises(ValueError, match="stream 0, 1 or 2"):
+        persistent.KernelConfig(stream=3)
+
+
+def test_fade_persistent_picks_the_engine_where_it_runs(monkeypatch):
+    spec = NEURAL_LEARNERS["fade_sgd"]
+    device = torch.device(DEVICE)
+    monkeypatch.setenv("FADE_PERSISTENT", "1")
+    assert torch_ops.persistent_engine(spec, STUDENT, "squared_error", device) is persistent
+    assert torch_ops.persistent_engine(spec, Architecture((9, 6, 5, 4)), "squared_error", device) is None
+    monkeypatch.setenv("FADE_PERSISTENT", "0")
+    assert torch_ops.persistent_engine(spec, STUDENT, "squared_error", device) is None
+    monkeypatch.setenv("FADE_PERSISTENT", "yes")
+    with pytest.raises(ValueError, match="FADE_PERSISTENT must be 0 or 1"):
+        torch_ops.persistent_engine(spec, STUDENT, "squared_error", device)
+
+
+@pytest.mark.parametrize("optimizer", ["fade_sgd", "adam"] + (sorted(set(NEURAL_LEARNERS) - {"fade_sgd", "adam"}) if GPU else []))
+def test_a_nonlinear_pack_on_the_persistent_engine_matches_the_cpu_kernel(optimizer, monkeypatch, tmp_path):
+    """Through the pack runner (bins, chunks split at bin ends, group metrics, checkpoints' state):
+    the persistent engine (FADE_PERSISTENT=1) against the CPU kernel's outcome."""
+    if GPU:
+        pack = _pack("nonlinear", optimizer, None)
+    else:  # interpreter: two configurations, one seed, 60 steps in bins of 20, chunks of 25
+        from tests.test_cuda import TASKS
+
+        monkeypatch.setitem(TASKS, "nonlinear", ("nonlinear_tracking", {"steps": 60, "score_window": 20, "bin": 20,
+                                                                        "period": 15, "slow_multiplier": 2}))
+        pack = _pack("nonlinear", optimizer, None, configs=[0, 1], seeds=(0,))
+    cpu = _run(pack, "cpu").outcome()
+    monkeypatch.setenv("FADE_PERSISTENT", "1")
+    runner = _run(pack, DEVICE, chunk=25 if not GPU else 128)
+    assert runner.runs.persistent is persistent and runner._graph is None
+    _assert_close(runner.outcome(), cpu)
+    assert np.isfinite(cpu.score).all()
