@@ -72,18 +72,20 @@ def engine_side(learner: str, data: dict, config: persistent.KernelConfig) -> tu
         nets = make_runs(learner, arch, data["slot"].tolist(), data["per_run"], "squared_error", device)
         return nets, StepSums.zeros(data["runs"], arch, "squared_error", device)
 
-    def segments(nets, sums, n: int, length: int) -> None:
+    def segments(nets, sums, n: int, length: int) -> object:
         for t in range(0, n, length):
-            persistent.advance(nets.learner, arch, nets.state_dict(), nets.hp, x[t : min(n, t + length)],
+            handle = persistent.advance(nets.learner, arch, nets.state_dict(), nets.hp, x[t : min(n, t + length)],
                                y[t : min(n, t + length)], slot, sums.tensors(), config)
+        return handle
 
-    def timed(n: int, segment: int) -> float:
+    def timed(n: int, segment: int) -> tuple[float, object]:
+        """(seconds, the last launch's handle: registers and spills once compiled)."""
         nets, sums = fresh()
         sync()
         start = time.perf_counter()
-        segments(nets, sums, n, segment)
+        handle = segments(nets, sums, n, segment)
         sync()
-        return time.perf_counter() - start
+        return time.perf_counter() - start, handle
 
     def guard(n: int) -> np.ndarray:
         nets, sums = fresh()
@@ -166,13 +168,14 @@ def compare(learners: list[str], sizes: list[int], steps: int, segment: int, gua
             diff = max_rel_diff(engine_guard(guard_steps), peer_losses(guard_steps))
             engine(min(steps, segment), segment)  # compile, warm
             peer(steps)
-            mine = min(engine(steps, segment) for _ in range(repeats))
+            mine, handle = min((engine(steps, segment) for _ in range(repeats)), key=lambda timing: timing[0])
             theirs = min(peer(steps) for _ in range(repeats))
             rate, peer_rate = data["runs"] * steps / mine, data["runs"] * steps / theirs
             flops, moved, limit, by = bound(learner, data["arch"], config, segment, peak_tflops * 1e12, peak_bytes)
             line = (f"{learner:<10} {data['runs']:>5} {rate:>9.3g} {peer_rate:>9.3g} {rate / peer_rate:>5.2f}x"
                     f" {flops:>8.3g} {moved:>7.3g} {limit:>9.3g} {by:>6} {rate / limit:>8.1%} {peer_rate / limit:>7.1%}"
-                    f" {diff:>12.1e}  warps {config.num_warps} stream {config.stream}")
+                    f" {diff:>12.1e}  warps {config.num_warps} stream {config.stream}, {getattr(handle, 'n_regs', '-')}"
+                    f" regs, spills {getattr(handle, 'n_spills', '-')}")
             print(line, flush=True)
             lines.append(line)
     return lines

@@ -29,6 +29,14 @@ transposed as W1^T [H, O] = 256 x 32 (20 outputs padded to 32), 8,192 floats eac
                            every step (32 KB read + 32 KB written per layer per step: L2 for
                            small packs, HBM for large ones); 1 streams only W0's; 0 keeps
                            them all in registers and leaves the spilling to the compiler.
+What ptxas says (benchmarks/persistent_regs.py, sm_90a, no GPU needed; measured 2026-11-27): the
+plan above is optimistic. Triton lays the [H, 32] tiles out with the warps along H, so every
+32-long vector (x, its prefetch, y, the error, b1 and its state, the float64 squared-error sums)
+is replicated in 16 registers of every thread. sgd: 128 registers and ~400 B of spills per thread
+at 16 warps, 255 and ~430 B at 8; fade_sgd 128 + ~1.7 KB at 16 warps; adam (stream 2) 128 +
+~1.8 KB; fade_adam 64 + ~4.7 KB at 16 warps (stream 2). Spills go to local memory (L1, then L2):
+whether they are inside the step loop, and what they cost, only the GPU check's timings tell;
+holding W1 transposed the other way ([O, H]) gave the same counts.
 Knobs (`KernelConfig`): num_warps (4, 8, 16) and stream (0, 1, 2). Runs per program is one:
 one run's tile already spreads over every thread of the program, and more runs per program
 would multiply the registers above; more programs per SM (the hardware's choice, by the
@@ -124,7 +132,7 @@ def _step(P, G, m, v, gamma, trace, q, alpha, lam, theta, bound, step, sqrt_bc2,
     return P, m, v, gamma, trace
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["steps"])  # segment lengths vary (bin pieces, chunk tails): one compile
 def _segment_kernel(
     p_ptr, m_ptr, v_ptr, gamma_ptr, trace_ptr,  # run state rows: [R, n], [R, n], [R, n], [R, nf], [R, nf]
     x_ptr, y_ptr, slot_ptr,  # the segment's stream [T, S, I], [T, S, O]; run r reads slot slot[r]
@@ -265,12 +273,13 @@ def adam_table(adam_steps: torch.Tensor, steps: int, dtype: torch.dtype) -> tupl
 
 def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.Tensor], hp: dict[str, torch.Tensor],
             x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: Sequence[torch.Tensor],
-            config: KernelConfig | None = None) -> None:
+            config: KernelConfig | None = None) -> object:
     """x.shape[0] steps of every run in one launch, as `NeuralRuns.advance` takes them: run r
     reads slot run_slot[r] of x ([T, S, in]) and target ([T, S, out]); `state` is
     `NeuralRuns.state_dict()` (updated in place, adam_steps included), `hp` its per-run
     hyperparameters, `sums` `StepSums.tensors()` (loss, sq_error, correct, active: accumulated).
-    ValueError for a network or loss the kernel does not run (`unsupported`)."""
+    ValueError for a network or loss the kernel does not run (`unsupported`). Returns Triton's
+    launch handle (compiled: its n_regs and n_spills tell the register budget's outcome)."""
     reason = unsupported(learner, arch, "squared_error" if target.dim() == 3 else "cross_entropy")
     if reason:
         raise ValueError(reason)
@@ -278,7 +287,7 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
     params = state["params"]
     runs, steps = params.shape[0], x.shape[0]
     if steps == 0 or runs == 0:
-        return
+        return None
     loss, sq_error, _, active = sums
     n_in, n_hidden, n_out = arch.sizes
     zeros = torch.zeros(runs, device=params.device, dtype=params.dtype)
@@ -289,7 +298,7 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
     x, target = x.contiguous(), target.contiguous()
     fade_row = state["gamma"].shape[1]
     fade = fade_row > 0
-    _segment_kernel[(runs,)](  # (a state the learner lacks is an empty tensor: the parameters stand in)
+    handle = _segment_kernel[(runs,)](  # (a state the learner lacks is an empty tensor: the parameters stand in)
         params, state["adam_m"] if adam else params, state["adam_v"] if adam else params,
         state["gamma"] if fade else params, state["trace"] if fade else params,
         x, target, run_slot,
@@ -306,3 +315,4 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
     )
     if adam:
         state["adam_steps"] += steps
+    return handle
