@@ -30,23 +30,7 @@ budget=${NONLINEAR_CHECK_BUDGET:-240}
 deadline=$((start + budget))
 summary=()
 
-note() { summary+=("$(printf '%-14s| %s' "$1" "$2")"); echo "-- $1: $2"; }
-
-# step NAME LIMIT CMD...: CMD with LIMIT seconds (less if the budget is nearly spent), output in
-# $logs/NAME.log; its exit status (124: timed out, 125: no time left).
-step() {
-  local name=$1 limit=$2 left=$((deadline - $(date +%s) - 5))
-  shift 2
-  ((left < limit)) && limit=$left
-  if ((limit < 10)); then
-    echo "skipped: the $budget s budget is spent" >"$logs/$name.log"
-    return 125
-  fi
-  timeout "$limit" "$@" >"$logs/$name.log" 2>&1
-  local rc=$?
-  ((rc == 124)) && echo "timed out after ${limit}s" >>"$logs/$name.log"
-  return $rc
-}
+source benchmarks/check_lib.sh  # note, step
 
 finish() {
   {
@@ -85,7 +69,7 @@ note versions "$(tail -1 "$logs/versions.log")"
 if [[ $parts == *" tests "* ]]; then
   select=()
   ((dry)) && select=(-k "diverging or refuses or picks or position and adamw")
-  step tests 80 $py -m pytest -q -p no:cacheprovider tests/test_persistent.py "${select[@]}"
+  step tests 100 $py -m pytest -q -p no:cacheprovider tests/test_persistent.py "${select[@]}"
   note tests "exit $? $(grep -E '[0-9]+ (passed|failed|error)' "$logs/tests.log" | tail -1)"
   while read -r line; do note "  failed" "$line"; done < <(grep -E '^(FAILED|ERROR)' "$logs/tests.log" | head -8)
 fi
@@ -95,7 +79,7 @@ if [[ $parts == *" bench "* ]]; then
   if ((dry)); then
     step bench 900 $py benchmarks/peer_jax.py --dry-run --summary "$logs/bench-table.txt"
   else
-    step bench 100 $py benchmarks/peer_jax.py --device cuda --runs 240,1000,4000 --steps "${BENCH_STEPS:-1000}" \
+    step bench 80 $py benchmarks/peer_jax.py --device cuda --runs 240,1000,4000 --steps "${BENCH_STEPS:-1000}" \
       --learners fade_sgd,adam,adamw,fade_adam --repeats 2 --summary "$logs/bench-table.txt"
   fi
   note bench "exit $? (engine/s, JAX/s: run-steps per second; ratio engine/JAX)"
@@ -115,22 +99,23 @@ if [[ $parts == *" sweep "* ]]; then
     fi
     extra=(--gpus-per-pack 1)
     ((dry)) && extra=()  # (the dry run's "GPU" packs run on the CPU, in the interpreter)
-    step sweep-cpu 70 $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" --no-report --table-format csv
+    step sweep-cpu 45 $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" --no-report --table-format csv
     note "sweep cpu" "exit $? $(grep -E '^Done' "$logs/sweep-cpu.log" | tail -1 | cut -c1-90)"
-    step sweep-gpu 70 env FADE_PERSISTENT=1 $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" --no-report \
+    step sweep-gpu 45 env FADE_PERSISTENT=1 $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" --no-report \
       --table-format csv "${extra[@]}"
     note "sweep gpu" "exit $? (FADE_PERSISTENT=1 ${extra[*]}) $(grep -E '^Done' "$logs/sweep-gpu.log" | tail -1 | cut -c1-80)"
-    step sweep-compare 30 $py benchmarks/compare_stores.py "$work/store-cpu/nonlinear-check" "$work/store-gpu/nonlinear-check"
+    step sweep-compare 20 $py benchmarks/compare_stores.py "$work/store-cpu/nonlinear-check" "$work/store-gpu/nonlinear-check"
     note "sweep check" "exit $? $(tail -1 "$logs/sweep-compare.log")"
   fi
 fi
 
 # -- the knobs at 4,000 runs: warps for fade_sgd, where Adam's moments live for adam ----------------
 if [[ $parts == *" knobs "* ]] && ((!dry)); then
-  for knob in "fade_sgd --warps 4" "fade_sgd --warps 8" "adam --stream 0" "adam --stream 1" "fade_adam --stream 1"; do
+  for knob in "fade_sgd --warps 4" "fade_sgd --warps 8" "adam --stream 0" "adam --stream 1" "fade_adam --stream 1" \
+    "sgd --warps 16" "sgd --warps 4"; do
     read -r learner flag value <<<"$knob"
     step "knob-$learner$flag$value" 40 $py benchmarks/peer_jax.py --device cuda --runs 4000 --steps "${BENCH_STEPS:-1000}" \
-      --learners "$learner" "$flag" "$value" --repeats 2
+      --learners "$learner" "$flag" "$value" --repeats 2 --no-peer
     note "knob" "exit $? $(grep -E "^$learner " "$logs/knob-$learner$flag$value.log" | tail -1)"
   done
 fi

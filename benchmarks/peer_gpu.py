@@ -149,8 +149,8 @@ def max_rel_diff(project: np.ndarray, peer: np.ndarray) -> float:
 
 
 def compare(learners: list[str], sizes: list[int], steps: int, segment: int, guard_steps: int, repeats: int,
-            device: str, peak_tflops: float, configs: dict[str, persistent.KernelConfig]) -> list[str]:
-    """Prints one line per (learner, runs) as it goes; returns them."""
+            device: str, peak_tflops: float, configs: dict[str, persistent.KernelConfig], with_peer: bool = True) -> list[str]:
+    """Prints one line per (learner, runs) as it goes; returns them. Without the peer its columns are nan."""
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter, JAX on CPU)"
     peak_bytes = next((v for k, v in PEAK_GBS.items() if k in name), 3350) * 1e9
     print(f"{name}; jax {jax.__version__} on {jax.default_backend()}, torch {torch.__version__}; {steps} steps timed,"
@@ -164,12 +164,15 @@ def compare(learners: list[str], sizes: list[int], steps: int, segment: int, gua
         for runs in sizes:
             data = nonlinear_data(learner, runs, steps, device)
             engine, engine_guard = engine_side(learner, data, config)
-            peer, peer_losses = peer_side(learner, data)
-            diff = max_rel_diff(engine_guard(guard_steps), peer_losses(guard_steps))
+            diff = theirs = np.nan
+            if with_peer:
+                peer, peer_losses = peer_side(learner, data)
+                diff = max_rel_diff(engine_guard(guard_steps), peer_losses(guard_steps))
+                peer(steps)  # compile, warm
             engine(min(steps, segment), segment)  # compile, warm
-            peer(steps)
             mine, handle = min((engine(steps, segment) for _ in range(repeats)), key=lambda timing: timing[0])
-            theirs = min(peer(steps) for _ in range(repeats))
+            if with_peer:
+                theirs = min(peer(steps) for _ in range(repeats))
             rate, peer_rate = data["runs"] * steps / mine, data["runs"] * steps / theirs
             flops, moved, limit, by = bound(learner, data["arch"], config, segment, peak_tflops * 1e12, peak_bytes)
             line = (f"{learner:<10} {data['runs']:>5} {rate:>9.3g} {peer_rate:>9.3g} {rate / peer_rate:>5.2f}x"

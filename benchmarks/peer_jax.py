@@ -310,7 +310,8 @@ def gpu_main(args: argparse.Namespace) -> None:
                                           stream=persistent.default_config(NEURAL_LEARNERS[n]).stream
                                           if args.stream is None else args.stream) for n in learners}
     lines = peer_gpu.compare(learners, sizes, steps, args.segment or min(steps, 1000), min(GUARD, steps) if not args.dry_run
-                             else 3, 1 if args.dry_run else args.repeats, args.device, args.peak_tflops, configs)
+                             else 3, 1 if args.dry_run else args.repeats, args.device, args.peak_tflops, configs,
+                             not args.no_peer)
     if args.summary:
         Path(args.summary).write_text("\n".join(lines) + "\n")
 
@@ -327,6 +328,7 @@ def main() -> None:
     parser.add_argument("--stream", type=int, choices=[0, 1, 2], help="GPU: which layers' Adam moments stream")
     parser.add_argument("--peak-tflops", type=float, default=60.0, help="GPU: fp32 peak for the bound (H100: ~60)")
     parser.add_argument("--summary", help="GPU: also write the table to this file")
+    parser.add_argument("--no-peer", action="store_true", help="GPU: the engine alone (e.g. to compare its knobs)")
     parser.add_argument("--workloads", default="linear,nonlinear,emnist", help="comma-separated (default: all three)")
     parser.add_argument("--learners", help="only these learners (default: all of each workload)")
     parser.add_argument("--steps", type=int, help="steps timed (default: " + ", ".join(f"{w} {n:,}" for w, n in STEPS.items()) + ")")

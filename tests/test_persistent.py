@@ -4,7 +4,7 @@ all nine learners, float32; pack, position, wave and segment invariance; diverge
 Without a GPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, numpy on the CPU) at
 short streams; with one, compiled, at longer ones (`benchmarks/gpu_check_nonlinear.sh` runs these).
 Tolerance: test_cuda.py's (RTOL 2e-3, ATOL 1e-4: float32 on two engines whose sums are ordered
-differently); measured in the interpreter after 30 steps: 1e-5 relative or better. Invariance
+differently); measured in the interpreter after 30 steps: 1e-5 relative or better (the test: 20). Invariance
 is bitwise: a run's program reads nothing of the other runs'.
 """
 
@@ -33,7 +33,7 @@ if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # import
 GPU = DEVICE == "cuda"
 STUDENT = Architecture((32, 256, 20))  # the nonlinear task's
 ODD = Architecture((7, 40, 5), negative_slope=0.01)  # no width a power of two: every tile padded
-STEPS = 300 if GPU else 30
+STEPS = 300 if GPU else 20
 HP = {"alpha": [0.01, 0.003, 0.001, 0.02], "lambda": [0.01, 0.1, 0.001, 0.05], "kappa": [0.3, 1.0, 2.0, 0.5],
       "theta_lambda": [0.5, 0.0, 2.0, 1.0], "gamma0": [-4.6, -1.0, -9.2, -2.3]}
 SEEDS = [0, 1, 0, 1]  # run r reads stream slot r % 2
@@ -94,11 +94,11 @@ def test_a_run_does_not_depend_on_its_pack_position_or_segments(learner):
     """Bitwise: run 2 of a four-run pack in one segment equals run 2 alone (position 0, pack of
     one) stepped in three uneven segments, and, on a GPU, run 2 at the end of a pack of 1,000
     copies of the pack (several waves)."""
-    x, y = _stream(ODD, 23)
+    x, y = _stream(ODD, 16)
     full = _runs(learner, ODD, [0, 1, 2, 3])
     whole = _everything(full, _advance(full, x, y, [0, 1, 2, 3]))
     alone = _runs(learner, ODD, [2])
-    pieces = _everything(alone, _advance(alone, x, y, [2], segments=[1, 7, 15]))
+    pieces = _everything(alone, _advance(alone, x, y, [2], segments=[1, 5, 10]))
     for key, value in pieces.items():
         want = whole[key] if value.dim() == 0 else whole[key][2:3]
         assert torch.equal(value, want), key
@@ -155,7 +155,7 @@ def test_fade_persistent_picks_the_engine_where_it_runs(monkeypatch):
         torch_ops.persistent_engine(spec, STUDENT, "squared_error", device)
 
 
-@pytest.mark.parametrize("optimizer", ["fade_sgd", "adam"] + (sorted(set(NEURAL_LEARNERS) - {"fade_sgd", "adam"}) if GPU else []))
+@pytest.mark.parametrize("optimizer", ["fade_sgd", "adam"] + (["fade_adam", "sgd_wclip", "fade_sgd_all"] if GPU else []))
 def test_a_nonlinear_pack_on_the_persistent_engine_matches_the_cpu_kernel(optimizer, monkeypatch, tmp_path):
     """Through the pack runner (bins, chunks split at bin ends, group metrics, checkpoints' state):
     the persistent engine (FADE_PERSISTENT=1) against the CPU kernel's outcome."""
