@@ -39,19 +39,20 @@ HP = {"alpha": [0.01, 0.003, 0.001, 0.02], "lambda": [0.01, 0.1, 0.001, 0.05], "
 SEEDS = [0, 1, 0, 1]  # run r reads stream slot r % 2
 
 
-def _runs(learner: str, arch: Architecture, runs: list[int], device: str = DEVICE, hp=None, compiled_cpu=False):
+def _runs(learner: str, arch: Architecture, runs: list[int], device: str = DEVICE, hp=None, compiled_cpu=False,
+          dtype=torch.float32):
     """Runs `runs` (indices into SEEDS/HP) of `learner`, starting as a full pack's would."""
     spec = NEURAL_LEARNERS[learner]
     hp = hp or HP
     values = {k: [hp[k][r] for r in runs] for k in spec.hyperparameters}
-    return torch_ops.make_runs(learner, arch, [SEEDS[r] for r in runs], values, "squared_error", device,
+    return torch_ops.make_runs(learner, arch, [SEEDS[r] for r in runs], values, "squared_error", device, dtype,
                                compiled_cpu=compiled_cpu)
 
 
-def _stream(arch: Architecture, steps: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def _stream(arch: Architecture, steps: int, seed: int = 0, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    x = torch.randn(steps, 2, arch.sizes[0], generator=gen)
-    return x.to(DEVICE), torch.randn(steps, 2, arch.sizes[-1], generator=gen).to(DEVICE)
+    x = torch.randn(steps, 2, arch.sizes[0], generator=gen, dtype=dtype)
+    return x.to(DEVICE), torch.randn(steps, 2, arch.sizes[-1], generator=gen, dtype=dtype).to(DEVICE)
 
 
 def _advance(nets, x, y, runs: list[int], segments=None, config=None) -> StepSums:
@@ -87,6 +88,20 @@ def test_every_learner_matches_the_torch_ops_and_the_cpu_kernel(learner, monkeyp
         for key, want in _everything(ref, sums).items():
             assert got[key].isfinite().all(), key
             torch.testing.assert_close(got[key], want, rtol=RTOL, atol=ATOL, msg=f"{learner} {key} vs {name}")
+
+
+@pytest.mark.parametrize("learner", ["fade_adam", "sgd_wd"])
+def test_float64_runs_match_the_torch_ops_to_float64_rounding(learner, monkeypatch):
+    """float64 too (the leaky slope and Adam's scalars in the run's dtype): test_cuda.py's 1e-9."""
+    monkeypatch.setenv("FADE_TRITON", "0")
+    x, y = _stream(ODD, 12, dtype=torch.float64)
+    fast, ref = (_runs(learner, ODD, [0, 1, 2], dtype=torch.float64) for _ in range(2))
+    got = _everything(fast, _advance(fast, x, y, [0, 1, 2]))
+    sums = StepSums.zeros(3, ODD, "squared_error", DEVICE)
+    ref.advance(x, y, torch.tensor([0, 1, 0], device=DEVICE), sums)
+    for key, want in _everything(ref, sums).items():
+        assert got[key].dtype == want.dtype, key
+        torch.testing.assert_close(got[key], want, rtol=1e-9, atol=1e-12, msg=key)
 
 
 @pytest.mark.parametrize("learner", ["fade_adam", "fade_sgd_all", "adamw", "sgd_wclip"])

@@ -140,8 +140,9 @@ def _segment_kernel(
     bc1_ptr, sqrt_bc2_ptr, inv_bc2_ptr,  # Adam, per step [T]: 1 - beta1^k (float64), sqrt(1 - beta2^k), 1/(1 - beta2^(k-1))
     loss_ptr, sq_ptr, active_ptr,  # the bin's sums: [R] float64, [R, O] float64, [R, H] uint8
     steps, x_t, x_s, y_t, y_s,  # steps, and the streams' strides (step, slot)
-    p_row, state_row, fade_row, fade_start, n_in, n_hidden, n_out, slope,
+    p_row, state_row, fade_row, fade_start, n_in, n_hidden, n_out,
     ADAM: tl.constexpr, WD: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr, STREAM: tl.constexpr,
+    SLOPE: tl.constexpr,  # the hidden activation's negative slope, rounded to the run's dtype as torch does
     BI: tl.constexpr, BH: tl.constexpr, BO: tl.constexpr,
 ):
     run = tl.program_id(0).to(tl.int64)
@@ -196,7 +197,7 @@ def _segment_kernel(
             sqrt_bc2, inv_bc2 = tl.load(sqrt_bc2_ptr + t), tl.load(inv_bc2_ptr + t)
         # forward
         z = tl.sum(W0 * x[None, :], axis=1) + B0
-        h = tl.where(z > 0, z, z * slope)
+        h = tl.where(z > 0, z, z * SLOPE)
         fired = tl.maximum(fired, (z > 0).to(tl.int32))
         out = tl.sum(W1 * h[:, None], axis=0) + B1
         d = tl.where(om, out - y, 0.0)  # dJ/d(out) of J = 1/2 sum (out - y)^2
@@ -205,7 +206,7 @@ def _segment_kernel(
         loss_sum += (0.5 * tl.sum(d2, axis=0)).to(tl.float64)
         # backward through the weights before the step
         back = tl.sum(W1 * d[None, :], axis=1)
-        dz = tl.where(z > 0, back, back * slope)
+        dz = tl.where(z > 0, back, back * SLOPE)
         # updates, every parameter from its gradient at the old weights
         if STREAM >= 2 and ADAM:
             m1, v1 = tl.load(m_row + w1, mask=w1m, other=0.0), tl.load(v_row + w1, mask=w1m, other=0.0)
@@ -307,9 +308,9 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
         loss, sq_error, active.view(torch.uint8),
         steps, x.stride(0), x.stride(1), target.stride(0), target.stride(1),
         params.stride(0), state["adam_m"].stride(0) if adam else 0, fade_row, params.shape[1] - fade_row,
-        n_in, n_hidden, n_out, arch.negative_slope,
+        n_in, n_hidden, n_out,
         ADAM=adam, WD=WEIGHT_DECAY_MODES[learner.weight_decay], CLIP=learner.clip, FADE=_FADE_MODES[learner.fade],
-        STREAM=config.stream if adam else 0,
+        STREAM=config.stream if adam else 0, SLOPE=float(arch.negative_slope),
         BI=triton.next_power_of_2(n_in), BH=triton.next_power_of_2(n_hidden), BO=triton.next_power_of_2(n_out),
         num_warps=config.num_warps, enable_fp_fusion=config.fp_fusion,
     )
