@@ -28,6 +28,8 @@ start=$(date +%s)
 budget=${NONLINEAR_CHECK_BUDGET:-240}
 ((dry)) && budget=${NONLINEAR_CHECK_BUDGET:-1500}
 deadline=$((start + budget))
+slow=1
+((dry)) && slow=4  # the interpreter and a small shared CPU: every step's limit times four
 summary=()
 
 source benchmarks/check_lib.sh  # note, step
@@ -69,7 +71,7 @@ note versions "$(tail -1 "$logs/versions.log")"
 if [[ $parts == *" tests "* ]]; then
   select=()
   ((dry)) && select=(-k "diverging or refuses or picks or position and adamw")
-  step tests 100 $py -m pytest -q -p no:cacheprovider tests/test_persistent.py "${select[@]}"
+  step tests $((90 * slow)) $py -m pytest -q -p no:cacheprovider tests/test_persistent.py "${select[@]}"
   note tests "exit $? $(grep -E '[0-9]+ (passed|failed|error)' "$logs/tests.log" | tail -1)"
   while read -r line; do note "  failed" "$line"; done < <(grep -E '^(FAILED|ERROR)' "$logs/tests.log" | head -8)
 fi
@@ -79,7 +81,7 @@ if [[ $parts == *" bench "* ]]; then
   if ((dry)); then
     step bench 900 $py benchmarks/peer_jax.py --dry-run --summary "$logs/bench-table.txt"
   else
-    step bench 80 $py benchmarks/peer_jax.py --device cuda --runs 240,1000,4000 --steps "${BENCH_STEPS:-1000}" \
+    step bench $((70 * slow)) $py benchmarks/peer_jax.py --device cuda --runs 240,1000,4000 --steps "${BENCH_STEPS:-1000}" \
       --learners fade_sgd,adam,adamw,fade_adam --repeats 2 --summary "$logs/bench-table.txt"
   fi
   note bench "exit $? (engine/s, JAX/s: run-steps per second; ratio engine/JAX)"
@@ -99,23 +101,26 @@ if [[ $parts == *" sweep "* ]]; then
     fi
     extra=(--gpus-per-pack 1)
     ((dry)) && extra=()  # (the dry run's "GPU" packs run on the CPU, in the interpreter)
-    step sweep-cpu 45 $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" --no-report --table-format csv
+    step sweep-cpu $((40 * slow)) $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" --no-report --table-format csv
     note "sweep cpu" "exit $? $(grep -E '^Done' "$logs/sweep-cpu.log" | tail -1 | cut -c1-90)"
-    step sweep-gpu 45 env FADE_PERSISTENT=1 $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" --no-report \
+    step sweep-gpu $((40 * slow)) env FADE_PERSISTENT=1 $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" --no-report \
       --table-format csv "${extra[@]}"
     note "sweep gpu" "exit $? (FADE_PERSISTENT=1 ${extra[*]}) $(grep -E '^Done' "$logs/sweep-gpu.log" | tail -1 | cut -c1-80)"
-    step sweep-compare 20 $py benchmarks/compare_stores.py "$work/store-cpu/nonlinear-check" "$work/store-gpu/nonlinear-check"
+    step sweep-compare $((15 * slow)) $py benchmarks/compare_stores.py "$work/store-cpu/nonlinear-check" "$work/store-gpu/nonlinear-check"
     note "sweep check" "exit $? $(tail -1 "$logs/sweep-compare.log")"
   fi
 fi
 
 # -- the knobs at 4,000 runs: warps for fade_sgd, where Adam's moments live for adam ----------------
 if [[ $parts == *" knobs "* ]] && ((!dry)); then
-  for knob in "fade_sgd --warps 4" "fade_sgd --warps 8" "adam --stream 0" "adam --stream 1" "fade_adam --stream 1" \
-    "sgd --warps 16" "sgd --warps 4"; do
-    read -r learner flag value <<<"$knob"
-    step "knob-$learner$flag$value" 40 $py benchmarks/peer_jax.py --device cuda --runs 4000 --steps "${BENCH_STEPS:-1000}" \
-      --learners "$learner" "$flag" "$value" --repeats 2 --no-peer
-    note "knob" "exit $? $(grep -E "^$learner " "$logs/knob-$learner$flag$value.log" | tail -1)"
+  # (most telling first: the budget cuts the list's end)
+  for knob in "fade_sgd --warps 8" "adam --stream 0 --maxnreg 128" "adam --approx" "adam --stream 1" "fade_sgd --warps 4" \
+    "fade_adam --stream 1" "fade_adam --maxnreg 128" "sgd --warps 16"; do
+    read -r learner flags <<<"$knob"
+    name="knob-$learner${flags// /}"
+    # shellcheck disable=SC2086  # the knob's flags split into words on purpose
+    step "$name" 40 $py benchmarks/peer_jax.py --device cuda --runs 4000 --steps "${BENCH_STEPS:-1000}" \
+      --learners "$learner" $flags --repeats 2 --no-peer
+    note "knob" "exit $? $(grep -E "^$learner " "$logs/$name.log" | tail -1)"
   done
 fi

@@ -177,7 +177,8 @@ def compare(learners: list[str], sizes: list[int], steps: int, segment: int, gua
             flops, moved, limit, by = bound(learner, data["arch"], config, segment, peak_tflops * 1e12, peak_bytes)
             line = (f"{learner:<10} {data['runs']:>5} {rate:>9.3g} {peer_rate:>9.3g} {rate / peer_rate:>5.2f}x"
                     f" {flops:>8.3g} {moved:>7.3g} {limit:>9.3g} {by:>6} {rate / limit:>8.1%} {peer_rate / limit:>7.1%}"
-                    f" {diff:>12.1e}  warps {config.num_warps} stream {config.stream}, {getattr(handle, 'n_regs', '-')}"
+                    f" {diff:>12.1e}  warps {config.num_warps} stream {config.stream}{'' if config.exact else ' approx'}{f' maxnreg {config.maxnreg}' if config.maxnreg else ''},"
+                    f" {getattr(handle, 'n_regs', '-')}"
                     f" regs, spills {getattr(handle, 'n_spills', '-')}")
             print(line, flush=True)
             lines.append(line)

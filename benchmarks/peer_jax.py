@@ -308,7 +308,8 @@ def gpu_main(args: argparse.Namespace) -> None:
     steps = args.steps or (2000 if not args.dry_run else 6)
     configs = {n: persistent.KernelConfig(num_warps=args.warps or persistent.default_config(NEURAL_LEARNERS[n]).num_warps,
                                           stream=persistent.default_config(NEURAL_LEARNERS[n]).stream
-                                          if args.stream is None else args.stream) for n in learners}
+                                          if args.stream is None else args.stream, exact=not args.approx,
+                                          maxnreg=args.maxnreg) for n in learners}
     lines = peer_gpu.compare(learners, sizes, steps, args.segment or min(steps, 1000), min(GUARD, steps) if not args.dry_run
                              else 3, 1 if args.dry_run else args.repeats, args.device, args.peak_tflops, configs,
                              not args.no_peer)
@@ -329,6 +330,8 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=60.0, help="GPU: fp32 peak for the bound (H100: ~60)")
     parser.add_argument("--summary", help="GPU: also write the table to this file")
     parser.add_argument("--no-peer", action="store_true", help="GPU: the engine alone (e.g. to compare its knobs)")
+    parser.add_argument("--approx", action="store_true", help="GPU: Adam's divisions and roots approximate (KernelConfig.exact)")
+    parser.add_argument("--maxnreg", type=int, help="GPU: registers per thread the kernel may use (KernelConfig.maxnreg)")
     parser.add_argument("--workloads", default="linear,nonlinear,emnist", help="comma-separated (default: all three)")
     parser.add_argument("--learners", help="only these learners (default: all of each workload)")
     parser.add_argument("--steps", type=int, help="steps timed (default: " + ", ".join(f"{w} {n:,}" for w, n in STEPS.items()) + ")")

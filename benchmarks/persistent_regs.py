@@ -34,19 +34,20 @@ WORD = r"\b{}\b"  # an opcode as a whole word in a SASS line
 POINTERS = {"bc1_ptr": "*fp64", "loss_ptr": "*fp64", "sq_ptr": "*fp64", "active_ptr": "*u8", "slot_ptr": "*i64"}
 
 
-def ptxas_report(learner: str, warps: int, stream: int, sizes=(32, 256, 20), sass: bool = False) -> str:
+def ptxas_report(learner: str, warps: int, stream: int, sizes=(32, 256, 20), sass: bool = False,
+                 maxnreg: int | None = None) -> str:
     """`ptxas -v`'s registers / stack / spill line of one variant; with `sass`, also what one thread
     executes per step: the instructions of the step loop (the longest backward branch) by kind."""
     spec = NEURAL_LEARNERS[learner]
     kernel = persistent._segment_kernel
     flags = dict(ADAM=spec.base == "adam", WD=WEIGHT_DECAY_MODES[spec.weight_decay], CLIP=spec.clip,
-                 FADE={"none": 0, "head": 1, "all": 2}[spec.fade], STREAM=stream if spec.base == "adam" else 0, SLOPE=0.0,
+                 FADE={"none": 0, "head": 1, "all": 2}[spec.fade], STREAM=stream if spec.base == "adam" else 0, SLOPE=0.0, EXACT=True,
                  BI=triton.next_power_of_2(sizes[0]), BH=triton.next_power_of_2(sizes[1]),
                  BO=triton.next_power_of_2(sizes[2]))
     signature = {n: "constexpr" if n in flags else POINTERS.get(n, "*fp32") if n.endswith("_ptr")
                  else "i32" for n in kernel.arg_names}
     source = ASTSource(kernel, signature, constexprs={(kernel.arg_names.index(n),): v for n, v in flags.items()})
-    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})})
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     with tempfile.TemporaryDirectory() as tmp:
         ptx = Path(tmp) / "k.ptx"
@@ -84,6 +85,7 @@ def main() -> None:
     parser.add_argument("--warps", default="8,16")
     parser.add_argument("--streams", help="Adam learners: which `stream` values (default: the learner's default)")
     parser.add_argument("--sass", action="store_true", help="also the step loop's instruction mix (cuobjdump)")
+    parser.add_argument("--maxnreg", type=int, help="registers per thread the compiler may use (Triton's maxnreg)")
     args = parser.parse_args()
     for learner in args.learners.split(","):
         if learner not in NEURAL_LEARNERS:
@@ -94,7 +96,7 @@ def main() -> None:
                    else [persistent.default_config(spec).stream])
         for warps in (int(w) for w in args.warps.split(",")):
             for stream in streams:
-                print(f"{learner:<13} warps {warps:>2} stream {stream}: {ptxas_report(learner, warps, stream, sass=args.sass)}", flush=True)
+                print(f"{learner:<13} warps {warps:>2} stream {stream}: {ptxas_report(learner, warps, stream, sass=args.sass, maxnreg=args.maxnreg)}", flush=True)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ all nine learners, float32; pack, position, wave and segment invariance; diverge
 Without a GPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, numpy on the CPU) at
 short streams; with one, compiled, at longer ones (`benchmarks/gpu_check_nonlinear.sh` runs these).
 Tolerance: test_cuda.py's (RTOL 2e-3, ATOL 1e-4: float32 on two engines whose sums are ordered
-differently); measured in the interpreter after 30 steps: 1e-5 relative or better (the test: 20). Invariance
+differently); measured in the interpreter after 30 steps: 1e-5 relative or better (the test: 15). Invariance
 is bitwise: a run's program reads nothing of the other runs'.
 """
 
@@ -33,7 +33,7 @@ if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # import
 GPU = DEVICE == "cuda"
 STUDENT = Architecture((32, 256, 20))  # the nonlinear task's
 ODD = Architecture((7, 40, 5), negative_slope=0.01)  # no width a power of two: every tile padded
-STEPS = 300 if GPU else 20
+STEPS = 300 if GPU else 15
 HP = {"alpha": [0.01, 0.003, 0.001, 0.02], "lambda": [0.01, 0.1, 0.001, 0.05], "kappa": [0.3, 1.0, 2.0, 0.5],
       "theta_lambda": [0.5, 0.0, 2.0, 1.0], "gamma0": [-4.6, -1.0, -9.2, -2.3]}
 SEEDS = [0, 1, 0, 1]  # run r reads stream slot r % 2
@@ -75,7 +75,7 @@ def _everything(nets, sums: StepSums) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
 def test_every_learner_matches_the_torch_ops_and_the_cpu_kernel(learner, monkeypatch):
     monkeypatch.setenv("FADE_TRITON", "0")  # the reference: plain torch ops
-    runs = [0, 1, 2]
+    runs = [0, 1, 2] if GPU else [1, 2]  # (runs 1 and 2 read different slots)
     x, y = _stream(STUDENT, STEPS)
     fast = _runs(learner, STUDENT, runs)
     got = _everything(fast, _advance(fast, x, y, runs))
@@ -124,17 +124,17 @@ def test_a_run_does_not_depend_on_its_pack_position_or_segments(learner):
             assert value.dim() == 0 or torch.equal(value[-2:-1], whole[key][2:3]), key
 
 
-@pytest.mark.parametrize("stream", [0, 1])
-def test_held_and_streamed_adam_moments_agree(stream):
-    """The knobs change where the moments live, not the numbers (to float32 rounding: a GPU
-    compiles the variants' reductions differently; the interpreter gives the same bits)."""
+@pytest.mark.parametrize("config", [{"stream": 0}, {"stream": 1}, {"exact": False}])
+def test_the_knobs_change_where_state_lives_not_the_numbers(config):
+    """Where the moments live, warps, approximate division: the same numbers to float32 rounding (a
+    GPU compiles the variants' reductions differently; the interpreter gives the same bits)."""
     x, y = _stream(ODD, 12)
     nets = {c: _runs("fade_adam", ODD, [0, 1]) for c in ("default", "knob")}
     default = _everything(nets["default"], _advance(nets["default"], x, y, [0, 1]))
-    config = persistent.KernelConfig(num_warps=4, stream=stream)
-    knob = _everything(nets["knob"], _advance(nets["knob"], x, y, [0, 1], config=config))
+    knob_config = persistent.KernelConfig(num_warps=4, **config)
+    knob = _everything(nets["knob"], _advance(nets["knob"], x, y, [0, 1], config=knob_config))
     for key, value in knob.items():
-        torch.testing.assert_close(value, default[key], rtol=1e-5, atol=1e-7, msg=key)
+        torch.testing.assert_close(value, default[key], rtol=1e-4 if "exact" in config else 1e-5, atol=1e-7, msg=key)
 
 
 @pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning", "ignore:invalid value encountered:RuntimeWarning")

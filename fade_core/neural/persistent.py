@@ -78,6 +78,8 @@ class KernelConfig:
     num_warps: int = 8
     stream: int = 2
     fp_fusion: bool = True  # let the compiler contract a*b+c into FMAs (the products' speed)
+    exact: bool = True  # Adam's divisions and square roots rounded as torch's (False: the fast approximate ones)
+    maxnreg: int | None = None  # registers per thread ptxas may use (None: its choice; it took 64 for adam at 16 warps)
 
     def __post_init__(self) -> None:
         if self.num_warps not in (1, 2, 4, 8, 16, 32) or self.stream not in (0, 1, 2):
@@ -101,8 +103,26 @@ def unsupported(learner: NeuralLearner, arch: Architecture, loss: str) -> str | 
 
 
 @triton.jit
+def _quotient(a, b, EXACT: tl.constexpr):
+    """a / b: rounded once (IEEE, as torch), or Triton's approximate float32 division (~2 ulp, a
+    few instructions instead of a dozen)."""
+    if EXACT:
+        return _div(a, b)
+    else:
+        return a / b
+
+
+@triton.jit
+def _root(a, EXACT: tl.constexpr):
+    if EXACT:
+        return _sqrt(a)
+    else:
+        return tl.sqrt(a)
+
+
+@triton.jit
 def _step(P, G, m, v, gamma, trace, q, alpha, lam, theta, bound, step, sqrt_bc2, inv_bc2,
-          ADAM: tl.constexpr, WD: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr):
+          ADAM: tl.constexpr, WD: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr, EXACT: tl.constexpr):
     """One parameter's update of algorithms.md §2 (torch_ops' order): FADE's decay first, weight
     decay, the SGD or Adam step with gradient G taken at the old P, then clipping. Arguments a
     variant does not use are placeholders, returned as they came."""
@@ -111,7 +131,7 @@ def _step(P, G, m, v, gamma, trace, q, alpha, lam, theta, bound, step, sqrt_bc2,
     if FADE:
         alpha_eff = alpha
         if ADAM:  # alpha / (sqrt(v_hat) + eps), v_hat before this step (alpha on the first step)
-            alpha_eff = tl.where(inv_bc2 > 0, _div(alpha, _sqrt(v * inv_bc2) + eps), alpha)
+            alpha_eff = tl.where(inv_bc2 > 0, _quotient(alpha, _root(v * inv_bc2, EXACT) + eps, EXACT), alpha)
         gamma = _clamp(gamma - theta * G * trace, _GAMMA_MIN, _GAMMA_MAX)
         decay = _exp(gamma)
         c = tl.maximum(one - decay - alpha_eff * q, 0.0, propagate_nan=tl.PropagateNan.ALL)
@@ -124,7 +144,7 @@ def _step(P, G, m, v, gamma, trace, q, alpha, lam, theta, bound, step, sqrt_bc2,
     if ADAM:
         m = _fma(tl.full([], _M_WEIGHT, P.dtype), G - m, m)
         v = _fma(tl.full([], _V_WEIGHT, P.dtype) * G, G, v * tl.full([], _BETA2, P.dtype))
-        P = P - _div(step * m, _div(_sqrt(v), sqrt_bc2) + eps)
+        P = P - _quotient(step * m, _quotient(_root(v, EXACT), sqrt_bc2, EXACT) + eps, EXACT)
     else:
         P = P - alpha * G
     if CLIP:
@@ -143,6 +163,7 @@ def _segment_kernel(
     p_row, state_row, fade_row, fade_start, n_in, n_hidden, n_out,
     ADAM: tl.constexpr, WD: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr, STREAM: tl.constexpr,
     SLOPE: tl.constexpr,  # the hidden activation's negative slope, rounded to the run's dtype as torch does
+    EXACT: tl.constexpr,  # KernelConfig.exact
     BI: tl.constexpr, BH: tl.constexpr, BO: tl.constexpr,
 ):
     run = tl.program_id(0).to(tl.int64)
@@ -211,25 +232,25 @@ def _segment_kernel(
         if STREAM >= 2 and ADAM:
             m1, v1 = tl.load(m_row + w1, mask=w1m, other=0.0), tl.load(v_row + w1, mask=w1m, other=0.0)
             W1, m1, v1, gW1, tW1 = _step(W1, h[:, None] * d[None, :], m1, v1, gW1, tW1, (h * h)[:, None], alpha, lam,
-                                         theta, bound1, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE >= 1)
+                                         theta, bound1, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE >= 1, EXACT)
             tl.store(m_row + w1, m1, mask=w1m)
             tl.store(v_row + w1, v1, mask=w1m)
         else:
             W1, mW1, vW1, gW1, tW1 = _step(W1, h[:, None] * d[None, :], mW1, vW1, gW1, tW1, (h * h)[:, None], alpha, lam,
-                                           theta, bound1, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE >= 1)
+                                           theta, bound1, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE >= 1, EXACT)
         B1, mB1, vB1, gB1, tB1 = _step(B1, d, mB1, vB1, gB1, tB1, one, alpha, lam, theta, bound1, step, sqrt_bc2, inv_bc2,
-                                       ADAM, WD, CLIP, FADE >= 1)
+                                       ADAM, WD, CLIP, FADE >= 1, EXACT)
         if STREAM >= 1 and ADAM:
             m0, v0 = tl.load(m_row + w0, mask=w0m, other=0.0), tl.load(v_row + w0, mask=w0m, other=0.0)
             W0, m0, v0, gW0, tW0 = _step(W0, dz[:, None] * x[None, :], m0, v0, gW0, tW0, (x * x)[None, :], alpha, lam,
-                                         theta, bound0, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE == 2)
+                                         theta, bound0, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE == 2, EXACT)
             tl.store(m_row + w0, m0, mask=w0m)
             tl.store(v_row + w0, v0, mask=w0m)
         else:
             W0, mW0, vW0, gW0, tW0 = _step(W0, dz[:, None] * x[None, :], mW0, vW0, gW0, tW0, (x * x)[None, :], alpha, lam,
-                                           theta, bound0, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE == 2)
+                                           theta, bound0, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE == 2, EXACT)
         B0, mB0, vB0, gB0, tB0 = _step(B0, dz, mB0, vB0, gB0, tB0, one, alpha, lam, theta, bound0, step, sqrt_bc2, inv_bc2,
-                                       ADAM, WD, CLIP, FADE == 2)
+                                       ADAM, WD, CLIP, FADE == 2, EXACT)
     # the segment's end: state and sums written once
     tl.store(p + w0, W0, mask=w0m)
     tl.store(p + b0, B0, mask=hm)
@@ -310,9 +331,9 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
         params.stride(0), state["adam_m"].stride(0) if adam else 0, fade_row, params.shape[1] - fade_row,
         n_in, n_hidden, n_out,
         ADAM=adam, WD=WEIGHT_DECAY_MODES[learner.weight_decay], CLIP=learner.clip, FADE=_FADE_MODES[learner.fade],
-        STREAM=config.stream if adam else 0, SLOPE=float(arch.negative_slope),
+        STREAM=config.stream if adam else 0, SLOPE=float(arch.negative_slope), EXACT=config.exact,
         BI=triton.next_power_of_2(n_in), BH=triton.next_power_of_2(n_hidden), BO=triton.next_power_of_2(n_out),
-        num_warps=config.num_warps, enable_fp_fusion=config.fp_fusion,
+        num_warps=config.num_warps, enable_fp_fusion=config.fp_fusion, **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )
     if adam:
         state["adam_steps"] += steps
