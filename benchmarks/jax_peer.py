@@ -103,8 +103,9 @@ def mlp_loss(params: list, x: jax.Array, y: jax.Array, slope: float, classificat
 
 
 def neural_run(base: Optimizer, head_fade: bool, slope: float, classification: bool, p: dict, params0: list,
-               xs: jax.Array, ys: jax.Array) -> jax.Array:
-    """One run's losses (T,); params0 = [W0, b0, W1, b1, ...]; FADE on the head (algorithms.md §2)."""
+               xs: jax.Array, ys: jax.Array, decoupled: bool = False) -> jax.Array:
+    """One run's losses (T,); params0 = [W0, b0, W1, b1, ...]; FADE on the head (algorithms.md §2);
+    `decoupled`: AdamW's decay P * (1 - alpha * lambda) before the base step."""
     head = params0[-2:]
     fade0 = ([jnp.zeros_like(P) + p["gamma0"] for P in head], [jnp.zeros_like(P) for P in head]) if head_fade else ()
     s0 = (params0, [base.init(P) for P in params0], fade0, 0)
@@ -118,10 +119,16 @@ def neural_run(base: Optimizer, head_fade: bool, slope: float, classification: b
             prob = jax.nn.softmax(out)
             q_out = prob * (1 - prob) if classification else jnp.ones_like(out)
             for i, q in zip((-2, -1), (q_out[:, None] * h**2, q_out)):
+                alpha_eff = p["alpha"]
+                if base is ADAM:  # alpha / (sqrt(v_hat) + eps), v_hat before this step (alpha on the first)
+                    v_hat = opt[i][1] / (1 - B2 ** jnp.maximum(k - 1, 1))
+                    alpha_eff = jnp.where(k > 1, p["alpha"] / (jnp.sqrt(v_hat) + EPS), p["alpha"])
                 gamma[i] = jnp.clip(gamma[i] - p["theta_lambda"] * grads[i] * g[i], -15, 0)
                 l = jnp.exp(gamma[i])
-                g[i] = g[i] * jnp.maximum(1 - l - p["alpha"] * q, 0) - l * params[i]
+                g[i] = g[i] * jnp.maximum(1 - l - alpha_eff * q, 0) - l * params[i]
                 params[i] = (1 - l) * params[i]
+        if decoupled:
+            params = [P * (1 - p["alpha"] * p["lambda"]) for P in params]
         params, opt = map(list, zip(*(base.update(p, *a, k) for a in zip(params, grads, opt))))
         return (params, opt, fade, k), loss
 
@@ -142,6 +149,12 @@ def peer_program(meta: dict, init: np.ndarray) -> tuple[Callable, object]:
     shapes = [s for i, o in zip(sizes[:-1], sizes[1:]) for s in ((o, i), (o,))]
     ends = np.cumsum([np.prod(s) for s in shapes])
     params0 = [jnp.asarray(init[:, e - np.prod(s) : e].reshape(-1, *s)) for s, e in zip(shapes, ends)]
-    base = ADAM if meta["learner"] == "adam" else SGD
-    fade_head = meta["learner"].startswith("fade")
-    return pack(lambda *a: neural_run(base, fade_head, meta["slope"], meta["classification"], *a)), params0
+    learner = meta["learner"]
+    if learner not in NEURAL_PEERS:
+        raise ValueError(f"the JAX peer has no {learner!r}; it has {', '.join(NEURAL_PEERS)}")
+    base = ADAM if "adam" in learner else SGD
+    fade_head, decoupled = learner.startswith("fade"), learner == "adamw"
+    return pack(lambda *a: neural_run(base, fade_head, meta["slope"], meta["classification"], *a, decoupled)), params0
+
+
+NEURAL_PEERS = ("sgd", "adam", "adamw", "fade_sgd", "fade_adam")  # the network learners written here

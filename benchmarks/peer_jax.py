@@ -102,7 +102,7 @@ import torch  # noqa: E402
 
 from bench_linear import HP  # noqa: E402
 from bench_neural import SHARED_EMNIST, experiment  # noqa: E402
-from fade_core import LINEAR_LEARNERS, initial_weights, make_runs  # noqa: E402
+from fade_core import LINEAR_LEARNERS, NEURAL_LEARNERS, initial_weights, make_runs  # noqa: E402
 from fade_core.linear import advance, hyperparameter_matrix, init_state  # noqa: E402
 from fade_core.neural import StepSums  # noqa: E402
 from roofline import Bound, machine, si  # noqa: E402
@@ -293,8 +293,45 @@ def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 
 
+def gpu_main(args: argparse.Namespace) -> None:
+    """--device cuda (or --dry-run): the persistent engine against a GPU JAX peer, nonlinear task (peer_gpu.py)."""
+    os.environ.setdefault("TRITON_INTERPRET", "0" if args.device == "cuda" else "1")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        fail("--device cuda: torch sees no CUDA GPU here; use --device cpu --dry-run for the toy-sized check")
+    import peer_gpu
+    from fade_core.neural import persistent
+
+    from_jax = set(peer_gpu.NEURAL_PEERS)
+    learners = parse_list(args.learners or ("fade_sgd,adam,adamw,fade_adam" if not args.dry_run else "fade_sgd,fade_adam"),
+                          tuple(n for n in NEURAL_LEARNERS if n in from_jax), "learner")
+    sizes = [int(r) for r in (args.runs or ("240,1000,4000" if not args.dry_run else "3")).split(",")]
+    steps = args.steps or (2000 if not args.dry_run else 6)
+    configs = {n: persistent.KernelConfig(num_warps=args.warps or persistent.default_config(NEURAL_LEARNERS[n]).num_warps,
+                                          stream=persistent.default_config(NEURAL_LEARNERS[n]).stream
+                                          if args.stream is None else args.stream, exact=not args.approx,
+                                          maxnreg=args.maxnreg) for n in learners}
+    lines = peer_gpu.compare(learners, sizes, steps, args.segment or min(steps, 1000), min(GUARD, steps) if not args.dry_run
+                             else 3, 1 if args.dry_run else args.repeats, args.device, args.peak_tflops, configs,
+                             not args.no_peer)
+    if args.summary:
+        Path(args.summary).write_text("\n".join(lines) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                        help="cuda: the persistent engine against JAX on the GPU, nonlinear task (peer_gpu.py)")
+    parser.add_argument("--dry-run", action="store_true", help="the --device cuda comparison at toy sizes on the CPU "
+                        "(Triton's interpreter, JAX on the CPU): checks the script, times nothing that matters")
+    parser.add_argument("--runs", help="GPU: pack sizes, comma-separated (default 240,1000,4000)")
+    parser.add_argument("--segment", type=int, help="GPU: engine steps per launch (default min(steps, 1000))")
+    parser.add_argument("--warps", type=int, help="GPU: the kernel's num_warps (default: per learner)")
+    parser.add_argument("--stream", type=int, choices=[0, 1, 2], help="GPU: which layers' Adam moments stream")
+    parser.add_argument("--peak-tflops", type=float, default=60.0, help="GPU: fp32 peak for the bound (H100: ~60)")
+    parser.add_argument("--summary", help="GPU: also write the table to this file")
+    parser.add_argument("--no-peer", action="store_true", help="GPU: the engine alone (e.g. to compare its knobs)")
+    parser.add_argument("--approx", action="store_true", help="GPU: Adam's divisions and roots approximate (KernelConfig.exact)")
+    parser.add_argument("--maxnreg", type=int, help="GPU: registers per thread the kernel may use (KernelConfig.maxnreg)")
     parser.add_argument("--workloads", default="linear,nonlinear,emnist", help="comma-separated (default: all three)")
     parser.add_argument("--learners", help="only these learners (default: all of each workload)")
     parser.add_argument("--steps", type=int, help="steps timed (default: " + ", ".join(f"{w} {n:,}" for w, n in STEPS.items()) + ")")
@@ -302,6 +339,9 @@ def main() -> None:
     parser.add_argument("--dtype", help="float32 and/or float64 (default: both for linear, float32 for the networks)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats per side; the best is kept")
     args = parser.parse_args()
+    if args.device == "cuda" or args.dry_run:
+        gpu_main(args)
+        return
     workloads = parse_list(args.workloads, tuple(PACKS), "workload")
     every = tuple(dict.fromkeys(n for w in workloads for n in LEARNERS[w]))
     learners = parse_list(args.learners, every, "learner") if args.learners else every

@@ -12,7 +12,9 @@ tests/test_neural_engines.py, at the tolerances stated there and in docs/archite
                 reference, on any device
     triton      neural: the torch ops with each parameter's update fused into one Triton
                 kernel (`fade_core/neural/triton_update.py`), CUDA
-    persistent  a persistent GPU kernel (a name reserved for it: no row below yet)
+    persistent  neural, one-hidden-layer regression (the nonlinear task): one Triton launch per
+                segment of steps, each run's network on chip (`fade_core/neural/persistent.py`),
+                CUDA; not the default until a GPU measurement puts it ahead of triton
 
 The choice is explicit: a sweep file's `engine:` or `fade-sweep run --engine NAME`, else
 `default_engine(task, device)`; a pack's manifest records the engine that ran it. No
@@ -72,6 +74,8 @@ ENGINES: tuple[EngineRow, ...] = (
               "fade float32, 200 runs x 2000 steps, per CPU second of 1 thread on the 2-core CI machine (the cpu "
               "engine: 57-64M in the same process), 2026-11-27"),
     *_neural_rows("nonlinear_tracking", 114e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),
+    EngineRow("nonlinear_tracking", "neural", "cuda", PERSISTENT, False, 4000, None,
+              "not measured: no GPU was lent (benchmarks/gpu_check_nonlinear.sh measures it beside the JAX peer)"),
     *_neural_rows("emnist_label_permuted", 20.2e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),
     *_neural_rows("emnist_partial_permuted", 20.2e3, f"emnist_label_permuted's fade_sgd figure (same network), {_ROOFLINE}"),
 )

@@ -4,6 +4,8 @@
     torch   batched torch ops, one step at a time (torch_ops: the reference, any device)
     triton  the torch ops with each parameter's update fused into one Triton kernel (CUDA;
             on CPU tensors only under TRITON_INTERPRET=1, as the tests run it)
+    persistent  one Triton launch per segment, each run's network on chip (persistent.py:
+            one-hidden-layer regression networks, the nonlinear task; CUDA, or the interpreter)
 """
 
 from __future__ import annotations
@@ -12,12 +14,12 @@ import functools
 
 import torch
 
-from fade_core.engines import CPU, TORCH, TRITON, EngineError
+from fade_core.engines import CPU, PERSISTENT, TORCH, TRITON, EngineError
 from fade_core.mlp import Architecture, BatchedMLP
 from fade_core.neural.rules import NeuralLearner, get_neural_learner
 from fade_core.neural.state import Loss, NeuralRuns
 
-NEURAL_ENGINES = (CPU, TORCH, TRITON)
+NEURAL_ENGINES = (CPU, TORCH, TRITON, PERSISTENT)
 
 
 def engine_class(name: str, device: torch.device):
@@ -33,6 +35,10 @@ def engine_class(name: str, device: torch.device):
         from fade_core.neural.torch_ops import TorchOps
 
         return functools.partial(TorchOps, fused=name == TRITON)
+    if name == PERSISTENT:
+        from fade_core.neural.persistent import PersistentKernel
+
+        return PersistentKernel
     raise EngineError(f"engine {name!r} does not run neural learners; choose one of {', '.join(NEURAL_ENGINES)}")
 
 

@@ -1,0 +1,103 @@
+"""Registers and spills of the persistent kernel per learner, num_warps and stream, for sm_90 (no GPU needed).
+
+    python benchmarks/persistent_regs.py                          # the learners' defaults, 8 and 16 warps
+    python benchmarks/persistent_regs.py --learners fade_sgd,adam --warps 4,8,16 --streams 0,1,2
+
+Triton compiles the kernel for Hopper (sm_90a) on any machine; Triton's own ptxas then reports
+the registers per thread, the stack frame and the spill traffic per thread (`ptxas -v`). A
+Hopper SM has 64K registers: a program of W warps at N registers per thread takes 32 W N of them,
+so 16 warps cap a thread at 128 and 8 warps at 255 (one program per SM) or 128 (two).
+Spills live in local memory (L1, then L2): that is what `stream` trades against.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ["TRITON_INTERPRET"] = "0"
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from fade_core.neural import NEURAL_LEARNERS, persistent  # noqa: E402
+from fade_core.neural.rules import WEIGHT_DECAY_MODES  # noqa: E402
+
+WORD = r"\b{}\b"  # an opcode as a whole word in a SASS line
+POINTERS = {"bc1_ptr": "*fp64", "loss_ptr": "*fp64", "sq_ptr": "*fp64", "active_ptr": "*u8", "slot_ptr": "*i64"}
+
+
+def ptxas_report(learner: str, warps: int, stream: int, sizes=(32, 256, 20), sass: bool = False,
+                 maxnreg: int | None = None) -> str:
+    """`ptxas -v`'s registers / stack / spill line of one variant; with `sass`, also what one thread
+    executes per step: the instructions of the step loop (the longest backward branch) by kind."""
+    spec = NEURAL_LEARNERS[learner]
+    kernel = persistent._segment_kernel
+    flags = dict(ADAM=spec.base == "adam", WD=WEIGHT_DECAY_MODES[spec.weight_decay], CLIP=spec.clip,
+                 FADE={"none": 0, "head": 1, "all": 2}[spec.fade], STREAM=stream if spec.base == "adam" else 0, SLOPE=0.0, EXACT=True,
+                 BI=triton.next_power_of_2(sizes[0]), BH=triton.next_power_of_2(sizes[1]),
+                 BO=triton.next_power_of_2(sizes[2]))
+    signature = {n: "constexpr" if n in flags else POINTERS.get(n, "*fp32") if n.endswith("_ptr")
+                 else "i32" for n in kernel.arg_names}
+    source = ASTSource(kernel, signature, constexprs={(kernel.arg_names.index(n),): v for n, v in flags.items()})
+    compiled = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps, **({"maxnreg": maxnreg} if maxnreg else {})})
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "k.ptx"
+        ptx.write_text(compiled.asm["ptx"])
+        done = subprocess.run([str(ptxas), "-v", "--gpu-name=sm_90a", str(ptx), "-o", str(Path(tmp) / "k.cubin")],
+                              capture_output=True, text=True)
+        dump = subprocess.run([str(ptxas.parent / "cuobjdump"), "-sass", str(Path(tmp) / "k.cubin")],
+                              capture_output=True, text=True).stdout if sass else ""
+    text = done.stdout + done.stderr
+    regs = re.search(r"Used (\d+) registers", text)
+    spills = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", text)
+    if not regs or not spills:
+        return f"ptxas said: {text.strip().splitlines()[-1] if text.strip() else done.returncode}"
+    return (f"{regs.group(1):>4} regs  stack {spills.group(1):>5} B  spill stores {spills.group(2):>5} B"
+            f"  loads {spills.group(3):>5} B  shared {compiled.metadata.shared:>6} B" + (loop_mix(dump) if sass else ""))
+
+
+def loop_mix(dump: str) -> str:
+    """Instructions per thread and step in the step loop of a SASS listing, by kind."""
+    code = [(int(m.group(1), 16), line) for line in dump.splitlines() if (m := re.search(r"/\*([0-9a-f]{4,})\*/", line))]
+    branches = [(int(m.group(1), 16), at) for at, line in code if (m := re.search(r"BRA\s+0x([0-9a-f]+)", line))]
+    loops = [(target, at) for target, at in branches if target < at]
+    if not loops:
+        return "  (no step loop found in the SASS)"
+    first, last = max(loops, key=lambda loop: loop[1] - loop[0])
+    body = [line for at, line in code if first <= at <= last]
+    kinds = ("FFMA", "FMUL", "FADD", "SHFL", "BAR", "STL", "LDL", "LDS", "STS", "LDG", "STG", "MUFU")
+    counts = " ".join(f"{k} {sum(1 for line in body if re.search(WORD.format(k), line))}" for k in kinds)
+    return f"\n    step loop: {len(body)} instructions per thread: {counts}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--learners", default=",".join(NEURAL_LEARNERS))
+    parser.add_argument("--warps", default="8,16")
+    parser.add_argument("--streams", help="Adam learners: which `stream` values (default: the learner's default)")
+    parser.add_argument("--sass", action="store_true", help="also the step loop's instruction mix (cuobjdump)")
+    parser.add_argument("--maxnreg", type=int, help="registers per thread the compiler may use (Triton's maxnreg)")
+    args = parser.parse_args()
+    for learner in args.learners.split(","):
+        if learner not in NEURAL_LEARNERS:
+            print(f"persistent_regs: unknown learner {learner!r}; choose from {', '.join(NEURAL_LEARNERS)}", file=sys.stderr)
+            sys.exit(2)
+        spec = NEURAL_LEARNERS[learner]
+        streams = ([int(s) for s in args.streams.split(",")] if args.streams and spec.base == "adam"
+                   else [persistent.default_config(spec).stream])
+        for warps in (int(w) for w in args.warps.split(",")):
+            for stream in streams:
+                print(f"{learner:<13} warps {warps:>2} stream {stream}: {ptxas_report(learner, warps, stream, sass=args.sass, maxnreg=args.maxnreg)}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
