@@ -27,8 +27,9 @@ IMAGE_FILE = Path(__file__).with_name("gpu_image_packages.txt")
 # Never carried: a profiler binary Ray runs on request only (ray[default] names it; 6 MB).
 NOT_CARRIED = frozenset({"py-spy"})
 # Dropped from the unpacked site by gpu_bundle.sh, so not provided on the device: Ray's Java jars,
-# RLlib, Serve (a sweep uses Tune alone) and console scripts.
-PRUNED = ("ray/jars", "ray/rllib", "ray/serve", "bin")
+# RLlib, Serve (a sweep uses Tune alone), console scripts, and Jupyter's data files (plotly's
+# JupyterLab extension; the report is offline HTML).
+PRUNED = ("ray/jars", "ray/rllib", "ray/serve", "bin", "share")
 
 
 def norm(name: str) -> str:

@@ -9,7 +9,6 @@
 #                            tree for the image's Python ($GPU_PYTHON, default 3.12); the list is
 #                            benchmarks/gpu_bundle.py's (`pins`), the image's packages
 #                            benchmarks/gpu_image_packages.txt
-#   BUNDLE_DIR/emnist/       a generated EMNIST-format bymerge test split (the real data does not travel)
 #   BUNDLE_DIR/MANIFEST      the pins, sizes per distribution unpacked, and the transfer's breakdown
 #
 # benchmarks/gpu_check.sh unpacks site.tar.xz into a temporary folder and puts it on PYTHONPATH.
@@ -53,25 +52,18 @@ done
 rm -rf "$bundle"
 mkdir -p "$bundle"
 tar -C "$work/site" -cf - . | xz -T2 -9e >"$bundle/site.tar.xz"
-$py -c "
-import sys; sys.path.insert(0, '.')
-from pathlib import Path
-from tests.emnist_fixture import write_idx_dataset
-write_idx_dataset(Path('$bundle/emnist'), images=4000, split='bymerge', train=False)"
-
 kib() { echo "$(($1 / 1024)) KiB"; }
 site=$(stat -c %s "$bundle/site.tar.xz")
-data=$(du -sb "$bundle/emnist" | cut -f1)
 {
   echo "python $pyver x86_64; built $(date -u +%FT%TZ) on $(uname -n)"
   echo "== pins (pyproject.toml's closure less the image's packages)"
   echo "$wanted"
   echo "== unpacked site, MB per top-level entry (after pruning and stripping)"
   (cd "$work/site" && du -sm -- * | sort -rn)
-  echo "== transfer: repository $(kib "$repo"), site.tar.xz $(kib "$site"), emnist $(kib "$data")"
+  echo "== transfer: repository $(kib "$repo"), site.tar.xz $(kib "$site")"
 } >"$bundle/MANIFEST"
 total=$(du -sb "$bundle" | cut -f1)
-echo "bundle $bundle: $(kib "$total") (site.tar.xz $(kib "$site"), emnist $(kib "$data")); repository $(kib "$repo");" \
+echo "bundle $bundle: $(kib "$total") (site.tar.xz $(kib "$site")); repository $(kib "$repo");" \
   "together $(kib $((total + repo))) of the $(kib "$cap") a device call carries"
 if ((total > limit)); then
   echo "gpu_bundle.sh: $bundle is $total bytes; with the repository ($repo bytes) it is over one device transfer" \

@@ -29,7 +29,8 @@ def main(data_dir: str, store_dir: str) -> None:
     from sweeps.store.records import SweepStatus
 
     document = {"name": "probe", "seeds": 1, "variants": [
-        {"task": "emnist_label_permuted", "optimizers": {"fade_sgd": {"alpha": 0.01, "theta_lambda": 0.1, "gamma0": -4.6}},
+        {"task": "emnist_label_permuted",
+         "optimizers": {"fade_sgd": {"alpha": 0.01, "theta_lambda": 0.1, "gamma0": -4.6}},
          "task_settings": {"steps": 40, "period": 20, "bin": 20, "data_dir": data_dir}},
         {"task": "nonlinear_tracking", "optimizers": {"adam": {"alpha": 0.001}},
          "task_settings": {"steps": 40, "score_window": 20, "bin": 20, "period": 10}},

@@ -95,6 +95,7 @@ def test_every_import_of_the_run_path_resolves_from_the_image_and_the_bundle(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     loaded = json.loads(done.stdout.strip().splitlines()[-1])["modules"]
     assert {"ray", "polars", "torch", "pydantic"} <= set(loaded)  # the probe ran the driver's and a worker's code
-    unknown = sorted(m for m, file in loaded.items() if m not in allowed and m not in sys.stdlib_module_names
-                     and m not in sys.builtin_module_names and not m.startswith(GENERATED) and _carried_file(file) not in provided)
+    standard = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+    unknown = sorted(m for m, file in loaded.items() if m not in allowed and m not in standard
+                     and not m.startswith(GENERATED) and _carried_file(file) not in provided)
     assert unknown == [], f"loaded, yet neither on the image, in the bundle nor in the standard library: {unknown}"

@@ -6,8 +6,9 @@ runs forward, backward and every update of algorithms.md §2 for all R runs with
 host synchronisation, so on CUDA a block of steps can be captured in a graph. On CPU,
 `NeuralRuns.advance` hands whole segments to the compiled kernel (cpu_kernel) instead:
 batched ops stream every run's weights through memory once per op and step there.
-On CUDA the Adam and FADE parameter updates run as one Triton kernel each (triton_update)
-when Triton imports; FADE_TRITON=0 keeps them as torch ops, the reference they are tested against.
+On CUDA, when Triton imports, `advance` runs whole steps as the fused kernels of
+triton_fused_step (FADE_TRITON_STEP=0: only each Adam or FADE parameter update as one
+triton_update kernel); FADE_TRITON=0 keeps the torch ops, the reference both are tested against.
 """
 
 from __future__ import annotations
@@ -124,6 +125,7 @@ class NeuralRuns:
         adam_fused = adam and learner.weight_decay != "coupled"
         fused = range(len(starts) - 1) if self._triton else ()
         self._fused_params = {i for i in fused if adam_fused or i in self.fade_index}
+        self._fused_step = fused_step() if self._triton else None
 
     # -- state ---------------------------------------------------------------------------
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -143,10 +145,14 @@ class NeuralRuns:
         ([T, S, out] values or [T, S] labels). Sums accumulate in `sums`.
 
         On CPU the whole segment is one compiled call (cpu_kernel, unless compiled_cpu is
-        False); elsewhere it is one batched `step` per step.
+        False); with the fused Triton step (`fused_step`) a few kernels per step
+        (triton_fused_step); else one batched `step` per step.
         """
         if self.net.flat.device.type == "cpu" and self.compiled_cpu:
             self._advance_compiled(x, target, run_slot, sums)
+            return
+        if self._fused_step is not None:
+            self._fused_step.advance(self, x, target, run_slot, sums)
             return
         for t in range(x.shape[0]):
             sums.add(self.step(x[t].index_select(0, run_slot), target[t].index_select(0, run_slot)))
@@ -192,22 +198,24 @@ class NeuralRuns:
     def step(self, x: torch.Tensor, target: torch.Tensor) -> StepResult:
         """Predict x ([R, in]), score against target ([R, out] values or [R] labels), then update."""
         cache = self.net.forward(x)
+        result, delta, head_factor = self.score(cache, target)
+        deltas = self.net.backward(cache, delta)
+        self._updater()(cache, deltas, head_factor)
+        return result
+
+    def score(self, cache: ForwardCache, target: torch.Tensor) -> tuple[StepResult, torch.Tensor, torch.Tensor | None]:
+        """The step's result, the loss's gradient with respect to the output, and p(1-p) on a
+        classification head (FADE's curvature factor there; None for regression)."""
         out = cache.output
         if self.loss == "squared_error":
             delta = out - target
             sq_error = delta * delta
-            result = StepResult(cache, 0.5 * sq_error.sum(dim=1), sq_error, None)
-            head_factor = None
-        else:
-            log_p = torch.log_softmax(out, dim=1)
-            p = log_p.exp()
-            delta = p.scatter_add(1, target.unsqueeze(1), torch.full_like(p[:, :1], -1.0))
-            loss = -log_p.gather(1, target.unsqueeze(1)).squeeze(1)
-            result = StepResult(cache, loss, None, out.argmax(dim=1) == target)
-            head_factor = p * (1 - p)
-        deltas = self.net.backward(cache, delta)
-        self._updater()(cache, deltas, head_factor)
-        return result
+            return StepResult(cache, 0.5 * sq_error.sum(dim=1), sq_error, None), delta, None
+        log_p = torch.log_softmax(out, dim=1)
+        p = log_p.exp()
+        delta = p.scatter_add(1, target.unsqueeze(1), torch.full_like(p[:, :1], -1.0))
+        loss = -log_p.gather(1, target.unsqueeze(1)).squeeze(1)
+        return StepResult(cache, loss, None, out.argmax(dim=1) == target), delta, p * (1 - p)
 
     def _updater(self):
         """`_update`, compiled by torch.compile on CUDA when FADE_TORCH_COMPILE=1: the
@@ -219,8 +227,7 @@ class NeuralRuns:
         return self._compiled_update
 
     def _curvature(self, index: int, cache: ForwardCache, head_factor: torch.Tensor | None) -> torch.Tensor:
-        """FADE's q for parameter `index`: (layer input)^2 for weights, 1 for biases, times
-        p(1-p) on the classification head."""
+        """FADE's q of parameter `index`: (layer input)^2 or 1 (a bias), times p(1-p) on a classification head."""
         layer, is_bias = divmod(index, 2)
         head = layer == self.net.arch.layers - 1
         q = torch.ones_like(cache.output[:, :1]) if is_bias else (cache.inputs[layer] ** 2).unsqueeze(1)
@@ -233,7 +240,7 @@ class NeuralRuns:
         params = self.net.parameters()
         k = self.adam_steps  # Adam steps taken before this one
         k_now = k + 1
-        adam = self._adam_scalars(k) if learner.base == "adam" else None
+        adam = self.adam_scalars(k) if learner.base == "adam" else None
         for index, param in enumerate(params):
             layer, is_bias = divmod(index, 2)
             delta = deltas[layer]
@@ -280,11 +287,11 @@ class NeuralRuns:
             adam=kernels.AdamStep(self.adam_m[index], self.adam_v[index], *adam[:3]) if adam else None,
             fade=kernels.FadeState(self.gamma[index], self.trace[index], hp["theta_lambda"]) if fade else None,
             lam=hp["lambda"] if learner.weight_decay == "decoupled" else None,
-            bound=self._clip_bound(layer) if learner.clip else None,
+            bound=self.clip_bound(layer) if learner.clip else None,
             head_factor=head_factor if fade and layer == self.net.arch.layers - 1 else None,
         )
 
-    def _adam_scalars(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def adam_scalars(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Adam's per-step scalars for the step after k, computed in float64 and then rounded to
         the run's dtype (the CPU kernel's `_adam_constants` does the same): per run
         alpha / (1 - beta1^(k+1)) [R, 1, ...], sqrt(1 - beta2^(k+1)), 1 / (1 - beta2^k) for
@@ -315,7 +322,7 @@ class NeuralRuns:
         param.mul_(1 - decay)
 
     def _adam(self, index: int, param: torch.Tensor, grad: torch.Tensor, adam: tuple) -> None:
-        """torch.optim.Adam's step with a per-run learning rate (scalars from `_adam_scalars`)."""
+        """torch.optim.Adam's step with a per-run learning rate (scalars from `adam_scalars`)."""
         step, sqrt_bc2, _, _ = adam
         m, v = self.adam_m[index], self.adam_v[index]
         m.lerp_(grad, 1 - BETA1)
@@ -323,7 +330,7 @@ class NeuralRuns:
         # As torch.optim.Adam: sqrt(v) divided by sqrt(bias correction 2) (not times its reciprocal)
         param.sub_(_per_run(step, param) * m / (v.sqrt() / sqrt_bc2 + EPS))
 
-    def _clip_bound(self, layer: int) -> torch.Tensor:
+    def clip_bound(self, layer: int) -> torch.Tensor:
         """[R] kappa / sqrt(fan_in) of a layer."""
         return self.hp["kappa"] / math.sqrt(self.net.weights[layer].shape[2])
 
@@ -331,7 +338,7 @@ class NeuralRuns:
         """Clamp every parameter the fused kernel did not already clamp."""
         for index, param in enumerate(self.net.parameters()):
             if index not in self._fused_params:
-                bound = _per_run(self._clip_bound(index // 2), param)
+                bound = _per_run(self.clip_bound(index // 2), param)
                 param.clamp_(min=-bound, max=bound)
 
     # -- what the metrics read -----------------------------------------------------------
@@ -363,6 +370,18 @@ def fused_kernels(device: torch.device) -> ModuleType | None:
             raise ValueError(f"FADE_TRITON=1 needs Triton, which does not import here ({err})") from None
         return None
     return triton_update
+
+
+def fused_step() -> ModuleType | None:
+    """triton_fused_step (whole steps, few passes over the weights), unless FADE_TRITON_STEP=0."""
+    mode = os.environ.get("FADE_TRITON_STEP", "1")
+    if mode not in ("0", "1"):
+        raise ValueError(f"FADE_TRITON_STEP must be 0 or 1, not {mode!r}")
+    if mode == "0":
+        return None
+    from fade_core.neural import triton_fused_step
+
+    return triton_fused_step
 
 
 def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
