@@ -43,8 +43,9 @@ LAYOUTS = "2000x1,100x1,40x1,32x1,20x2,16x2,40x2,10x4"
 HP = {"alpha": 0.01, "theta_lambda": 0.1, "gamma0": -4.6, "lambda": 0.01, "kappa": 2.0}
 
 
-def _pack(learner: str, runs: int) -> tuple[torch.cuda.CUDAGraph, float]:
-    """A pack's graph of GRAPH steps (captured after a warm-up) and its state in bytes."""
+def _pack(learner: str, runs: int) -> tuple[torch.cuda.CUDAGraph, int, tuple]:
+    """A pack's graph of GRAPH steps (captured after a warm-up), its state in bytes, and the tensors
+    the graph reads and writes (kept alive with it)."""
     task = get_task("emnist_label_permuted")
     arch = task.architecture
     hp = {k: [HP[k]] * runs for k in get_neural_learner(learner).hyperparameters}
@@ -62,8 +63,7 @@ def _pack(learner: str, runs: int) -> tuple[torch.cuda.CUDAGraph, float]:
     with torch.cuda.graph(graph):
         nets.advance(x, y, slot, sums)
     state = sum(t.numel() * t.element_size() for t in nets.state_dict().values())
-    graph.keep = (nets, sums, x, y, slot)  # the graph reads and writes these
-    return graph, state
+    return graph, state, (nets, sums, x, y, slot)
 
 
 def layout_rate(learner: str, runs: int, streams: int, steps: int) -> tuple[float, float]:
@@ -73,7 +73,7 @@ def layout_rate(learner: str, runs: int, streams: int, steps: int) -> tuple[floa
     replays = max(1, steps // GRAPH)
 
     def wave(packs) -> None:
-        for lane, (graph, _) in zip(lanes, packs):
+        for lane, (graph, _, _) in zip(lanes, packs):
             lane.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(lane):
                 for _ in range(replays):
@@ -88,7 +88,7 @@ def layout_rate(learner: str, runs: int, streams: int, steps: int) -> tuple[floa
         wave(packs)
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
-    in_flight = sum(state for _, state in waves[0]) / 1e6
+    in_flight = sum(state for _, state, _ in waves[0]) / 1e6
     return WAVES * streams * runs * replays * GRAPH / seconds, in_flight
 
 
