@@ -50,7 +50,7 @@ tested against; only the sums' order differs from torch's products.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
 import torch
 import triton
@@ -58,8 +58,9 @@ import triton.language as tl
 
 from fade_core.neural.triton_update import rule
 
-if TYPE_CHECKING:
-    from fade_core.neural.torch_ops import NeuralRuns, StepSums
+# torch_ops.NeuralRuns and StepSums, which import this module on first use: named, not imported.
+Runs = Any
+Sums = Any
 
 MAX_TILE = 2048  # weight elements per program and loop iteration: 16 per thread at 4 warps
 
@@ -204,7 +205,7 @@ class _Launcher:
     """One segment's fixed arguments: the state buffers, the per-layer hyperparameter tables
     ([layers, 5, R]: alpha, lambda, theta_lambda, clip bound, Adam's step) and the learner's flags."""
 
-    def __init__(self, runs: NeuralRuns):
+    def __init__(self, runs: Runs):
         learner, net, hp = runs.learner, runs.net, runs.hp
         flat = net.flat
         self.runs, self.net, self.sizes = runs, net, net.arch.sizes
@@ -279,7 +280,7 @@ class _Launcher:
         return below
 
 
-def advance(runs: NeuralRuns, x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: StepSums) -> None:
+def advance(runs: Runs, x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: Sums) -> None:
     """NeuralRuns.advance with the fused kernels: x.shape[0] steps, run r reading slot run_slot[r]."""
     launch = _Launcher(runs)
     steps = x.shape[0]
