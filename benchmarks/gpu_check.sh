@@ -14,9 +14,9 @@
 #                    the per-parameter kernels (0), fade_sgd and adam
 #   packs      (60)  bench_gpu_packs.py: one large pack vs small L2-resident packs on streams, and the JAX
 #                    peer (peer_jax.py's EMNIST program) at 100 and 2,000 runs
-#   sweep      (100) gpu_sweep.yaml through Ray Tune (--no-report): CPUs only, then --gpus-per-pack 1 and
+#   sweep      (120) gpu_sweep.yaml through Ray Tune (--no-report): CPUs only, then --gpus-per-pack 1 and
 #                    0.5, compared store against store (compare_stores.py)
-#   nonlinear  (170) benchmarks/gpu_check_nonlinear.sh if present (the nonlinear engine's own check; another
+#   nonlinear  (150) benchmarks/gpu_check_nonlinear.sh if present (the nonlinear engine's own check; another
 #                    path: GPU_CHECK_NONLINEAR), with OUT set; it runs without a GPU too (it decides)
 # Without a CUDA GPU (or with --dry-run) the CUDA parts are skipped with the reason. The summary comes
 # LAST in the output and in $OUT/summary.txt; every log is in $OUT/gpu_check_logs.tar.gz.
@@ -175,14 +175,16 @@ fi
 
 # -- packs: one large pack vs small L2-resident packs on streams, beside the JAX peer --------------
 if run_part packs 60; then
-  step packs "$limit" $py benchmarks/bench_gpu_packs.py --learners fade_sgd,adam --steps 200
+  step packs "$limit" $py benchmarks/bench_gpu_packs.py --learners fade_sgd,adam --steps 100 \
+    --layouts "${PACK_LAYOUTS:-2000x1,100x1,40x1,20x2,10x4}"
   rc=$?
-  note packs "$(verdict packs $rc "(table below)")"
-  while read -r line; do note "  packs" "$line"; done < <(sed -n '/^learner /,$p' "$logs/packs.log")
+  note packs "$(verdict packs $rc "(rates below)")"
+  table=$(sed -n '/^learner /,$p' "$logs/packs.log")  # the whole table, else the layouts done before a cut
+  while read -r line; do [[ -n $line ]] && note "  packs" "$line"; done <<<"${table:-$(grep -E '^  |^peer' "$logs/packs.log")}"
 fi
 
 # -- sweep: through Ray Tune on CPUs only, then the neural packs on the GPU (whole and half) -------
-if run_part sweep 100; then
+if run_part sweep 120; then
   if ((!dry)) && ! $py -c "import ray, polars, pydantic" >"$logs/sweep-imports.log" 2>&1; then
     note sweep "skipped: $(tail -1 "$logs/sweep-imports.log")"
   else
@@ -203,7 +205,7 @@ if run_part sweep 100; then
 fi
 
 # -- nonlinear: the nonlinear engine's own check (another owner's script), when this checkout has it
-if run_part nonlinear 170; then
+if run_part nonlinear 150; then
   nonlinear=${GPU_CHECK_NONLINEAR:-benchmarks/gpu_check_nonlinear.sh}
   if [[ ! -f $nonlinear ]]; then
     note nonlinear "not present ($nonlinear)"
