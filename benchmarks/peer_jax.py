@@ -169,8 +169,11 @@ def emnist_dir(folder: Path) -> str:
     return str(write_idx_dataset(folder / "emnist", images=20_000, split="bymerge", train=False))
 
 
-def neural_case(workload: str, learner: str, steps: int, dtype: torch.dtype, data_dir: str) -> Case:
-    configs, seeds = PACKS[workload]
+def neural_case(workload: str, learner: str, steps: int, dtype: torch.dtype, data_dir: str,
+                configs: int | None = None) -> Case:
+    """`configs` x the workload's seeds runs (default: PACKS; bench_gpu_packs.py asks for 2,000 runs)."""
+    default, seeds = PACKS[workload]
+    configs = configs or default
     exp = experiment(workload, learner, steps, data_dir)
     task = get_task(exp.task)
     streams = [task.make_stream(exp.settings, s) for s in range(seeds)]

@@ -12,6 +12,9 @@ tests/test_neural_engines.py, at the tolerances stated there and in docs/archite
                 reference, on any device
     triton      neural: the torch ops with each parameter's update fused into one Triton
                 kernel (`fade_core/neural/triton_update.py`), CUDA
+    triton_step neural: each step's backward products and updates as the fewest passes over
+                the weights the rule allows (`fade_core/neural/triton_fused_step.py`), CUDA;
+                not the default until a GPU measurement puts it ahead of triton
     persistent  neural, one-hidden-layer regression (the nonlinear task): one Triton launch per
                 segment of steps, each run's network on chip (`fade_core/neural/persistent.py`),
                 CUDA; not the default until a GPU measurement puts it ahead of triton
@@ -29,8 +32,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-REFERENCE, CPU, TORCH, TRITON, PERSISTENT = "reference", "cpu", "torch", "triton", "persistent"
-ENGINE_NAMES = (REFERENCE, CPU, TORCH, TRITON, PERSISTENT)
+REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT = "reference", "cpu", "torch", "triton", "triton_step", "persistent"
+ENGINE_NAMES = (REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT)
 DEVICES = ("cpu", "cuda")
 FAMILY_REFERENCE = {"linear": REFERENCE, "neural": TORCH}  # the engine each family's fast engines are tested against
 
@@ -64,6 +67,8 @@ def _neural_rows(task: str, cpu_rate: float, cpu_measured: str) -> tuple[EngineR
         EngineRow(task, "neural", "cpu", TORCH, False, 2000, None, "not measured (the reference: batched torch ops)"),
         EngineRow(task, "neural", "cuda", TRITON, True, 2000, None, _NO_GPU),
         EngineRow(task, "neural", "cuda", TORCH, False, 2000, None, _NO_GPU),
+        EngineRow(task, "neural", "cuda", TRITON_STEP, False, 2000, None,
+                  "not measured: no GPU was lent (benchmarks/gpu_check.sh's bench part measures it beside triton)"),
     )
 
 

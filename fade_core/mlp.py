@@ -75,13 +75,15 @@ class BatchedMLP:
         """Weight and bias of each layer, in layer order: [W0, b0, W1, b1, ...]."""
         return [p for pair in zip(self.weights, self.biases) for p in pair]
 
-    def forward(self, x: torch.Tensor) -> ForwardCache:
-        """x: [R, in]. Hidden layers apply the activation; the head is linear."""
+    def forward(self, x: torch.Tensor, first: torch.Tensor | None = None) -> ForwardCache:
+        """x: [R, in]. Hidden layers apply the activation; the head is linear. `first`: the first
+        layer's W x + b where it is already computed (the fused CUDA step forms it in the pass
+        that updates that layer)."""
         inputs, pre = [], []
         h = x
         for i, (w, b) in enumerate(zip(self.weights, self.biases)):
             inputs.append(h)
-            z = _matvec(w, h) + b
+            z = first if i == 0 and first is not None else _matvec(w, h) + b
             if i == self.arch.layers - 1:
                 return ForwardCache(inputs, pre, z)
             pre.append(z)

@@ -235,3 +235,17 @@ def test_the_store_of_the_probe_is_real(small_store):
 
     scores = pl.read_parquet(small_store / "scores" / "**" / "*.parquet")
     assert scores.height == 2 * 2 + 4 * 2 and np.isfinite(scores["score"].to_numpy()).all()
+
+
+def test_a_run_without_a_report_never_imports_plotly(tmp_path):
+    """`fade-sweep run --no-report` draws nothing, so plotly stays out of its processes (the GPU image has
+    none): the driver's imports and a worker's packs, as tests/run_path_probe.py replays them."""
+    from tests.emnist_fixture import write_idx_dataset
+
+    data = write_idx_dataset(tmp_path / "emnist", images=100)
+    done = subprocess.run([sys.executable, "-m", "tests.run_path_probe", str(data), str(tmp_path / "store")],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    loaded = json.loads(done.stdout.strip().splitlines()[-1])["modules"]
+    assert {"ray", "polars", "torch"} <= set(loaded)  # the probe ran the driver's and a worker's code
+    assert [m for m in loaded if m in ("plotly", "_plotly_utils", "kaleido")] == []

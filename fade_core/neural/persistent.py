@@ -284,7 +284,7 @@ def _segment_kernel(
 
 def adam_table(adam_steps: torch.Tensor, steps: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
     """Adam's per-step scalars of the segment's steps k = adam_steps + 1 ... + steps, on the
-    device and without a host synchronisation, as torch_ops._adam_scalars computes them:
+    device and without a host synchronisation, as TorchOps.adam_scalars computes them:
     1 - beta1^k (float64: the step alpha / (1 - beta1^k) is divided in float64 per run),
     sqrt(1 - beta2^k) and 1 / (1 - beta2^(k-1)) (0 before the first step) in the run's dtype."""
     k = adam_steps + torch.arange(1, steps + 1, device=adam_steps.device, dtype=torch.float64)
@@ -314,7 +314,7 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
     n_in, n_hidden, n_out = arch.sizes
     zeros = torch.zeros(runs, device=params.device, dtype=params.dtype)
     kappa = hp.get("kappa", zeros)
-    bounds = [kappa / math.sqrt(fan_in) for fan_in in (n_in, n_hidden)]  # as torch_ops._clip_bound
+    bounds = [kappa / math.sqrt(fan_in) for fan_in in (n_in, n_hidden)]  # as TorchOps.clip_bound
     adam = learner.base == "adam"
     table = adam_table(state["adam_steps"], steps, params.dtype) if adam else (zeros, zeros, zeros)
     x, target = x.contiguous(), target.contiguous()

@@ -4,6 +4,9 @@
     torch   batched torch ops, one step at a time (torch_ops: the reference, any device)
     triton  the torch ops with each parameter's update fused into one Triton kernel (CUDA;
             on CPU tensors only under TRITON_INTERPRET=1, as the tests run it)
+    triton_step  each step's backward products and updates as the fewest passes over the
+            weights (triton_fused_step: W^T delta read in the pass that updates W, layer 0's
+            update fused with the next step's first-layer forward); CUDA, or the interpreter
     persistent  one Triton launch per segment, each run's network on chip (persistent.py:
             one-hidden-layer regression networks, the nonlinear task; CUDA, or the interpreter)
 """
@@ -14,12 +17,12 @@ import functools
 
 import torch
 
-from fade_core.engines import CPU, PERSISTENT, TORCH, TRITON, EngineError
+from fade_core.engines import CPU, PERSISTENT, TORCH, TRITON, TRITON_STEP, EngineError
 from fade_core.mlp import Architecture, BatchedMLP
 from fade_core.neural.rules import NeuralLearner, get_neural_learner
 from fade_core.neural.state import Loss, NeuralRuns
 
-NEURAL_ENGINES = (CPU, TORCH, TRITON, PERSISTENT)
+NEURAL_ENGINES = (CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT)
 
 
 def engine_class(name: str, device: torch.device):
@@ -31,10 +34,10 @@ def engine_class(name: str, device: torch.device):
         from fade_core.neural.cpu_engine import CpuKernel
 
         return CpuKernel
-    if name in (TORCH, TRITON):
+    if name in (TORCH, TRITON, TRITON_STEP):
         from fade_core.neural.torch_ops import TorchOps
 
-        return functools.partial(TorchOps, fused=name == TRITON)
+        return functools.partial(TorchOps, fused=name != TORCH, whole_step=name == TRITON_STEP)
     if name == PERSISTENT:
         from fade_core.neural.persistent import PersistentKernel
 

@@ -7,7 +7,9 @@ tests/test_triton.py), and they are tested against a plain one-run PyTorch loop
 (tests/test_neural_learners.py). A step runs forward, backward and every update of
 algorithms.md §2 for all R runs with no host synchronisation, so on CUDA a block of steps
 can be captured in a graph. With `fused` (the "triton" engine) the Adam and FADE parameter
-updates run as one Triton kernel each (triton_update).
+updates run as one Triton kernel each (triton_update); with `whole_step` (the "triton_step"
+engine) each step's backward products and updates run as the few fused passes over the
+weights of triton_fused_step, the score and forward as torch ops.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from types import ModuleType
 
 import torch
 
-from fade_core.engines import TORCH, TRITON, EngineError
+from fade_core.engines import TORCH, TRITON, TRITON_STEP, EngineError
 from fade_core.mlp import ForwardCache
 from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN
 from fade_core.neural.state import NeuralRuns, StepResult, StepSums
@@ -30,12 +32,14 @@ def _per_run(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 class TorchOps:
     """Advances `runs` one batched step at a time; `fused`: each Adam-family or FADE
-    parameter's whole update as one Triton kernel (the "triton" engine)."""
+    parameter's whole update as one Triton kernel (the "triton" engine); `whole_step`: the
+    backward products and updates in triton_fused_step's passes (the "triton_step" engine)."""
 
-    def __init__(self, runs: NeuralRuns, fused: bool = False):
+    def __init__(self, runs: NeuralRuns, fused: bool = False, whole_step: bool = False):
         self.runs = runs
-        self.name = TRITON if fused else TORCH
+        self.name = TRITON_STEP if whole_step else TRITON if fused else TORCH
         self._triton = _triton_kernels() if fused else None
+        self._whole_step = _fused_step_kernels() if whole_step else None
         learner, starts = runs.learner, runs.net.arch.offsets()
         adam_fused = learner.base == "adam" and learner.weight_decay != "coupled"
         fusable = range(len(starts) - 1) if fused else ()
@@ -44,7 +48,10 @@ class TorchOps:
 
     # -- many steps ----------------------------------------------------------------------
     def advance(self, x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: StepSums) -> None:
-        """One batched `step` per step (see NeuralRuns.advance)."""
+        """One batched `step` per step (see NeuralRuns.advance), or triton_fused_step's segment."""
+        if self._whole_step is not None:
+            self._whole_step.advance(self, x, target, run_slot, sums)
+            return
         for t in range(x.shape[0]):
             sums.add(self.step(x[t].index_select(0, run_slot), target[t].index_select(0, run_slot)))
 
@@ -52,22 +59,24 @@ class TorchOps:
     def step(self, x: torch.Tensor, target: torch.Tensor) -> StepResult:
         """Predict x ([R, in]), score against target ([R, out] values or [R] labels), then update."""
         cache = self.runs.net.forward(x)
+        result, delta, head_factor = self.score(cache, target)
+        deltas = self.runs.net.backward(cache, delta)
+        self._update(cache, deltas, head_factor)
+        return result
+
+    def score(self, cache: ForwardCache, target: torch.Tensor) -> tuple[StepResult, torch.Tensor, torch.Tensor | None]:
+        """The step's result, the loss's gradient with respect to the output, and p(1-p) on a
+        classification head (FADE's curvature factor there; None for regression)."""
         out = cache.output
         if self.runs.loss == "squared_error":
             delta = out - target
             sq_error = delta * delta
-            result = StepResult(cache, 0.5 * sq_error.sum(dim=1), sq_error, None)
-            head_factor = None
-        else:
-            log_p = torch.log_softmax(out, dim=1)
-            p = log_p.exp()
-            delta = p.scatter_add(1, target.unsqueeze(1), torch.full_like(p[:, :1], -1.0))
-            loss = -log_p.gather(1, target.unsqueeze(1)).squeeze(1)
-            result = StepResult(cache, loss, None, out.argmax(dim=1) == target)
-            head_factor = p * (1 - p)
-        deltas = self.runs.net.backward(cache, delta)
-        self._update(cache, deltas, head_factor)
-        return result
+            return StepResult(cache, 0.5 * sq_error.sum(dim=1), sq_error, None), delta, None
+        log_p = torch.log_softmax(out, dim=1)
+        p = log_p.exp()
+        delta = p.scatter_add(1, target.unsqueeze(1), torch.full_like(p[:, :1], -1.0))
+        loss = -log_p.gather(1, target.unsqueeze(1)).squeeze(1)
+        return StepResult(cache, loss, None, out.argmax(dim=1) == target), delta, p * (1 - p)
 
     def _curvature(self, index: int, cache: ForwardCache, head_factor: torch.Tensor | None) -> torch.Tensor:
         """FADE's q for parameter `index`: (layer input)^2 for weights, 1 for biases, times
@@ -84,7 +93,7 @@ class TorchOps:
         params = self.runs.net.parameters()
         k = self.runs.adam_steps  # Adam steps taken before this one
         k_now = k + 1
-        adam = self._adam_scalars(k) if learner.base == "adam" else None
+        adam = self.adam_scalars(k) if learner.base == "adam" else None
         for index, param in enumerate(params):
             layer, is_bias = divmod(index, 2)
             delta = deltas[layer]
@@ -131,11 +140,11 @@ class TorchOps:
             adam=kernels.AdamStep(self.runs.adam_m[index], self.runs.adam_v[index], *adam[:3]) if adam else None,
             fade=kernels.FadeState(self.runs.gamma[index], self.runs.trace[index], hp["theta_lambda"]) if fade else None,
             lam=hp["lambda"] if learner.weight_decay == "decoupled" else None,
-            bound=self._clip_bound(layer) if learner.clip else None,
+            bound=self.clip_bound(layer) if learner.clip else None,
             head_factor=head_factor if fade and layer == self.runs.net.arch.layers - 1 else None,
         )
 
-    def _adam_scalars(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    def adam_scalars(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Adam's per-step scalars for the step after k, computed in float64 and then rounded to
         the run's dtype (the CPU kernel's `_adam_constants` does the same): per run
         alpha / (1 - beta1^(k+1)) [R, 1, ...], sqrt(1 - beta2^(k+1)), 1 / (1 - beta2^k) for
@@ -166,7 +175,7 @@ class TorchOps:
         param.mul_(1 - decay)
 
     def _adam(self, index: int, param: torch.Tensor, grad: torch.Tensor, adam: tuple) -> None:
-        """torch.optim.Adam's step with a per-run learning rate (scalars from `_adam_scalars`)."""
+        """torch.optim.Adam's step with a per-run learning rate (scalars from `adam_scalars`)."""
         step, sqrt_bc2, _, _ = adam
         m, v = self.runs.adam_m[index], self.runs.adam_v[index]
         m.lerp_(grad, 1 - BETA1)
@@ -174,7 +183,7 @@ class TorchOps:
         # As torch.optim.Adam: sqrt(v) divided by sqrt(bias correction 2) (not times its reciprocal)
         param.sub_(_per_run(step, param) * m / (v.sqrt() / sqrt_bc2 + EPS))
 
-    def _clip_bound(self, layer: int) -> torch.Tensor:
+    def clip_bound(self, layer: int) -> torch.Tensor:
         """[R] kappa / sqrt(fan_in) of a layer."""
         return self.runs.hp["kappa"] / math.sqrt(self.runs.net.weights[layer].shape[2])
 
@@ -182,7 +191,7 @@ class TorchOps:
         """Clamp every parameter the fused kernel did not already clamp."""
         for index, param in enumerate(self.runs.net.parameters()):
             if index not in self.fused_params:
-                bound = _per_run(self._clip_bound(index // 2), param)
+                bound = _per_run(self.clip_bound(index // 2), param)
                 param.clamp_(min=-bound, max=bound)
 
 
@@ -193,3 +202,11 @@ def _triton_kernels() -> ModuleType:
     except ImportError as err:
         raise EngineError(f"engine 'triton' needs Triton, which does not import here ({err}); choose torch") from None
     return triton_update
+
+
+def _fused_step_kernels() -> ModuleType:
+    """triton_fused_step (Triton loads only for the engine that uses it)."""
+    _triton_kernels()  # the one-line error where Triton does not import
+    from fade_core.neural import triton_fused_step
+
+    return triton_fused_step

@@ -83,6 +83,44 @@ def _clamp(x, lo, hi):
 
 
 @triton.jit
+def rule(p, m, v, gamma, trace, grad, q, alpha, lam, theta, bound, step, sqrt_bc2, inv_bc2,
+         ADAM: tl.constexpr, COUPLED: tl.constexpr, DECOUPLED: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr):
+    """One step of algorithms.md §2 on elements `p` (with Adam's m, v and FADE's gamma, trace where
+    the flags say; other arguments of an unused part are not read), given their gradient `grad`
+    and FADE's curvature `q`: FADE (decay first), coupled (L2 in the gradient) or decoupled
+    decay, the Adam or SGD step, clipping to +-bound. Returns (p, m, v, gamma, trace). Shared by
+    this module's kernel and triton_fused_step's, so the rule is written once for CUDA."""
+    one = tl.full([], 1.0, p.dtype)
+    if FADE:
+        # alpha_eff: alpha, or Adam's alpha / (sqrt(v_hat) + eps) with v_hat before this step's
+        # update (inv_bc2 = 1 / (1 - beta2^k) is 0 before the first Adam step: alpha then).
+        alpha_eff = alpha
+        if ADAM:
+            eps = tl.full([], _EPS, p.dtype)
+            alpha_eff = tl.where(inv_bc2 > 0, _div(alpha, _sqrt(v * inv_bc2) + eps), alpha)
+        gamma = _clamp(gamma - theta * grad * trace, _GAMMA_MIN, _GAMMA_MAX)
+        decay = _exp(gamma)
+        c = tl.maximum(one - decay - alpha_eff * q, 0.0, propagate_nan=tl.PropagateNan.ALL)
+        trace = trace * c - decay * p
+        p = p * (one - decay)  # decay first; the base step follows
+    if COUPLED:  # torch.optim.SGD(weight_decay): the gradient plus lambda * P
+        grad = grad + lam * p
+    if DECOUPLED:
+        p = p * (one - alpha * lam)
+    if ADAM:
+        # torch.optim.Adam: m.lerp_(grad, 1 - beta1); v.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
+        m = _fma(tl.full([], _M_WEIGHT, p.dtype), grad - m, m)
+        v = _fma(tl.full([], _V_WEIGHT, p.dtype) * grad, grad, v * tl.full([], _BETA2, p.dtype))
+        denom = _div(_sqrt(v), sqrt_bc2) + tl.full([], _EPS, p.dtype)
+        p = p - _div(step * m, denom)
+    else:
+        p = p - alpha * grad
+    if CLIP:
+        p = _clamp(p, -bound, bound)
+    return p, m, v, gamma, trace
+
+
+@triton.jit
 def _update_kernel(
     p_ptr, m_ptr, v_ptr, gamma_ptr, trace_ptr,  # per-run rows of this parameter's state
     delta_ptr, x_ptr, hf_ptr,  # the gradient's factors: delta [R, out], layer input [R, in], p(1-p) [R, out]
@@ -100,61 +138,40 @@ def _update_kernel(
     p = tl.load(p_ptr + run * p_row + offs, mask=mask)
     out = offs // n_in if WEIGHT else offs
     delta = tl.load(delta_ptr + run * delta_row + out, mask=mask)
+    q = tl.full([], 1.0, p.dtype)
     if WEIGHT:
         x = tl.load(x_ptr + run * x_row + offs % n_in, mask=mask)
         grad = delta * x
+        q = x * x
     else:
         grad = delta
-    alpha = tl.load(alpha_ptr + run)
-    one = tl.full([], 1.0, p.dtype)
+    if HEAD_FACTOR:
+        q = q * tl.load(hf_ptr + run * hf_row + out, mask=mask)
+    m, v, gamma, trace = p, p, p, p  # read only where a part uses them
     if ADAM:
         m = tl.load(m_ptr + run * state_row + offs, mask=mask)
         v = tl.load(v_ptr + run * state_row + offs, mask=mask)
     if FADE:
-        # alpha_eff: alpha, or Adam's alpha / (sqrt(v_hat) + eps) with v_hat before this step's
-        # update (inv_bc2 = 1 / (1 - beta2^k) is 0 before the first Adam step: alpha then).
-        alpha_eff = alpha
-        if ADAM:
-            inv_bc2 = tl.load(inv_bc2_ptr)
-            eps = tl.full([], _EPS, p.dtype)
-            alpha_eff = tl.where(inv_bc2 > 0, _div(alpha, _sqrt(v * inv_bc2) + eps), alpha)
-        q = one
-        if WEIGHT:
-            q = x * x
-        if HEAD_FACTOR:
-            hf = tl.load(hf_ptr + run * hf_row + out, mask=mask)
-            q = q * hf
-        theta = tl.load(theta_ptr + run)
         gamma = tl.load(gamma_ptr + run * fade_row + offs, mask=mask)
         trace = tl.load(trace_ptr + run * fade_row + offs, mask=mask)
-        gamma = _clamp(gamma - theta * grad * trace, _GAMMA_MIN, _GAMMA_MAX)
-        decay = _exp(gamma)
-        c = tl.maximum(one - decay - alpha_eff * q, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        trace = trace * c - decay * p
-        p = p * (one - decay)  # decay first; the base step follows
+    p, m, v, gamma, trace = rule(
+        p, m, v, gamma, trace, grad, q, tl.load(alpha_ptr + run),
+        tl.load(lam_ptr + run) if DECOUPLED else 0.0, tl.load(theta_ptr + run) if FADE else 0.0,
+        tl.load(bound_ptr + run) if CLIP else 0.0, tl.load(step_ptr + run) if ADAM else 0.0,
+        tl.load(sqrt_bc2_ptr) if ADAM else 0.0, tl.load(inv_bc2_ptr) if ADAM and FADE else 0.0,
+        ADAM, False, DECOUPLED, CLIP, FADE)
+    if FADE:
         tl.store(gamma_ptr + run * fade_row + offs, gamma, mask=mask)
         tl.store(trace_ptr + run * fade_row + offs, trace, mask=mask)
-    if DECOUPLED:
-        p = p * (one - alpha * tl.load(lam_ptr + run))
     if ADAM:
-        # torch.optim.Adam: m.lerp_(grad, 1 - beta1); v.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
-        m = _fma(tl.full([], _M_WEIGHT, p.dtype), grad - m, m)
-        v = _fma(tl.full([], _V_WEIGHT, p.dtype) * grad, grad, v * tl.full([], _BETA2, p.dtype))
-        denom = _div(_sqrt(v), tl.load(sqrt_bc2_ptr)) + tl.full([], _EPS, p.dtype)
-        p = p - _div(tl.load(step_ptr + run) * m, denom)
         tl.store(m_ptr + run * state_row + offs, m, mask=mask)
         tl.store(v_ptr + run * state_row + offs, v, mask=mask)
-    else:
-        p = p - alpha * grad
-    if CLIP:
-        bound = tl.load(bound_ptr + run)
-        p = _clamp(p, -bound, bound)
     tl.store(p_ptr + run * p_row + offs, p, mask=mask)
 
 
 @dataclass
 class AdamStep:
-    """Adam's state for one parameter and this step's scalars (torch_ops._adam_scalars)."""
+    """Adam's state for one parameter and this step's scalars (TorchOps.adam_scalars)."""
 
     m: torch.Tensor  # shaped like the parameter
     v: torch.Tensor

@@ -4,18 +4,23 @@ configuration, the fraction of its runs (seeds) scoring better than tau, as a fu
 tau. "Better" follows the task: score > tau where higher is better, score < tau where
 lower is better; a diverged (not finite) run is never better. One curve per method and
 setting; a curve that lies above another everywhere dominates it at every threshold.
-Functions of frames, never of paths.
+Functions of frames, never of paths. plotly loads in `profile_figure` alone: the confirmation stage
+reads `selected_runs` on the path of `fade-sweep run --no-report`, which draws nothing (and the GPU
+image has no plotly).
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-import plotly.graph_objects as go
 import polars as pl
-from plotly.subplots import make_subplots
 
 from sweeps.analysis import queries, tables
 from sweeps.analysis.style import method_color
+
+if TYPE_CHECKING:
+    import plotly.graph_objects as go
 
 TAU_POINTS = 101  # thresholds per setting: evenly spaced over the range of its runs' finite scores
 
@@ -49,6 +54,9 @@ def performance_profile(runs: pl.DataFrame, taus: np.ndarray | None = None) -> p
 def profile_figure(runs: pl.DataFrame) -> go.Figure:
     """The performance profiles of `runs` (see performance_profile), one panel per setting, each
     method in its report-wide colour."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
     profile = performance_profile(runs)
     variant = queries.variant_columns(runs.lazy())
     settings = profile.select(variant).unique(maintain_order=True).to_dicts() if profile.height else []
