@@ -212,7 +212,9 @@ def test_second_writer_refused_kill_9_and_resume_on_the_bucket(local_ray, s3, tm
                              cwd=tmp_path)
     try:
         deadline = time.monotonic() + 120
-        while "y/long/writer.lock" not in _objects(s3, "y/long/writer.lock"):
+        # the driver's hold (the CLI's preflight takes the lease and lets it go again; the driver takes it
+        # for the whole run and then records the sweep under it)
+        while "y/long/store.json" not in _objects(s3, "y/long/store.json"):
             assert first.poll() is None and time.monotonic() < deadline, first.communicate()[0][-3000:]
             time.sleep(0.2)
         # a second writer: refused at once, one line naming the store and the holder, exit 2

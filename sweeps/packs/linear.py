@@ -16,6 +16,7 @@ from fade_core.engines import CPU
 from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperparameter_matrix, init_state, initial_weights
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
+from sweeps.packs.rowwise import row_means, trailing_sums
 from sweeps.spec import Pack
 from tasks.stream import stacked
 
@@ -58,13 +59,13 @@ class LinearPackRunner(PackRunner):
                 with np.errstate(over="ignore"):  # a diverged run's rate may overflow: inf, recorded as such
                     rate = np.exp(getattr(self.state, slot).numpy().astype(np.float64))
                 for group, columns in self.groups.items():
-                    self.curves[f"{prefix}_{group}"][:, bin_index] = rate[:, columns].mean(axis=1)
+                    self.curves[f"{prefix}_{group}"][:, bin_index] = row_means(rate[:, columns])
 
     def loss_curve(self) -> np.ndarray:
         return self.curves["mse"]
 
     def outcome(self) -> PackOutcome:
-        total = self.loss_sum.sum(axis=0)
+        total = trailing_sums(self.loss_sum.T)  # each run's bins in order, whatever the pack's size
         # Curves of rates the learner does not adapt are stored as nulls.
         curves = {k: v if k not in self.rate_curves or getattr(self.learner, self.rate_curves[k]) else None
                   for k, v in self.curves.items()}

@@ -24,6 +24,7 @@ from fade_core.engines import CPU, PERSISTENT
 from fade_core.neural import NeuralRuns, StepSums, get_neural_learner, make_runs
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
+from sweeps.packs.rowwise import row_means, trailing_sums
 from sweeps.spec import Pack
 from tasks.stream import stacked
 
@@ -93,9 +94,9 @@ class NeuralPackRunner(PackRunner):
         if self.regression:
             out_mse = self.sums.sq_error.cpu().numpy() / steps_in_bin
             c["output_mse"][:, b] = out_mse
-            c["mse"][:, b] = out_mse.mean(axis=1)
+            c["mse"][:, b] = row_means(out_mse)
             for group, mask in self._group_masks.items():
-                c[f"mse_{group}"][:, b] = (out_mse * mask).sum(axis=1) / mask.sum(axis=1)
+                c[f"mse_{group}"][:, b] = trailing_sums(out_mse * mask) / trailing_sums(mask)
         else:
             c["accuracy"][:, b] = self.sums.correct.cpu().numpy() / steps_in_bin
             c["loss"][:, b] = self.sums.loss.cpu().numpy() / steps_in_bin
@@ -106,13 +107,13 @@ class NeuralPackRunner(PackRunner):
             if self.regression:
                 row_mean = (self._sums(weight, (2,)) + bias.double().cpu().numpy()) / row  # [R, C]
                 for group, mask in self._group_masks.items():
-                    c[f"decay_{group}"][:, b] = (row_mean * mask).sum(axis=1) / mask.sum(axis=1)
+                    c[f"decay_{group}"][:, b] = trailing_sums(row_mean * mask) / trailing_sums(mask)
             else:
                 c["decay_head"][:, b] = (self._sums(weight, (1, 2)) + self._sums(bias, (1,))) / (row * bias.shape[1])
         fired = self.sums.active.cpu().numpy()
         first = 0
         for i, width in enumerate(self.task.architecture.sizes[1:-1], start=1):
-            c[f"dead_units_layer{i}"][:, b] = 1.0 - fired[:, first : first + width].mean(axis=1)
+            c[f"dead_units_layer{i}"][:, b] = 1.0 - row_means(fired[:, first : first + width])
             first += width
         flat, starts = self.runs.net.flat, self.task.architecture.offsets()
         squares = [self._sums(flat[:, starts[2 * i] : starts[2 * i + 2]], (1,), square=True)
@@ -123,14 +124,14 @@ class NeuralPackRunner(PackRunner):
         self.sums.reset()
 
     def _sums(self, tensor: torch.Tensor, dims: tuple[int, ...], square: bool = False) -> np.ndarray:
-        """float64 sums over `dims` of every run's slice (of its squares). On the CPU in NumPy,
-        so a run's value never depends on how many runs share its pack; on a GPU on the
-        device, so only the [R, ...] summaries cross to the host (a whole EMNIST pack's
-        weights are gigabytes)."""
+        """float64 sums over `dims` (the trailing axes) of every run's slice (of its squares). On the
+        CPU one 1-D sum per row (rowwise.py), so a run's value never depends on how many runs share
+        its pack; on a GPU on the device, so only the [R, ...] summaries cross to the host (a whole
+        EMNIST pack's weights are gigabytes)."""
         values = tensor.double()
         values = values * values if square else values
         if values.device.type == "cpu":
-            return values.numpy().sum(axis=dims)
+            return trailing_sums(values.numpy(), len(dims))  # `dims` are always the trailing axes
         return values.sum(dim=dims).cpu().numpy()
 
     # -- stepping ------------------------------------------------------------------------
@@ -198,9 +199,9 @@ class NeuralPackRunner(PackRunner):
         if self.regression:
             first = (self.settings.steps - self.settings.score_window) // self.settings.bin
             mse = self.curves["mse"][:, first:]
-            score = (mse * bin_len[first:]).sum(axis=1) / bin_len[first:].sum()
+            score = trailing_sums(mse * bin_len[first:]) / bin_len[first:].sum()
         else:
-            score = (self.curves["accuracy"] * bin_len).sum(axis=1) / self.settings.steps
+            score = trailing_sums(self.curves["accuracy"] * bin_len) / self.settings.steps
         curves: dict[str, np.ndarray | None] = dict(self.curves)
         if self.runs.head_decay() is None:
             curves.update({k: None for k in curves if k.startswith("decay_")})

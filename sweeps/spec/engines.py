@@ -22,7 +22,9 @@ def pack_device(task: str, gpus: float) -> str:
 
 def experiment_engine(experiment: Experiment, device: str, engine: str | None = None) -> str:
     """The engine `experiment`'s packs run on `device` (`engine`: the command line's override)."""
-    return engine or experiment.engine or default_engine(experiment.task, device)
+    if engine is not None:  # an empty --engine (e.g. "$UNSET_VAR") is a choice to check, not "the default"
+        return engine
+    return experiment.engine or default_engine(experiment.task, device)
 
 
 def check_engines(experiments: Iterable[Experiment], gpus: float, engine: str | None = None) -> None:
@@ -32,5 +34,5 @@ def check_engines(experiments: Iterable[Experiment], gpus: float, engine: str | 
         chosen = experiment_engine(experiment, device, engine)
         problem = engine_problem(chosen, experiment.task, device)
         if problem is not None:
-            where = "--engine" if engine else f"engine of {experiment.task}/{experiment.optimizer}"
+            where = "--engine" if engine is not None else f"engine of {experiment.task}/{experiment.optimizer}"
             raise SweepError(f"{where}: {problem}")
