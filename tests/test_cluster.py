@@ -25,11 +25,13 @@ from cluster.local import auth_env, cluster_pids, descendants, running, start_lo
 from sweeps import results
 from tests.helpers import read_status_json, scores_in_process
 
-# Long enough packs (coupled learner, float64) to be interrupted mid-run; 4 packs of 3 runs.
+# Long enough packs (coupled learner, float64) to be interrupted mid-run on a quiet machine too (a pack
+# of 2M steps ran in ~5 s there, and the window between its first checkpoint and its middle closed
+# between two status writes); 4 packs of 3 runs.
 SWEEP = {
     "name": "faults",
     "task": "linear_tracking",
-    "task_settings": {"steps": 2_000_000, "bin": 100_000, "noise": 1.0},
+    "task_settings": {"steps": 4_000_000, "bin": 200_000, "noise": 1.0},
     "seeds": 3,
     "optimizers": {"coupled": {"theta": [0.01, 0.005], "beta0": [-4.6], "gamma0": [-2.3, -4.6]}},
 }
@@ -86,12 +88,12 @@ CHECKPOINTED = 11 * 20_000 * 3  # run-steps of a pack once the driver has seen i
 
 
 def _checkpointed_running_trial(results_dir: Path):
-    """A running trial whose first checkpoint the driver has registered, most of its steps still ahead.
+    """A running trial whose first checkpoint the driver has registered, a quarter of its steps still ahead.
 
     status.json is written by the driver as it processes results in order, so a reported
     chunk past the checkpoint's means the checkpoint is known to Tune."""
     for trial in read_status_json(results_dir)["trials"]:
-        if trial["state"] == "running" and trial["pid"] and CHECKPOINTED <= trial["run_steps_done"] < trial["run_steps_total"] // 2:
+        if trial["state"] == "running" and trial["pid"] and CHECKPOINTED <= trial["run_steps_done"] < 3 * trial["run_steps_total"] // 4:
             return trial
     return None
 
