@@ -14,7 +14,7 @@ import yaml
 from sweeps.cli import main
 from sweeps.cli.parser import build_parser
 from sweeps.spec import SweepError, load_sweep, parse_sweep, preset_names
-from sweeps.spec.sweepfile import MAX_CURVE_ROWS, MAX_RUN_STEPS, MAX_RUNS
+from sweeps.spec.sweep import MAX_CURVE_ROWS, MAX_RUN_STEPS, MAX_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -225,7 +225,7 @@ def test_huge_seed_count_fails_fast_without_allocating(tmp_path):
     assert done.returncode == 2, err
     assert err == (
         f"fade-sweep: error: {sweep}: seeds: 1,000,000,000 seeds x 4 configs = 4.0e9 runs, more than the limit of "
-        "10,000,000 runs (sweeps.spec.sweepfile.MAX_RUNS); use fewer seeds or smaller grids"
+        "10,000,000 runs (sweeps.spec.sweep.MAX_RUNS); use fewer seeds or smaller grids"
     )
     assert float(done.stdout) < 0.5  # parse and refuse; no per-run structure was built
     assert not storage.exists()
@@ -250,7 +250,7 @@ def test_size_limits_are_checked_from_counts():
         parse_sweep(_sized(10**14, 10**14, 100, 4), "x")
     rows = (
         "x: task_settings.bin: 100 seeds x 4 configs x bins = 4.0e9 curve rows (about 400 GB in the store), more than"
-        " the limit of 2,000,000,000 rows (sweeps.spec.sweepfile.MAX_CURVE_ROWS); use a larger bin"
+        " the limit of 2,000,000,000 rows (sweeps.spec.sweep.MAX_CURVE_ROWS); use a larger bin"
     )
     with pytest.raises(SweepError, match="^" + re.escape(rows)):
         parse_sweep(_sized(10**7, 1, 100, 4), "x")
