@@ -74,6 +74,19 @@ CASES = [
         "optimizers.idbd_wd.lambda: 2 is out of range; lambda (fixed weight decay) must be in [0, 1] for linear idbd_wd",
     ),
     (_with(optimizers={"sgd_wd": {"alpha": 0.1, "lambda": -0.1}}), "lambda (fixed weight decay) must be in [0, 1]"),
+    # the shape of each block, as the pydantic models of sweeps/spec/document.py word it
+    (_with(optimizers={"foo": {"alpha": 0.1}}), "optimizers.foo: unknown optimizer; choose one of sgd, sgd_wd"),
+    (_with(optimizers={}), "optimizers: must be a non-empty mapping of optimizer name -> {hyperparameter: value or list}"),
+    (_with(optimizers={"sgd": None}), "optimizers.sgd: must be a mapping of hyperparameter -> value or list; sgd takes alpha"),
+    (_with(optimizers={"sgd": {"alpha": []}}), "optimizers.sgd.alpha: empty list; give at least one value"),
+    (_with(optimizers={"sgd": {"alpha": [0.1, 0.1]}}), "optimizers.sgd.alpha: repeated value in the list"),
+    (_with(variants=[]), "variants: must be a non-empty list of mappings with keys task, task_settings, optimizers, engine"),
+    (_with(variants={"task": "linear_tracking"}), "variants: must be a non-empty list of mappings with keys task"),
+    (_with(confirm={}), "confirm: must be a mapping {seeds: N} (N fresh seeds) or {seeds: [s, ...]}"),
+    (_with(race={"rounds": 3}), "race.rounds: unknown key; allowed keys are min_seeds, max_seeds, alpha, seeds_per_round"),
+    (_with(engine="gpu"), "engine: engine 'gpu' is unknown; engines are reference, cpu"),
+    (_with(name=None), "name: missing; a sweep file needs it"),
+    (_with(task=None), "task: missing; choose one of linear_tracking"),
 ]
 
 

@@ -4,8 +4,8 @@ across keys, one place that both validates a file and gives its JSON Schema (`fa
 Every block forbids unknown keys and is strict (a number is an int or a float, never a string or
 a boolean). A problem inside one field becomes one line of our own (`problem`: what the field must
 be, and the value given); a key a block does not have, lacks, or a value that is no mapping is
-phrased by the block (`Block.UNKNOWN`, `MISSING`, `NOT_A_MAPPING`); `describe` turns pydantic's
-`ValidationError` into that line, with the path of the key (`variants[1].optimizers.fade.alpha`).
+phrased by the block (`Block.UNKNOWN`, `MISSING`, `NOT_A_MAPPING`, `NOT_A_LIST`); sweepfile.py turns
+pydantic's `ValidationError` into that line, with the path of the key (`variants[1].optimizers.fade.alpha`).
 
 What depends on the task is checked once the task is known (`SweepFile._expand`): its settings (by
 the task), its optimizers, a hyperparameter's range for the learner family (linear weight decay is
@@ -15,7 +15,7 @@ states the ranges that hold for every family.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, ClassVar, Iterator, Literal, get_args
+from typing import Annotated, Any, ClassVar, Iterator, Literal
 
 from pydantic import (
     AfterValidator,
@@ -98,11 +98,13 @@ Engine = Annotated[str, problem("must be an engine name, got {value}"),
 
 def _settings_schema() -> dict:
     """Every task's settings with their types (which apply is the task's to say): for editors."""
-    properties: dict[str, dict] = {}
+    types: dict[str, str] = {}
+    tasks: dict[str, list[str]] = {}
     for task in TASKS.values():
         for name, prop in TypeAdapter(task.settings_type).json_schema()["properties"].items():
-            entry = properties.setdefault(name, {"type": prop["type"], "description": "a setting of"})
-            entry["description"] += f" {task.name}"
+            types.setdefault(name, prop["type"])
+            tasks.setdefault(name, []).append(task.name)
+    properties = {name: {"type": kind, "description": f"a setting of {', '.join(tasks[name])}"} for name, kind in types.items()}
     return {"properties": properties, "additionalProperties": False}
 
 
@@ -172,7 +174,8 @@ class OptimizerGrids(Block):
 Optimizers = create_model(
     "Optimizers", __base__=OptimizerGrids,
     **{name: (create_model(name, __base__=Grid, __doc__=f"The grid of {name}.",
-                           **{h: (_axis(HYPERPARAMETERS[h]), ...) for h in takes}), None)
+                           **{h: (_axis(HYPERPARAMETERS[h]), ...) for h in takes}),
+              Field(None, json_schema_extra=lambda schema: schema.pop("default")))  # absent, never null
        for name, takes in every_optimizer().items()},
 )
 
@@ -338,55 +341,6 @@ def _in_range(task: TaskSpec, optimizer: str, name: str, values: tuple, at: str)
             scope = f" for {task.family} {optimizer} ({why})" if why else ""
             raise _fail(f"{short(value)} is out of range; {name} ({spec.meaning}) must be {spec.allowed()}{scope}", at)
     return tuple(float(v) for v in values)
-
-
-def _block_of(annotation: Any) -> type[Block] | None:
-    """The block a field's type holds (through Optional, list, Annotated), if any."""
-    if isinstance(annotation, type) and issubclass(annotation, Block):
-        return annotation
-    return next((b for b in map(_block_of, get_args(annotation)) if b is not None), None)
-
-
-def _walk(loc: tuple) -> tuple[type[Block], str]:
-    """The innermost block along `loc` and its path as the file names it (`variants[0].optimizers.fade`)."""
-    block, path = SweepFile, ""
-    for part in loc:
-        if isinstance(part, int):
-            path += f"[{part}]"
-            continue
-        field = {f.alias or n: f for n, f in block.model_fields.items()}.get(part)
-        inner = _block_of(field.annotation) if field is not None else None
-        if inner is None:
-            break
-        block, path = inner, f"{path}.{part}" if path else part
-    return block, path
-
-
-def _path_of(loc: tuple) -> str:
-    """`loc` as the file names it: ('variants', 0, 'task') -> variants[0].task."""
-    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-
-
-def describe(error: ValidationError) -> str:
-    """The first problem of a sweep file's validation as one line: "key.path: what is wrong; the fix"."""
-    errors = error.errors()
-    loc, kind = errors[0]["loc"], errors[0]["type"]
-    if kind == "sweep":
-        at = errors[0]["ctx"]["at"] or _path_of(loc)
-        return f"{at}: {errors[0]['msg']}" if at else errors[0]["msg"]
-    if kind in ("extra_forbidden", "missing"):
-        block, path = _walk(loc[:-1])
-        key = str(loc[-1])
-        if kind == "extra_forbidden":
-            return f"{_path_of((*loc[:-1], key))}: {block.phrase(block.UNKNOWN, key=key)}"
-        missing = ", ".join(str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == loc[:-1])
-        return f"{path or key}: {block.phrase(block.MISSING, missing=missing)}"
-    block, path = _walk(loc)
-    if kind in ("model_type", "dict_type", "list_type") and path == _path_of(loc):  # a block's value has the wrong shape
-        phrase = block.phrase(block.NOT_A_LIST if kind == "list_type" else block.NOT_A_MAPPING)
-        return f"{path}: {phrase}" if path else phrase
-    message = errors[0]["msg"]
-    return f"{_path_of(loc)}: {message[0].lower()}{message[1:]}, got {short(errors[0].get('input'))}"
 
 
 def sweep_schema() -> dict:

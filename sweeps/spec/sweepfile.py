@@ -26,12 +26,12 @@ Reading (YAML 1.2 floats, no duplicate keys, UTF-8 only) is `yamlfile.py`'s.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from sweeps.spec.document import SweepFile, describe
-from sweeps.spec.sweep import Experiment, Sweep
+from sweeps.spec.document import Block, SweepFile
+from sweeps.spec.sweep import Experiment, Sweep, short
 from sweeps.spec.yamlfile import SweepError, read_yaml, yaml_data
 from tasks import get_task
 
@@ -59,6 +59,55 @@ def parse_sweep(document: Any, source: str) -> Sweep:
         return SweepFile.model_validate(document).to_sweep(source, document)
     except ValidationError as err:
         raise SweepError(f"{source}: {describe(err)}") from None
+
+
+def _block_of(annotation: Any) -> type[Block] | None:
+    """The block a field's type holds (through Optional, list, Annotated), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, Block):
+        return annotation
+    return next((b for b in map(_block_of, get_args(annotation)) if b is not None), None)
+
+
+def _walk(loc: tuple) -> tuple[type[Block], str]:
+    """The innermost block along `loc` and its path as the file names it (`variants[0].optimizers.fade`)."""
+    block, path = SweepFile, ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+            continue
+        field = {f.alias or n: f for n, f in block.model_fields.items()}.get(part)
+        inner = _block_of(field.annotation) if field is not None else None
+        if inner is None:
+            break
+        block, path = inner, f"{path}.{part}" if path else part
+    return block, path
+
+
+def _path_of(loc: tuple) -> str:
+    """`loc` as the file names it: ('variants', 0, 'task') -> variants[0].task."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+
+
+def describe(error: ValidationError) -> str:
+    """The first problem of a sweep file's validation as one line: "key.path: what is wrong; the fix"."""
+    errors = error.errors()
+    loc, kind = errors[0]["loc"], errors[0]["type"]
+    if kind == "sweep":
+        at = errors[0]["ctx"]["at"] or _path_of(loc)
+        return f"{at}: {errors[0]['msg']}" if at else errors[0]["msg"]
+    if kind in ("extra_forbidden", "missing"):
+        block, path = _walk(loc[:-1])
+        key = str(loc[-1])
+        if kind == "extra_forbidden":
+            return f"{_path_of((*loc[:-1], key))}: {block.phrase(block.UNKNOWN, key=key)}"
+        missing = ", ".join(str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == loc[:-1])
+        return f"{path or key}: {block.phrase(block.MISSING, missing=missing)}"
+    block, path = _walk(loc)
+    if kind in ("model_type", "dict_type", "list_type") and path == _path_of(loc):  # a block's value has the wrong shape
+        phrase = block.phrase(block.NOT_A_LIST if kind == "list_type" else block.NOT_A_MAPPING)
+        return f"{path}: {phrase}" if path else phrase
+    message = errors[0]["msg"]
+    return f"{_path_of(loc)}: {message[0].lower()}{message[1:]}, got {short(errors[0].get('input'))}"
 
 
 def check_task_data(sweep: Sweep) -> None:
