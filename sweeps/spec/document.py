@@ -15,6 +15,7 @@ states the ranges that hold for every family.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Annotated, Any, ClassVar, Iterator, Literal
 
 from pydantic import (
@@ -67,7 +68,7 @@ class Block(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
     UNKNOWN: ClassVar[str] = "unknown key; allowed keys are {keys}"
-    MISSING: ClassVar[str] = "missing {missing}; give it (allowed keys are {keys})"
+    MISSING: ClassVar[str] = "missing {missing} (its keys are {keys})"
     NOT_A_MAPPING: ClassVar[str] = "must be a mapping with keys {keys}"
     NOT_A_LIST: ClassVar[str] = "must be a non-empty list of mappings with keys {keys}"
 
@@ -248,20 +249,16 @@ class SweepFile(Block):
     race: Annotated[RaceBlock | None, BeforeValidator(lambda v: {} if v is True else None if v is False else v),
                     Field(json_schema_extra=_race_or_boolean)] = None
     engine: Engine | None = None
-    _sweep: tuple = PrivateAttr()
+    _sweep: Sweep = PrivateAttr()
 
     def to_sweep(self, source: str, document: dict) -> Sweep:
-        """The validated `Sweep` (`document`: the YAML as read, recorded by the store)."""
-        experiments, seeds, confirm, race = self._sweep
-        resources = self.resources or Resources()
-        return Sweep(name=self.name, seeds=seeds, experiments=experiments, source=source,
-                     resources=PackResources(float(resources.cpus_per_pack), float(resources.gpus_per_pack)),
-                     confirm_seeds=confirm, race=race, document=document)
+        """The validated `Sweep`; `source` names it in messages, `document` is the YAML as read (for the store)."""
+        return dataclasses.replace(self._sweep, source=source, document=document)
 
     @model_validator(mode="after")
     def _expand(self) -> SweepFile:
-        """The checks across keys, in the order a reader meets them; the experiments, seeds, confirmation
-        seeds and race they yield (built once, for `to_sweep`)."""
+        """The checks across keys, in the order a reader meets them; the `Sweep` they yield is built here,
+        once (`to_sweep` names its source)."""
         blocks = [(f"variants[{i}].", block) for i, block in enumerate(self.variants)] if self.variants else [("", Variant())]
         experiments = [e for prefix, block in blocks for e in self._experiments(prefix, block)]
         cpu_only = cpu_only_tasks(experiments)
@@ -279,7 +276,10 @@ class SweepFile(Block):
             confirm = confirmation_seeds(seeds, self.confirm.seeds) if self.confirm else ()
         except ValueError as err:
             raise _fail(str(err), "confirm.seeds") from None
-        self._sweep = (tuple(experiments), seeds, confirm, self._race(count))
+        resources = self.resources or Resources()
+        self._sweep = Sweep(name=self.name, seeds=seeds, experiments=tuple(experiments), source="",
+                            resources=PackResources(resources.cpus_per_pack, resources.gpus_per_pack),
+                            confirm_seeds=confirm, race=self._race(count))
         return self
 
     def _experiments(self, prefix: str, block: Variant) -> Iterator[Experiment]:
@@ -326,7 +326,7 @@ class SweepFile(Block):
         if first > top:
             raise _fail(f"{first} is more than max_seeds ({top}); the first round cannot have more seeds than the last",
                         "race.min_seeds")
-        return Race(first, self.race.max_seeds, float(self.race.alpha), self.race.seeds_per_round or DEFAULT_SEEDS_PER_ROUND)
+        return Race(first, self.race.max_seeds, self.race.alpha, self.race.seeds_per_round or DEFAULT_SEEDS_PER_ROUND)
 
 
 def _in_range(task: TaskSpec, optimizer: str, name: str, values: tuple, at: str) -> tuple[float, ...]:
