@@ -87,6 +87,7 @@ CASES = [
     (_with(engine="gpu"), "engine: engine 'gpu' is unknown; engines are reference, cpu"),
     (_with(name=None), "name: missing; a sweep file needs it"),
     (_with(task=None), "task: missing; choose one of linear_tracking"),
+    (_with(optimizers={"sgd": {"alpha": 0.1, 1: 0.5}}), "optimizers.sgd.1: sgd does not take 1; it takes alpha"),
 ]
 
 

@@ -95,10 +95,10 @@ def describe(error: ValidationError) -> str:
     if kind == "sweep":
         at = errors[0]["ctx"]["at"] or _path_of(loc)
         return f"{at}: {errors[0]['msg']}" if at else errors[0]["msg"]
-    if kind in ("extra_forbidden", "missing"):
+    if kind in ("extra_forbidden", "invalid_key", "missing"):  # invalid_key: a key that is no string (YAML `1: 2`)
         block, path = _walk(loc[:-1])
         key = str(loc[-1])
-        if kind == "extra_forbidden":
+        if kind != "missing":
             return f"{_path_of((*loc[:-1], key))}: {block.phrase(block.UNKNOWN, key=key)}"
         missing = ", ".join(str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == loc[:-1])
         return f"{path or key}: {block.phrase(block.MISSING, missing=missing)}"
