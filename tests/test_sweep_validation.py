@@ -75,7 +75,7 @@ CASES = [
     ),
     (_with(optimizers={"sgd_wd": {"alpha": 0.1, "lambda": -0.1}}), "lambda (fixed weight decay) must be in [0, 1]"),
     # the shape of each block, as the pydantic models of sweeps/spec/document.py word it
-    (_with(optimizers={"foo": {"alpha": 0.1}}), "optimizers.foo: unknown optimizer; choose one of sgd, sgd_wd"),
+    (_with(optimizers={"foo": {"alpha": 0.1}}), "optimizers.foo: unknown optimizer; linear tasks take sgd, sgd_wd"),
     (_with(optimizers={}), "optimizers: must be a non-empty mapping of optimizer name -> {hyperparameter: value or list}"),
     (_with(optimizers={"sgd": None}), "optimizers.sgd: must be a mapping of hyperparameter -> value or list; sgd takes alpha"),
     (_with(optimizers={"sgd": {"alpha": []}}), "optimizers.sgd.alpha: empty list; give at least one value"),

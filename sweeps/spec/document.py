@@ -154,7 +154,9 @@ class OptimizerGrids(Block):
     """Optimizer name -> its grid; which optimizers a task takes is checked with the task."""
 
     model_config = ConfigDict(json_schema_extra={"minProperties": 1})
-    UNKNOWN = "unknown optimizer; choose one of {keys}"
+    UNKNOWN = "unknown optimizer; " + "; ".join(  # which task it is for is not known yet: name each family's
+        f"{family} tasks take {', '.join(names)}" for family, names in
+        {task.family: optimizers_for(task) for task in TASKS.values()}.items())
     NOT_A_MAPPING = "must be a non-empty mapping of optimizer name -> {{hyperparameter: value or list}}"
     _given: tuple[str, ...] = PrivateAttr(())
 
