@@ -15,7 +15,7 @@ from sweeps.spec import preset_names
 from sweeps.spec.learners import every_optimizer
 from sweeps.spec.presets import PRESETS_DIR
 from sweeps.spec.yamlfile import read_yaml
-from tests.test_sweep_validation import CASES
+from tests.test_sweep_validation import CASES, GOOD
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,8 +82,7 @@ def test_the_schema_rejects_every_bad_file_whose_problem_is_not_the_tasks(schema
 
 
 def test_the_schema_rejects_what_editors_catch_while_typing(schema):
-    good = CASES[0][0] | {"name": "ok"}
-    good.pop("colour")
+    good = GOOD
     assert _errors(schema, good) == []
     assert _errors(schema, good | {"race": True}) == [] and _errors(schema, good | {"race": {"min_seeds": 1}})
     assert _errors(schema, good | {"engine": "cpu"}) == [] and _errors(schema, good | {"engine": "gpu"})
