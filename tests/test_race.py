@@ -168,7 +168,7 @@ def test_the_race_block_and_its_schedule():
 
 @pytest.mark.parametrize("race, key", [
     ({"min_seeds": 1}, "race.min_seeds"), ({"max_seeds": 11}, "race.max_seeds"), ({"alpha": 1.5}, "race.alpha"),
-    ({"min_seeds": 6, "max_seeds": 5}, "race.min_seeds"), ({"rounds": 3}, "race"), ([3, 10], "race"),
+    ({"min_seeds": 6, "max_seeds": 5}, "race.min_seeds"), ({"rounds": 3}, "race.rounds"), ([3, 10], "race"),
 ])
 def test_a_bad_race_block_is_one_line_naming_the_key(race, key):
     with pytest.raises(SweepError, match=rf"^t: {key}: "):

@@ -14,7 +14,7 @@ import yaml
 from sweeps.cli import main
 from sweeps.cli.parser import build_parser
 from sweeps.spec import SweepError, load_sweep, parse_sweep, preset_names
-from sweeps.spec.sweepfile import MAX_CURVE_ROWS, MAX_RUN_STEPS, MAX_RUNS
+from sweeps.spec.sweep import MAX_CURVE_ROWS, MAX_RUN_STEPS, MAX_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -74,6 +74,20 @@ CASES = [
         "optimizers.idbd_wd.lambda: 2 is out of range; lambda (fixed weight decay) must be in [0, 1] for linear idbd_wd",
     ),
     (_with(optimizers={"sgd_wd": {"alpha": 0.1, "lambda": -0.1}}), "lambda (fixed weight decay) must be in [0, 1]"),
+    # the shape of each block, as the pydantic models of sweeps/spec/document.py word it
+    (_with(optimizers={"foo": {"alpha": 0.1}}), "optimizers.foo: unknown optimizer; linear tasks take sgd, sgd_wd"),
+    (_with(optimizers={}), "optimizers: must be a non-empty mapping of optimizer name -> {hyperparameter: value or list}"),
+    (_with(optimizers={"sgd": None}), "optimizers.sgd: must be a mapping of hyperparameter -> value or list; sgd takes alpha"),
+    (_with(optimizers={"sgd": {"alpha": []}}), "optimizers.sgd.alpha: empty list; give at least one value"),
+    (_with(optimizers={"sgd": {"alpha": [0.1, 0.1]}}), "optimizers.sgd.alpha: repeated value in the list"),
+    (_with(variants=[]), "variants: must be a non-empty list of mappings with keys task, task_settings, optimizers, engine"),
+    (_with(variants={"task": "linear_tracking"}), "variants: must be a non-empty list of mappings with keys task"),
+    (_with(confirm={}), "confirm: must be a mapping {seeds: N} (N fresh seeds) or {seeds: [s, ...]}"),
+    (_with(race={"rounds": 3}), "race.rounds: unknown key; allowed keys are min_seeds, max_seeds, alpha, seeds_per_round"),
+    (_with(engine="gpu"), "engine: engine 'gpu' is unknown; engines are reference, cpu"),
+    (_with(name=None), "name: missing; a sweep file needs it"),
+    (_with(task=None), "task: missing; choose one of linear_tracking"),
+    (_with(optimizers={"sgd": {"alpha": 0.1, 1: 0.5}}), "optimizers.sgd.1: sgd does not take 1; it takes alpha"),
 ]
 
 
@@ -225,7 +239,7 @@ def test_huge_seed_count_fails_fast_without_allocating(tmp_path):
     assert done.returncode == 2, err
     assert err == (
         f"fade-sweep: error: {sweep}: seeds: 1,000,000,000 seeds x 4 configs = 4.0e9 runs, more than the limit of "
-        "10,000,000 runs (sweeps.spec.sweepfile.MAX_RUNS); use fewer seeds or smaller grids"
+        "10,000,000 runs (sweeps.spec.sweep.MAX_RUNS); use fewer seeds or smaller grids"
     )
     assert float(done.stdout) < 0.5  # parse and refuse; no per-run structure was built
     assert not storage.exists()
@@ -250,7 +264,7 @@ def test_size_limits_are_checked_from_counts():
         parse_sweep(_sized(10**14, 10**14, 100, 4), "x")
     rows = (
         "x: task_settings.bin: 100 seeds x 4 configs x bins = 4.0e9 curve rows (about 400 GB in the store), more than"
-        " the limit of 2,000,000,000 rows (sweeps.spec.sweepfile.MAX_CURVE_ROWS); use a larger bin"
+        " the limit of 2,000,000,000 rows (sweeps.spec.sweep.MAX_CURVE_ROWS); use a larger bin"
     )
     with pytest.raises(SweepError, match="^" + re.escape(rows)):
         parse_sweep(_sized(10**7, 1, 100, 4), "x")

@@ -5,7 +5,7 @@ Exit codes (interface.md): 0 ok, 2 bad input (one line on stderr, nothing writte
 141 when the reader of stdout went away (`fade-sweep presets | head -1`: quiet, as `cat` would be).
 
 `parser.py` holds the arguments, `reading.py` the commands that read a store (light: no Ray,
-torch or numba), `running.py` those that run sweeps; this module dispatches and turns errors
+torch or numba), `running.py` those that run sweeps, `schema.py` the sweep file's JSON Schema; this module dispatches and turns errors
 into exit codes.
 """
 
@@ -17,7 +17,7 @@ import shlex
 import sys
 
 from cluster.errors import ClusterError
-from sweeps.cli import reading, running
+from sweeps.cli import reading, running, schema
 from sweeps.cli.parser import BAD_INPUT, FAILURE, INTERRUPTED, UserError, build_parser
 from sweeps.spec import SweepError
 
@@ -33,6 +33,7 @@ COMMANDS = {
     "confirm": running.cmd_confirm,
     "report": reading.cmd_report,
     "verify": reading.cmd_verify,
+    "schema": schema.cmd_schema,
 }
 CLOSED_PIPE = 141  # 128 + SIGPIPE: what `cat`, `grep`, ... return when their reader goes away
 

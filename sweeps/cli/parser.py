@@ -140,4 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     verify = commands.add_parser("verify", help="check a results store: schema, duplicates, orphans, corrupt files, missing runs")
     verify.add_argument("results_dir", help="STORAGE/<sweep name>")
+
+    commands.add_parser("schema", help="print the sweep file's JSON Schema (for editors: "
+                                       "# yaml-language-server: $schema=FILE; README: Your own sweep file)")
     return parser

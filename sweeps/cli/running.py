@@ -5,14 +5,19 @@ the reading commands stay light."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import best_text, open_results, stage_text
 from sweeps.spec import CostModel, PackResources, check_task_data, cpu_only_tasks, resolve_sweep, with_race
 from sweeps.spec.engines import check_engines
+
+if TYPE_CHECKING:
+    from sweeps.tune.options import ExecutionOptions
 
 
 def _resources(args: argparse.Namespace, sweep) -> PackResources:
@@ -34,27 +39,25 @@ def cmd_run(args: argparse.Namespace) -> None:
         sweep = with_race(sweep)
     store = Store.of_sweep(sweep, args.storage)  # a storage the store cannot serve (`--storage ""`): one line
     check_task_data(sweep)
-    resources = _resources(args, sweep)
-    if resources.gpus < 0:
-        raise UserError(f"--gpus-per-pack must be >= 0, got {resources.gpus:g}")
+    options = _execution_options(args, sweep)  # once: the dry run, the driver and every trial read it
     cpu_only = cpu_only_tasks(sweep.experiments)
-    if resources.gpus > 0 and len(cpu_only) == len({e.task for e in sweep.experiments}):
+    if options.resources.gpus > 0 and len(cpu_only) == len({e.task for e in sweep.experiments}):
         raise UserError(f"--gpus-per-pack: {', '.join(cpu_only)} runs on CPUs only; drop it")
-    check_engines(sweep.experiments, resources.gpus, args.engine)  # before Ray, before the plan is printed
+    check_engines(sweep.experiments, options.resources.gpus, options.engine)  # before Ray, before the plan is printed
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
     if sweep.race is not None:
         print(race_line(sweep))
     if args.dry_run:
-        _dry_run(args, sweep, resources)
+        _dry_run(sweep, options)
         if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
             steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
             print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
                   f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
         return
-    store.preflight(sweep, args.dtype, args.resume)  # before Ray loads: a refusal in well under a second
+    store.preflight(sweep, options.dtype, args.resume)  # before Ray loads: a refusal in well under a second
+    _check_stream_cache()  # before Ray starts
     from sweeps.tune.driver import confirm_sweep, run_sweep
 
-    options = _execution_options(args, resources, args.dtype)
     outcome = run_sweep(sweep, args.storage, resume=args.resume, options=options)
     _summary(outcome, "every (config, seed) already has a score")
     print(f"Results: {outcome.results_dir}\n")
@@ -92,23 +95,14 @@ def _check_stream_cache() -> None:
         raise UserError(str(err)) from None
 
 
-def _execution_options(args: argparse.Namespace, resources: PackResources | None, dtype: str):
-    from sweeps.tune.driver import ExecutionOptions
+def _execution_options(args: argparse.Namespace, sweep) -> ExecutionOptions:
+    """The run's options, built once from the parsed flags: each flag fills the field of its name (a flag
+    a command lacks, such as `confirm`'s --dtype, keeps the field's default); the pack resources are the
+    flags' over the sweep file's. Progress and notices go to stdout as they happen (a log file too)."""
+    from sweeps.tune.options import ExecutionOptions
 
-    _check_stream_cache()  # before Ray starts
-    return ExecutionOptions(
-        address=args.address,
-        num_cpus=args.num_cpus,
-        chunk_steps=args.chunk_steps,
-        dtype=dtype,
-        runs_per_pack=args.runs_per_pack,
-        resources=resources,
-        checkpoint_every=args.checkpoint_every,
-        max_failures=args.max_failures,
-        tf32=args.tf32,
-        engine=args.engine,
-        notify=functools.partial(print, flush=True),  # progress lines reach a log file as they happen
-    )
+    flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(ExecutionOptions) if hasattr(args, f.name)}
+    return ExecutionOptions(**flags, resources=_resources(args, sweep), notify=functools.partial(print, flush=True))
 
 
 def _summary(outcome, nothing: str) -> None:
@@ -139,34 +133,37 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     if sweep is None:
         raise UserError(f"{args.results_dir}: no recorded sweep (sweep.yaml); give STORAGE/<sweep name> of a sweep run by fade-sweep")
     seeds = args.seeds or sweep.confirm_seeds or len(sweep.seeds)
-    options = _execution_options(args, _resources(args, sweep), "float32")  # the store's dtype is used
+    options = _execution_options(args, sweep)  # its dtype is the store's (confirm has no --dtype)
+    _check_stream_cache()  # before Ray starts
     outcome = confirm_sweep(store, seeds, stat=args.stat, options=options)
     _summary(outcome, "every confirmation run already has a score")
     print(f"Results: {outcome.results_dir}\n")
     print(stage_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
 
 
-def _dry_run(args: argparse.Namespace, sweep, resources: PackResources) -> None:
+def _dry_run(sweep, options: ExecutionOptions) -> None:
     from cluster.connect import connect
     from cluster.placement import parallel_slots
     from sweeps.packs.dryrun import describe_plan
 
+    resources = options.resources
     cpu_only = resources.for_task(runs_on_gpu=False)
-    if args.address:
-        connect(args.address)
+    if options.address:
+        connect(options.address)
         slots = parallel_slots(cpu_only)
         gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
     else:
         import torch
 
-        cpus = args.num_cpus or os.cpu_count() or 1
+        cpus = options.num_cpus or os.cpu_count() or 1
         slots = int(cpus // resources.cpus)
         gpu_slots = min(slots, int(torch.cuda.device_count() // resources.gpus)) if resources.gpus > 0 else 0
         if slots == 0:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
-    costs = CostModel(chunk_steps=args.chunk_steps, checkpoint_every=args.checkpoint_every, threads=max(1.0, resources.cpus))
-    print(describe_plan(sweep, slots, resources, args.runs_per_pack, args.dtype, gpu_slots, not args.address, costs,
-                        args.engine))
+    costs = CostModel(chunk_steps=options.chunk_steps, checkpoint_every=options.checkpoint_every,
+                      threads=max(1.0, resources.cpus))
+    print(describe_plan(sweep, slots, resources, options.runs_per_pack, options.dtype, gpu_slots, not options.address,
+                        costs, options.engine))
 
 
 def _refuse_if_being_written(storage: str, name: str) -> None:

@@ -9,17 +9,8 @@ from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmati
 from sweeps.spec.presets import preset_description, preset_names, resolve_sweep
 from sweeps.spec.race import Race, with_race
 from sweeps.spec.resources import PackResources
-from sweeps.spec.sweepfile import (
-    Experiment,
-    Sweep,
-    SweepError,
-    check_task_data,
-    confirmation_seeds,
-    cpu_only_tasks,
-    load_sweep,
-    parse_sweep,
-    parse_sweep_text,
-)
+from sweeps.spec.sweep import Experiment, Sweep, confirmation_seeds, cpu_only_tasks
+from sweeps.spec.sweepfile import SweepError, check_task_data, load_sweep, parse_sweep, parse_sweep_text
 
 __all__ = [
     "CONFIRMATION",

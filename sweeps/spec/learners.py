@@ -32,6 +32,12 @@ def optimizers_for(task: TaskSpec) -> tuple[str, ...]:
     return tuple(_FAMILIES[task.family])
 
 
+def every_optimizer() -> dict[str, tuple[str, ...]]:
+    """Every optimizer of any family with the hyperparameters it takes (a name means the same rule, with the
+    same hyperparameters, in every family that has it); for the sweep file's schema."""
+    return {name: learner.hyperparameters for learners in _FAMILIES.values() for name, learner in learners.items()}
+
+
 def optimizer_hyperparameters(task: TaskSpec, optimizer: str) -> tuple[str, ...]:
     return _FAMILIES[task.family][optimizer].hyperparameters
 

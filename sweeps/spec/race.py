@@ -25,13 +25,11 @@ no statistics: this layer only says what to run.
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from sweeps.spec.yamlfile import SweepError
 
-RACE_KEYS = ("min_seeds", "max_seeds", "alpha", "seeds_per_round")
 DEFAULT_MIN_SEEDS = 3
 DEFAULT_ALPHA = 0.05
 DEFAULT_SEEDS_PER_ROUND = 1
@@ -62,40 +60,13 @@ class Race:
                 "seeds_per_round": self.seeds_per_round}
 
 
-def parse_race(value: Any, seed_count: int, fail: Callable[[str, str], Exception]) -> Race | None:
-    """The `race:` block (a mapping; `{}` or `true` for the defaults); `fail(key, problem)` builds the error."""
-    if value is None or value is False:
-        return None
-    if value is True:
-        value = {}
-    if not isinstance(value, dict) or any(k not in RACE_KEYS for k in value):
-        raise fail("race", f"must be a mapping with keys {', '.join(RACE_KEYS)} (all optional), or true for the defaults")
-    ints = {}
-    for key, low in (("min_seeds", 2), ("max_seeds", 2), ("seeds_per_round", 1)):
-        number = value.get(key)
-        if number is not None and (isinstance(number, bool) or not isinstance(number, int) or number < low):
-            raise fail(f"race.{key}", f"must be an integer >= {low}, got {number!r}"
-                       + (" (a paired test needs two seeds)" if low == 2 else ""))
-        ints[key] = number
-    alpha = value.get("alpha", DEFAULT_ALPHA)
-    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not (0 < alpha < 1) or not math.isfinite(alpha):
-        raise fail("race.alpha", f"must be a number between 0 and 1 (the test's level, e.g. 0.05), got {alpha!r}")
-    top = ints["max_seeds"] if ints["max_seeds"] is not None else seed_count
-    if top > seed_count:
-        raise fail("race.max_seeds", f"{top} is more than the sweep's {seed_count} seeds; raise `seeds` or lower max_seeds")
-    first = ints["min_seeds"] if ints["min_seeds"] is not None else min(DEFAULT_MIN_SEEDS, seed_count)
-    if first > top:
-        raise fail("race.min_seeds", f"{first} is more than max_seeds ({top}); the first round cannot have more seeds than the last")
-    if seed_count < 2:
-        raise fail("race", "a race needs at least 2 seeds (`seeds`); a paired test cannot compare one")
-    return Race(first, ints["max_seeds"], float(alpha), ints["seeds_per_round"] or DEFAULT_SEEDS_PER_ROUND)
-
-
 def with_race(sweep, race: Race | None = None):
     """`sweep` raced (`fade-sweep run --race`: `race` None means the defaults); a sweep that already has a
     `race:` block is returned as it is. The recorded document gets the explicit block, so the store says how
     its seeds were given out."""
     if sweep.race is not None:
         return sweep
-    race = race or parse_race({}, len(sweep.seeds), lambda key, problem: SweepError(f"--race: {problem}"))
+    if race is None and len(sweep.seeds) < 2:
+        raise SweepError("--race: a race needs at least 2 seeds (`seeds`); a paired test cannot compare one")
+    race = race or Race(min(DEFAULT_MIN_SEEDS, len(sweep.seeds)))
     return dataclasses.replace(sweep, race=race, document={**sweep.document, "race": race.document(sweep.seeds)})

@@ -1,8 +1,8 @@
 """The sweep file of interface.md: load, validate, expand into experiments.
 
-Everything is checked before anything runs; each problem is one line naming the file,
-the key and what is allowed (`SweepError`). A loaded `Sweep` is immutable and typed:
-the rest of the service never reads the YAML again.
+Everything is checked before anything runs, by the pydantic models of document.py; each problem is
+one line naming the file, the key and what is allowed (`SweepError`). A loaded `Sweep` (sweep.py)
+is immutable and typed: the rest of the service never reads the YAML again.
 
 A sweep may ask for a confirmation stage, `confirm: {seeds: N}` (or a list of seeds): after
 the grid, each method's selected configuration runs again on N fresh seeds, disjoint from
@@ -21,118 +21,21 @@ Beyond interface.md, a sweep may hold `variants`: a list of blocks that each ove
 with its own selected configurations).
 
 Reading (YAML 1.2 floats, no duplicate keys, UTF-8 only) is `yamlfile.py`'s.
-
-The sweep's size is checked against `MAX_RUNS`, `MAX_RUN_STEPS` and `MAX_CURVE_ROWS`
-from the grid and seed counts alone, before any per-run structure (the seed tuple, the
-grid's cells, packs) is built, so a typo such as `seeds: 1000000000` fails at once.
 """
 
 from __future__ import annotations
 
-import itertools
-import math
-import re
-import reprlib
-from dataclasses import dataclass, field
-from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, get_args
 
-from fade_core.engines import engine_problem
-from sweeps.spec.config import Config, make_config
-from sweeps.spec.learners import hyperparameter_spec, optimizer_hyperparameters, optimizers_for
-from sweeps.spec.race import Race, parse_race
-from sweeps.spec.resources import PackResources
+from pydantic import ValidationError
+
+from sweeps.spec.document import Block, SweepFile
+from sweeps.spec.sweep import Experiment, Sweep, short
 from sweeps.spec.yamlfile import SweepError, read_yaml, yaml_data
-from tasks import TASKS, get_task
+from tasks import get_task
 
-
-TOP_LEVEL_KEYS = ("name", "description", "task", "task_settings", "seeds", "optimizers", "variants", "resources", "confirm",
-                  "race", "engine")
-CONFIRM_KEYS = ("seeds",)
-RESOURCE_KEYS = ("cpus_per_pack", "gpus_per_pack")
-VARIANT_KEYS = ("task", "task_settings", "optimizers", "engine")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-# Limits on one sweep, checked before anything is allocated (generous: the study's largest
-# preset is about 5,000 runs and 1e10 run-steps). Raise them here for a bigger cluster.
-MAX_RUNS = 10_000_000  # (config, seed) pairs: rows of scores/, and per-run state in the planner
-MAX_RUN_STEPS = 10**15  # runs x steps: about a year of a large cluster
-MAX_CURVE_ROWS = 2_000_000_000  # runs x logged bins: rows of curves/
-CURVE_ROW_BYTES = 100  # rough size of one curves/ row (keys, step, binned metrics), for messages
-
-
-_REPR = reprlib.Repr()
-_REPR.maxstring, _REPR.maxother, _REPR.maxlist = 60, 60, 8
-
-
-def _short(value: Any) -> str:
-    """A bounded repr for messages (values may be huge or recursive through YAML aliases)."""
-    return _REPR.repr(value)
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """One (task, task settings, optimizer) with its hyperparameter grid."""
-
-    task: str
-    settings: Any  # the task's settings dataclass
-    optimizer: str
-    grid: tuple[tuple[str, tuple[float, ...]], ...]  # (hyperparameter, values), in the learner's order
-    engine: str | None = None  # the sweep file's `engine:` (None: the default for the task and device)
-
-    @property
-    def size(self) -> int:
-        """Number of grid cells (configurations), without building them."""
-        return math.prod(len(values) for _, values in self.grid)
-
-    @cached_property
-    def cells(self) -> tuple[Config, ...]:
-        """The grid's configurations with their ids, in `configs()` order; hashed once per experiment."""
-        return tuple(make_config(self, values) for values in self.configs())
-
-    @property
-    def changed_settings(self) -> str:
-        """The task settings that differ from the task's defaults, "k=v,k=v" ("defaults" if none)."""
-        defaults = type(self.settings)()
-        return ",".join(f"{k}={v}" for k, v in vars(self.settings).items() if v != getattr(defaults, k)) or "defaults"
-
-    @property
-    def label(self) -> str:
-        """A short name that tells the experiments of one sweep apart: "task[settings] optimizer"."""
-        return f"{self.task}[{self.changed_settings}] {self.optimizer}"
-
-    def configs(self) -> list[dict[str, float]]:
-        """The grid's cells, in a stable order (Cartesian product of the axes)."""
-        names = [n for n, _ in self.grid]
-        return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in self.grid))]
-
-
-@dataclass(frozen=True)
-class Sweep:
-    """A validated sweep: what to run, nothing about where or how fast."""
-
-    name: str
-    seeds: tuple[int, ...]
-    experiments: tuple[Experiment, ...]
-    source: str  # the file or preset it came from, for messages
-    resources: PackResources = PackResources()  # what each trial asks Ray for
-    confirm_seeds: tuple[int, ...] = ()  # `confirm: {seeds: ...}`: the fresh seeds of the confirmation stage
-    race: Race | None = None  # `race:`: seeds given in rounds (sweeps.spec.race); None: every cell gets every seed
-    document: dict = field(compare=False, repr=False, default_factory=dict)  # the YAML as read, for the store
-
-    @property
-    def runs(self) -> int:
-        return sum(e.size for e in self.experiments) * len(self.seeds)
-
-    @property
-    def run_steps(self) -> int:
-        return sum(e.size * e.settings.steps for e in self.experiments) * len(self.seeds)
-
-    @cached_property
-    def pairs(self) -> frozenset[tuple[str, int]]:
-        """(config_id, seed) of every run the sweep asks for: what readers of its store count."""
-        return frozenset((c.config_id, s) for e in self.experiments for c in e.cells for s in self.seeds)
+__all__ = ["Experiment", "Sweep", "SweepError", "check_task_data", "load_sweep", "parse_sweep", "parse_sweep_text"]
 
 
 def load_sweep(path: str | Path) -> Sweep:
@@ -152,210 +55,59 @@ def parse_sweep_text(text: str, source: str) -> Sweep:
 
 def parse_sweep(document: Any, source: str) -> Sweep:
     """Validate an already-parsed sweep document (a mapping)."""
-
-    def fail(key: str, problem: str) -> SweepError:
-        return SweepError(f"{source}: {key}: {problem}")
-
-    if not isinstance(document, dict):
-        raise SweepError(f"{source}: a sweep file must be a YAML mapping with keys {', '.join(TOP_LEVEL_KEYS)}")
-    unknown = [k for k in document if k not in TOP_LEVEL_KEYS]
-    if unknown:
-        raise fail(unknown[0], f"unknown key; allowed keys are {', '.join(TOP_LEVEL_KEYS)}")
-    name = document.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise fail("name", f"must be a directory-safe name (letters, digits, . _ -), got {_short(name)}")
-    seed_count = _count_seeds(document.get("seeds", 1), fail)
-
-    blocks = document.get("variants")
-    if blocks is None:
-        blocks = [{}]
-    elif not isinstance(blocks, list) or not blocks or not all(isinstance(b, dict) for b in blocks):
-        raise fail("variants", "must be a non-empty list of mappings with keys " + ", ".join(VARIANT_KEYS))
-    experiments: list[Experiment] = []
-    for i, block in enumerate(blocks):
-        prefix = f"variants[{i}]." if "variants" in document else ""
-        extra = [k for k in block if k not in VARIANT_KEYS]
-        if extra:
-            raise fail(f"{prefix}{extra[0]}", f"unknown key; a variant may set {', '.join(VARIANT_KEYS)}")
-        experiments.extend(_parse_block(document, block, prefix, fail))
-    resources = _parse_resources(document.get("resources") or {}, fail)
-    cpu_only = cpu_only_tasks(experiments)
-    if resources.gpus > 0 and len(cpu_only) == len({e.task for e in experiments}):
-        raise fail("resources.gpus_per_pack", f"{', '.join(cpu_only)} runs on CPUs only; remove gpus_per_pack")
-    keys = [(e.task, e.settings, e.optimizer) for e in experiments]
-    if len(set(keys)) != len(keys):
-        raise fail("variants", "two variants run the same (task, task_settings, optimizer); merge their grids")
-    _check_size(experiments, seed_count, fail)
-    seeds = _make_seeds(document.get("seeds", 1))
-    confirm = _parse_confirm(document.get("confirm"), seeds, fail)
-    race = parse_race(document.get("race"), seed_count, fail)
-    return Sweep(name=name, seeds=seeds, experiments=tuple(experiments), source=source, resources=resources,
-                 confirm_seeds=confirm, race=race, document=document)
-
-
-def _parse_confirm(value: Any, tuning: tuple[int, ...], fail) -> tuple[int, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, dict) or set(value) != set(CONFIRM_KEYS):
-        raise fail("confirm", "must be a mapping {seeds: N} (N fresh seeds) or {seeds: [s, ...]}")
-    _count_seeds(value["seeds"], lambda key, problem: fail(f"confirm.{key}", problem))
     try:
-        return confirmation_seeds(tuning, value["seeds"])
-    except ValueError as err:
-        raise fail("confirm.seeds", str(err)) from None
+        return SweepFile.model_validate(document).to_sweep(source, document)
+    except ValidationError as err:
+        raise SweepError(f"{source}: {describe(err)}") from None
 
 
-def confirmation_seeds(tuning: tuple[int, ...], wanted: int | list[int] | tuple[int, ...]) -> tuple[int, ...]:
-    """The seeds of a confirmation stage: N fresh ones after the largest tuning seed (so they never
-    share a stream with a tuning run), or the list given. ValueError if the list reuses a tuning seed:
-    a configuration confirmed on the seeds that selected it would carry the selection bias."""
-    if isinstance(wanted, int):
-        if wanted > MAX_RUNS:
-            raise ValueError(f"{wanted:,} seeds is more than the limit of {MAX_RUNS:,} runs")
-        start = max(tuning) + 1
-        return tuple(range(start, start + wanted))
-    overlap = sorted(set(wanted) & set(tuning))
-    if overlap:
-        raise ValueError(
-            f"seed(s) {', '.join(map(str, overlap[:5]))} are tuning seeds; confirmation seeds must be fresh "
-            f"(disjoint from the tuning seeds {_short(list(tuning))})"
-        )
-    return tuple(wanted)
+def _block_of(annotation: Any) -> type[Block] | None:
+    """The block a field's type holds (through Optional, list, Annotated), if any."""
+    if isinstance(annotation, type) and issubclass(annotation, Block):
+        return annotation
+    return next((b for b in map(_block_of, get_args(annotation)) if b is not None), None)
 
 
-def cpu_only_tasks(experiments) -> list[str]:
-    """Tasks of these experiments whose engine cannot use a GPU."""
-    return sorted({e.task for e in experiments if not TASKS[e.task].runs_on_gpu})
+def _walk(loc: tuple) -> tuple[type[Block], str]:
+    """The innermost block along `loc` and its path as the file names it (`variants[0].optimizers.fade`)."""
+    block, path = SweepFile, ""
+    for part in loc:
+        if isinstance(part, int):
+            path += f"[{part}]"
+            continue
+        field = {f.alias or n: f for n, f in block.model_fields.items()}.get(part)
+        inner = _block_of(field.annotation) if field is not None else None
+        if inner is None:
+            break
+        block, path = inner, f"{path}.{part}" if path else part
+    return block, path
 
 
-def _parse_resources(value: Any, fail) -> PackResources:
-    if not isinstance(value, dict) or any(k not in RESOURCE_KEYS for k in value):
-        raise fail("resources", f"must be a mapping with keys {', '.join(RESOURCE_KEYS)}")
-    cpus, gpus = value.get("cpus_per_pack", 1), value.get("gpus_per_pack", 0)
-    for key, number, low in (("cpus_per_pack", cpus, 0.0), ("gpus_per_pack", gpus, -1e-12)):
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not number > low:
-            raise fail(f"resources.{key}", f"must be a number {'> 0' if key == 'cpus_per_pack' else '>= 0'}, got {number!r}")
-    return PackResources(float(cpus), float(gpus))
+def _path_of(loc: tuple) -> str:
+    """`loc` as the file names it: ('variants', 0, 'task') -> variants[0].task."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
 
 
-def _count_seeds(value: Any, fail) -> int:
-    """How many seeds `seeds` names; checks its form without building the seeds."""
-    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-        return value
-    if (
-        isinstance(value, list)
-        and value
-        and all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
-        and len(set(value)) == len(value)
-    ):
-        return len(value)
-    raise fail("seeds", f"must be a positive int n (seeds 0..n-1) or a list of distinct ints >= 0, got {_short(value)}")
-
-
-def _make_seeds(value: int | list[int]) -> tuple[int, ...]:
-    """The seeds, once `_count_seeds` and `_check_size` have accepted them."""
-    return tuple(range(value)) if isinstance(value, int) else tuple(value)
-
-
-def _sci(number: float, digits: int = 1) -> str:
-    """4.0e9 rather than 4.0e+09."""
-    mantissa, exponent = f"{number:.{digits}e}".split("e")
-    return f"{mantissa}e{int(exponent)}"
-
-
-def _check_size(experiments: list[Experiment], seed_count: int, fail) -> None:
-    """Refuse a sweep beyond MAX_RUNS / MAX_RUN_STEPS / MAX_CURVE_ROWS, from counts alone."""
-    configs = sum(e.size for e in experiments)
-    runs = configs * seed_count
-    sizes = f"{seed_count:,} seed{'s' if seed_count != 1 else ''} x {configs:,} config{'s' if configs != 1 else ''}"
-    if runs > MAX_RUNS:
-        key = "seeds" if seed_count >= configs else "optimizers"
-        raise fail(
-            key,
-            f"{sizes} = {_sci(runs)} runs, more than the limit of {MAX_RUNS:,} runs "
-            "(sweeps.spec.sweepfile.MAX_RUNS); use fewer seeds or smaller grids",
-        )
-    run_steps = sum(e.size * e.settings.steps for e in experiments) * seed_count
-    if run_steps > MAX_RUN_STEPS:
-        raise fail(
-            "task_settings.steps",
-            f"{sizes} x steps = {_sci(run_steps)} run-steps, more than the limit of {_sci(MAX_RUN_STEPS, 0)} run-steps "
-            "(sweeps.spec.sweepfile.MAX_RUN_STEPS); use fewer steps, seeds or configs",
-        )
-    rows = sum(e.size * math.ceil(e.settings.steps / e.settings.bin) for e in experiments) * seed_count
-    if rows > MAX_CURVE_ROWS:
-        raise fail(
-            "task_settings.bin",
-            f"{sizes} x bins = {_sci(rows)} curve rows (about {rows * CURVE_ROW_BYTES / 1e9:,.0f} GB in the store), "
-            f"more than the limit of {MAX_CURVE_ROWS:,} rows (sweeps.spec.sweepfile.MAX_CURVE_ROWS); "
-            "use a larger bin, or fewer steps, seeds or configs",
-        )
-
-
-def _parse_block(document: dict, block: dict, prefix: str, fail) -> Iterator[Experiment]:
-    task_name = block.get("task", document.get("task"))
-    if task_name not in TASKS:
-        raise fail(f"{prefix}task" if "task" in block else "task", f"unknown task {task_name!r}; choose one of {', '.join(TASKS)}")
-    task = TASKS[task_name]
-    settings_values = dict(document.get("task_settings") or {})
-    if not isinstance(document.get("task_settings") or {}, dict) or not isinstance(block.get("task_settings") or {}, dict):
-        raise fail(f"{prefix}task_settings", "must be a mapping of setting -> value")
-    settings_values.update(block.get("task_settings") or {})
-    try:
-        settings = task.settings(settings_values)
-    except ValueError as err:
-        raise fail(f"{prefix}task_settings", str(err)) from None
-
-    optimizers = block.get("optimizers", document.get("optimizers"))
-    opt_key = f"{prefix}optimizers" if "optimizers" in block else "optimizers"
-    if not isinstance(optimizers, dict) or not optimizers:
-        raise fail(opt_key, "must be a non-empty mapping of optimizer name -> {hyperparameter: value or list}")
-    engine = block.get("engine", document.get("engine"))
-    if engine is not None:
-        problem = engine_problem(engine, task.name) if isinstance(engine, str) else f"must be an engine name, got {_short(engine)}"
-        if problem is not None:
-            raise fail(f"{prefix}engine" if "engine" in block else "engine", problem)
-    allowed = optimizers_for(task)
-    for optimizer, grid in optimizers.items():
-        key = f"{opt_key}.{optimizer}"
-        if optimizer not in allowed:
-            raise fail(key, f"unknown optimizer for task {task.name}; choose one of {', '.join(allowed)}")
-        yield Experiment(task.name, settings, optimizer, _parse_grid(task, optimizer, grid, key, fail), engine)
-
-
-def _parse_grid(task, optimizer: str, grid: Any, key: str, fail) -> tuple[tuple[str, tuple[float, ...]], ...]:
-    takes = optimizer_hyperparameters(task, optimizer)
-    if not isinstance(grid, dict):
-        raise fail(key, f"must be a mapping of hyperparameter -> value or list; {optimizer} takes {', '.join(takes)}")
-    for name in grid:
-        if name not in takes:
-            raise fail(f"{key}.{name}", f"{optimizer} does not take {name}; it takes {', '.join(takes)}")
-    missing = [n for n in takes if n not in grid]
-    if missing:
-        raise fail(key, f"missing hyperparameter(s) {', '.join(missing)}; {optimizer} takes {', '.join(takes)}")
-    axes = []
-    for name in takes:
-        values = grid[name] if isinstance(grid[name], list) else [grid[name]]
-        spec, why = hyperparameter_spec(task, optimizer, name)
-        if not values:
-            raise fail(f"{key}.{name}", "empty list; give at least one value")
-        for value in values:
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise fail(f"{key}.{name}", f"{_short(value)} is not a number; {name} ({spec.meaning}) must be {spec.allowed()}")
-            if not _accepts(spec, value):
-                scope = f" for {task.family} {optimizer} ({why})" if why else ""
-                raise fail(f"{key}.{name}", f"{_short(value)} is out of range; {name} ({spec.meaning}) must be {spec.allowed()}{scope}")
-        if len(set(values)) != len(values):
-            raise fail(f"{key}.{name}", "repeated value in the list")
-        axes.append((name, tuple(float(v) for v in values)))
-    return tuple(axes)
-
-
-def _accepts(spec, value: int | float) -> bool:
-    try:
-        return spec.accepts(float(value))
-    except OverflowError:  # an int beyond float range
-        return False
+def describe(error: ValidationError) -> str:
+    """The first problem of a sweep file's validation as one line: "key.path: what is wrong; the fix"."""
+    errors = error.errors()
+    loc, kind = errors[0]["loc"], errors[0]["type"]
+    if kind == "sweep":
+        at = errors[0]["ctx"]["at"] or _path_of(loc)
+        return f"{at}: {errors[0]['msg']}" if at else errors[0]["msg"]
+    if kind in ("extra_forbidden", "invalid_key", "missing"):  # invalid_key: a key that is no string (YAML `1: 2`)
+        block, path = _walk(loc[:-1])
+        key = str(loc[-1])
+        if kind != "missing":
+            return f"{_path_of((*loc[:-1], key))}: {block.phrase(block.UNKNOWN, key=key)}"
+        missing = ", ".join(str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == loc[:-1])
+        return f"{path or key}: {block.phrase(block.MISSING, missing=missing)}"
+    block, path = _walk(loc)
+    if kind in ("model_type", "dict_type", "list_type") and path == _path_of(loc):  # a block's value has the wrong shape
+        phrase = block.phrase(block.NOT_A_LIST if kind == "list_type" else block.NOT_A_MAPPING)
+        return f"{path}: {phrase}" if path else phrase
+    message = errors[0]["msg"]
+    return f"{_path_of(loc)}: {message[0].lower()}{message[1:]}, got {short(errors[0].get('input'))}"
 
 
 def check_task_data(sweep: Sweep) -> None:

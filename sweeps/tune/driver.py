@@ -46,7 +46,7 @@ from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
 from sweeps.tune.racing import run_race
 from sweeps.tune.resume import config_index, covered, finished_recorded, recorded_packs, resumable
-from sweeps.tune.wiring import Signals, run_packs, shown
+from sweeps.tune.wiring import Signals, run_packs
 
 __all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", "results_dir_for", "run_sweep"]
 
@@ -128,7 +128,7 @@ def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], res
     # first tidy (its commit was refused: see commit.write_pack); by now it is gone.
     _tidy(store, options)
     return SweepRun(
-        results_dir=shown(store.location),
+        results_dir=store.location,
         packs=phase.packs if phase else 0,
         run_steps=phase.run_steps if phase else 0,
         skipped_runs=len(finished),

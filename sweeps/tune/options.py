@@ -1,10 +1,10 @@
-"""What the driver's callers pass in and get back: how to run, what a run did, an interrupt."""
+"""What the driver's callers pass in and get back: how to run (one frozen `ExecutionOptions`, from the
+command line to every trial), what a run did, an interrupt."""
 
 from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from sweeps.spec import PackResources
@@ -20,7 +20,7 @@ class SweepInterrupted(KeyboardInterrupt):
 
     Counts are the sweep's packs: this run's and those earlier runs finished."""
 
-    def __init__(self, packs_done: int, packs_total: int, results_dir: Path | StoreLocation):
+    def __init__(self, packs_done: int, packs_total: int, results_dir: StoreLocation):
         super().__init__(f"interrupted: {packs_done} of {packs_total} packs done")
         self.packs_done, self.packs_total, self.results_dir = packs_done, packs_total, results_dir
 
@@ -28,7 +28,11 @@ class SweepInterrupted(KeyboardInterrupt):
 @dataclass(frozen=True)
 class ExecutionOptions:
     """How to run a sweep (not what): where, how big the chunks, how often to checkpoint, and
-    where notices go (library code never prints: the command passes `print`)."""
+    where notices go (library code never prints: the command passes `print`).
+
+    One object from the command line to the trials: `fade-sweep run` and `confirm` build it once from
+    their flags (a flag fills the field of its name: sweeps.cli.running), the driver and the Tune wiring
+    read it, and every trial gets it whole (`tune.with_parameters`: one copy in Ray's object store)."""
 
     address: str | None = None  # None: embedded local Ray (or $RAY_ADDRESS when set)
     num_cpus: int | None = None  # of the embedded Ray
@@ -58,7 +62,7 @@ class ExecutionOptions:
 class SweepRun:
     """What one `run_sweep` (or `confirm_sweep`) did, for the closing summary and the benchmark."""
 
-    results_dir: Path | StoreLocation  # a local folder, or a location on an object store
+    results_dir: StoreLocation  # a local folder, or a prefix of an object store
     packs: int
     run_steps: int
     skipped_runs: int  # (config, seed) pairs already in the store before this run

@@ -6,7 +6,8 @@ full per-seed curves and scores go to the Parquet store, not through Tune. Every
 stream position) goes into a Tune checkpoint, so a retried trial continues from there.
 Beside the tensors, `pack.json` names the pack and its progress: a resumed sweep finds
 the newest checkpoint of each unfinished pack from the files alone (no Tune state, no
-pickle), and hands its path in `resume_from`.
+pickle), and hands its path in `resume_from`. How to run (chunk size, dtype, checkpoints,
+TF32, the engine) is the run's `ExecutionOptions`, handed over whole.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tasks import get_task
 
 if TYPE_CHECKING:
     from sweeps.packs import ChunkProgress
+    from sweeps.tune.options import ExecutionOptions
 
 
 def _summary(progress: ChunkProgress) -> dict:
@@ -44,20 +46,17 @@ def pack_trainable(
     config: dict,
     *,
     packs: dict[str, Pack],
-    results_dir: str,
+    store_uri: str,
     writer: str | None,
-    chunk_steps: int,
-    dtype: str,
-    checkpoint_every: int,
-    resume_from: dict[str, str] | None = None,
-    tf32: bool = False,
-    engine: str | None = None,
+    resume_from: dict[str, str],
+    options: ExecutionOptions,
 ) -> None:
-    """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results.
+    """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results
+    into the store at `store_uri` (a `StoreLocation.uri`).
 
     The last checkpoint is this trial's own (a retry), else the one `resume_from` names for
     the pack (a checkpoint directory of an earlier, interrupted experiment of the sweep).
-    `engine`: every pack's engine (None: its experiment's, else the default for its task and device)."""
+    `options.engine`: every pack's engine (None: its experiment's, else the default for its task and device)."""
     # The pack engine (torch, numba) is imported here, on the worker: the driver imports this
     # module only to hand Tune the function, and starts sooner without it (2-3 s).
     import numba
@@ -67,7 +66,7 @@ def pack_trainable(
     from sweeps.packs.neural import use_tf32
 
     pack = packs[config["pack_id"]]
-    store = Store.open(results_dir)  # a local path or an object-store URI (credentials: this worker's chain)
+    store = Store.open(store_uri)  # a local path or an object-store URI (credentials: this worker's chain)
     if store.pack_written(pack):
         # Finished before an interruption that Tune's experiment state did not record yet.
         tune.report({"written": True, "already_in_store": True, "compute_seconds": 0.0})
@@ -79,23 +78,27 @@ def pack_trainable(
     torch.set_num_threads(threads)
     # Ray sets CUDA_VISIBLE_DEVICES to the trial's GPUs, so "cuda" is the one assigned.
     device = "cuda" if ray.get_gpu_ids() else "cpu"
-    use_tf32(tf32)
-    runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device, engine)
+    use_tf32(options.tf32)
+
+    def new_runner():
+        return make_runner(pack, options.chunk_steps, getattr(torch, options.dtype), device, options.engine)
+
+    runner = new_runner()
     checkpoint = tune.get_checkpoint()
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             runner.load_checkpoint(Path(directory))
-    elif resume_from and pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, store.location, resume_from[pack.pack_id]):
-        runner = make_runner(pack, chunk_steps, getattr(torch, dtype), device, engine)  # half-loaded state: start clean
+    elif pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, store.location, resume_from[pack.pack_id], options):
+        runner = new_runner()  # half-loaded state: start clean
     restored_from = runner.steps_done
     last = None
     for chunk, last in enumerate(runner.run(), start=1):
         if last.steps_done == last.total_steps:
             break
         metrics = {**_summary(last), "restored_from_step": restored_from}
-        if checkpoint_every and chunk % checkpoint_every == 0:
+        if options.checkpoint_every and chunk % options.checkpoint_every == 0:
             with tempfile.TemporaryDirectory() as directory:
-                runner.save_checkpoint(Path(directory), dtype)
+                runner.save_checkpoint(Path(directory), options.dtype)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
         else:
             tune.report(metrics)
@@ -115,14 +118,14 @@ def _best_score(scores, higher_is_better: bool) -> float | None:
     return max(finite) if higher_is_better else min(finite)
 
 
-def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str) -> bool:
+def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str, options: ExecutionOptions) -> bool:
     """Continue from an interrupted experiment's checkpoint (`directory`, relative to the store);
-    False (start over) if it is unreadable.
+    False (start over, with a notice: Ray forwards a worker's output to the driver's) if it is unreadable.
 
     Runs are deterministic, so starting over costs time, never correctness."""
     try:
         runner.load_checkpoint(location.read_bytes(f"{directory}/{CHECKPOINT_FILE}"))
     except Exception as err:  # noqa: BLE001 - a checkpoint cut short by a kill, or not a tensor file
-        print(f"checkpoint {location.url(directory)} unreadable ({type(err).__name__}: {err}); the pack starts over")
+        options.notice(f"checkpoint {location.url(directory)} unreadable ({type(err).__name__}: {err}); the pack starts over")
         return False
     return True

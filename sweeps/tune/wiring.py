@@ -28,28 +28,14 @@ from sweeps.tune.trainable import pack_trainable
 from tasks import get_task
 
 
-def shown(location: StoreLocation):
-    """What callers get back: a Path for a local store (as before), the location otherwise."""
-    return location.local_path if location.local else location
-
-
 def _trainable(packs: dict[str, Pack], results_dir: StoreLocation, writer: str | None, options: ExecutionOptions,
                resources: PackResources, resume_from: dict[str, str]):
-    return tune.with_resources(
-        tune.with_parameters(
-            pack_trainable,
-            packs=packs,
-            results_dir=results_dir.uri,  # workers rebuild the location (credentials from their own chain)
-            writer=writer,
-            chunk_steps=options.chunk_steps,
-            dtype=options.dtype,
-            checkpoint_every=options.checkpoint_every,
-            resume_from=resume_from,
-            tf32=options.tf32,
-            engine=options.engine,
-        ),
-        pack_placement(packs, resources),
-    )
+    """The trainable with what every trial shares, put in Ray's object store once: the packs, the store (as
+    its URI: workers rebuild the location, credentials from their own chain), the writer's token, where
+    interrupted packs continue from, and the run's options, whole."""
+    trainable = tune.with_parameters(pack_trainable, packs=packs, store_uri=results_dir.uri, writer=writer,
+                                     resume_from=resume_from, options=options)
+    return tune.with_resources(trainable, pack_placement(packs, resources))
 
 
 def pack_placement(packs: dict[str, Pack], resources: PackResources):
@@ -183,7 +169,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
     unfinished = [pid for pid in by_id if pid not in written and pid not in failed]
     if grid is None or unfinished:
         progress.finish("interrupted", written)
-        raise SweepInterrupted(len(written), len(earlier) + len(packs), shown(results_dir))
+        raise SweepInterrupted(len(written), len(earlier) + len(packs), results_dir)
     if failed:
         progress.finish("failed", written)
         raise RuntimeError(
