@@ -24,7 +24,8 @@ from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
 from sweeps.store import Store, StoreError, StoreLocation, commit, manifests
 from sweeps.store import store as store_module
-from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
+from sweeps.store.holder import LOCK_FILE, StoreLocked
+from sweeps.store.lock import FileLock
 from sweeps.store.record import check_and_record
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 
@@ -184,7 +185,7 @@ def test_a_pack_of_a_writer_that_lost_the_lock_is_not_committed(tmp_path, monkey
             Store.open(results_dir).write_pack(fade, _outcome(fade, offset=100.0), writer=driver)
         assert files() == before
         tokens = iter([driver, heir.writer])  # the takeover lands between the data files and the manifest
-        monkeypatch.setattr(commit, "writer_token", lambda location: next(tokens))
+        monkeypatch.setattr(FileLock, "token", lambda lock: next(tokens))
         with pytest.raises(StoreLocked, match="no longer holds the store"):
             Store.open(results_dir).write_pack(fade, _outcome(fade, offset=100.0), writer=driver)
         monkeypatch.undo()
@@ -291,12 +292,21 @@ def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from sweeps.store.lock import StoreLock
-    lock = StoreLock(sys.argv[1]).acquire()
+    from sweeps.store import StoreLocation
+    lock = StoreLocation.parse(sys.argv[1]).writer_lock().acquire()
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
     lock.release()
 """)
+
+
+def writer_lock(results_dir: Path) -> FileLock:
+    return StoreLocation.parse(results_dir).writer_lock()
+
+
+def lock_holder(results_dir: Path):
+    """Who holds the writer lock of `results_dir` now (None: nobody)."""
+    return writer_lock(results_dir).holder()
 
 
 def _hold_lock(results_dir: Path, seconds: float = 60.0) -> subprocess.Popen:
@@ -305,7 +315,7 @@ def _hold_lock(results_dir: Path, seconds: float = 60.0) -> subprocess.Popen:
     return proc
 
 
-def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys, monkeypatch):
+def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys, caplog, monkeypatch):
     from sweeps.tune import driver
 
     def connect(*args, **kwargs):
@@ -315,9 +325,9 @@ def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys, monkeypatch)
     holder = _hold_lock(full)
     try:
         body = json.loads((full / LOCK_FILE).read_text())
-        assert body["pid"] == holder.pid and lock_holder(full)["pid"] == holder.pid
+        assert body["pid"] == holder.pid and lock_holder(full).pid == holder.pid
         with pytest.raises(StoreLocked, match=rf"{full} is being written by pid {holder.pid} on \S+ since \d{{4}}-"):
-            StoreLock(full).acquire()
+            writer_lock(full).acquire()
         sweep_file = tmp_path / "db.yaml"
         sweep_file.write_text(yaml.safe_dump(SWEEP))
         before = {p: p.stat().st_mtime_ns for p in full.rglob("*") if p.is_file()}
@@ -329,19 +339,19 @@ def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys, monkeypatch)
         holder.kill()
         holder.wait()
     # the holder was killed without releasing: the next writer takes over with a notice
-    with StoreLock(full):
-        assert lock_holder(full)["pid"] == os.getpid()
-    assert f"taking over the stale lock of pid {holder.pid}" in capsys.readouterr().err
+    with writer_lock(full):
+        assert lock_holder(full).pid == os.getpid()
+    assert f"taking over the stale lock of pid {holder.pid}" in caplog.text  # a notice (the CLI prints it)
     assert lock_holder(full) is None and not (full / LOCK_FILE).exists()
 
 
-def test_stale_lock_held_by_an_heir_of_a_dead_writer_is_taken_over(tmp_path, capsys):
+def test_stale_lock_held_by_an_heir_of_a_dead_writer_is_taken_over(tmp_path, caplog):
     """The writer died but a child it forked still holds the flock (an inherited descriptor)."""
     results_dir = tmp_path / "db"
     script = textwrap.dedent("""
         import os, sys, time
-        from sweeps.store.lock import StoreLock
-        lock = StoreLock(sys.argv[1]).acquire()
+        from sweeps.store import StoreLocation
+        lock = StoreLocation.parse(sys.argv[1]).writer_lock().acquire()
         child = os.fork()
         if child == 0:  # let go of the test's pipes, keep the lock's descriptor
             null = os.open(os.devnull, os.O_RDWR)
@@ -354,9 +364,9 @@ def test_stale_lock_held_by_an_heir_of_a_dead_writer_is_taken_over(tmp_path, cap
     heir = int(proc.stdout.strip())
     try:
         dead = json.loads((results_dir / LOCK_FILE).read_text())["pid"]
-        with StoreLock(results_dir):
+        with writer_lock(results_dir):
             assert json.loads((results_dir / LOCK_FILE).read_text())["pid"] == os.getpid()
-        assert f"taking over the stale lock of pid {dead}" in capsys.readouterr().err
+        assert f"taking over the stale lock of pid {dead}" in caplog.text
     finally:
         os.kill(heir, signal.SIGKILL)
 
@@ -397,7 +407,7 @@ def test_store_records_sweep_dtype_and_version(full):
     assert not list(full.rglob("*.pkl")) and not list(full.rglob("*.pickle"))
 
 
-def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_sweep(full, capsys):
+def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_sweep(full, caplog):
     edited = {**SWEEP, "optimizers": {"sgd": {"alpha": [0.1, 0.001]}, "fade": SWEEP["optimizers"]["fade"]}}
     location = StoreLocation.parse(full)
     notices = check_and_record(location, parse_sweep(edited, "edited"), "float32")
@@ -406,15 +416,16 @@ def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_s
     (kept,) = record["history"]
     assert yaml.safe_load((full / kept).read_text()) == SWEEP  # the old record, not overwritten
     assert yaml.safe_load((full / "sweep.yaml").read_text()) == edited
-    capsys.readouterr()
+    caplog.clear()
     store = Store(location)
     frame = store.scan("scores").collect()
     assert frame.height == RUNS - SEEDS and 0.01 not in frame["alpha"].to_list()
-    assert capsys.readouterr().err.count("3 stored runs are not in the current sweep; ignored") == 1
+    assert caplog.text.count("3 stored runs are not in the current sweep; ignored") == 1  # a notice the CLI prints
+    caplog.clear()
     store.scan("curves").collect()
     analysis = Analysis.of(store)
     results.best_table(analysis)
-    assert "stored runs are not in the current sweep" not in capsys.readouterr().err  # said once per open
+    assert "stored runs are not in the current sweep" not in caplog.text  # said once per open
     missing = store.missing_runs()
     assert missing.height == SEEDS and missing["alpha"].unique().to_list() == [0.001]
     assert store.scan("scores", all_runs=True).collect().height == RUNS
@@ -468,7 +479,7 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
         pass
 
     def run_packs(sweep, packs, *args, **kwargs):
-        assert lock_holder(results_dir)["pid"] == os.getpid()  # held while running
+        assert lock_holder(results_dir).pid == os.getpid()  # held while running
         assert {p.experiment.optimizer for p in packs} == {"fade"}  # only what the store lacks
         raise ReachedTune
 
@@ -628,12 +639,11 @@ def test_a_uri_missing_its_slashes_is_refused_not_made_a_folder(typo, tmp_path, 
 
 
 def test_submit_refuses_a_results_folder_being_written_before_any_job(full, capsys):
-    from sweeps.store.lock import StoreLock
 
     document = yaml.safe_load((full / "sweep.yaml").read_text())
     sweep_file = full.parent / "s.yaml"
     sweep_file.write_text(yaml.safe_dump(document))
-    with StoreLock(full):  # this process is writing the folder
+    with writer_lock(full):  # this process is writing the folder
         code = main(["submit", str(sweep_file), "--address", "http://127.0.0.1:1", "--storage", str(full.parent)])
     assert code == 2
     assert "is being written by pid" in capsys.readouterr().err  # refused before the job server was contacted

@@ -11,6 +11,7 @@ pickle), and hands its path in `resume_from`.
 
 from __future__ import annotations
 
+import logging
 import math
 import tempfile
 from pathlib import Path
@@ -19,9 +20,10 @@ from typing import TYPE_CHECKING
 import ray
 from ray import tune
 
-from sweeps.packs.checkpoint_files import CHECKPOINT_FILE
+from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
 from sweeps.spec import Pack
 from sweeps.store.location import StoreLocation
+from sweeps.store.records import CheckpointRecord, write_record
 from sweeps.store.store import Store
 from tasks import get_task
 
@@ -95,7 +97,10 @@ def pack_trainable(
         metrics = {**_summary(last), "restored_from_step": restored_from}
         if checkpoint_every and chunk % checkpoint_every == 0:
             with tempfile.TemporaryDirectory() as directory:
-                runner.save_checkpoint(Path(directory), dtype)
+                runner.save_checkpoint(Path(directory))
+                record = CheckpointRecord(pack_id=pack.pack_id, steps_done=runner.steps_done,
+                                          total_steps=pack.experiment.settings.steps, dtype=dtype)
+                write_record(StoreLocation.parse(directory), CHECKPOINT_META, record)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
         else:
             tune.report(metrics)
@@ -123,6 +128,7 @@ def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str) ->
     try:
         runner.load_checkpoint(location.read_bytes(f"{directory}/{CHECKPOINT_FILE}"))
     except Exception as err:  # noqa: BLE001 - a checkpoint cut short by a kill, or not a tensor file
-        print(f"checkpoint {location.url(directory)} unreadable ({type(err).__name__}: {err}); the pack starts over")
+        logging.getLogger(__name__).warning("checkpoint %s unreadable (%s: %s); the pack starts over",
+                                            location.url(directory), type(err).__name__, err)
         return False
     return True

@@ -28,11 +28,6 @@ from sweeps.tune.trainable import pack_trainable
 from tasks import get_task
 
 
-def shown(location: StoreLocation):
-    """What callers get back: a Path for a local store (as before), the location otherwise."""
-    return location.local_path if location.local else location
-
-
 def _trainable(packs: dict[str, Pack], results_dir: StoreLocation, writer: str | None, options: ExecutionOptions,
                resources: PackResources, resume_from: dict[str, str]):
     return tune.with_resources(
@@ -86,12 +81,7 @@ def _new_experiment(results_dir: StoreLocation, record: PacksRecord) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):
         name = f"{TUNE_PREFIX}{stamp}" + (f"-{n}" if n else "")
-        if results_dir.local:
-            try:
-                (results_dir.local_path / name).mkdir()
-            except FileExistsError:
-                continue
-        elif results_dir.exists(name):
+        if results_dir.exists(name):
             continue
         write_record(results_dir, f"{name}/{PACKS_FILE}", record)
         return name
@@ -183,7 +173,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
     unfinished = [pid for pid in by_id if pid not in written and pid not in failed]
     if grid is None or unfinished:
         progress.finish("interrupted", written)
-        raise SweepInterrupted(len(written), len(earlier) + len(packs), shown(results_dir))
+        raise SweepInterrupted(len(written), len(earlier) + len(packs), results_dir)
     if failed:
         progress.finish("failed", written)
         raise RuntimeError(
