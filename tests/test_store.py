@@ -400,6 +400,62 @@ def test_two_concurrent_runs_one_refused_store_exact(tmp_path):
 # ---------------------------------------------------------------- the recorded sweep
 
 
+def test_the_command_line_shows_the_stores_notices_on_stderr(tmp_path, capsys):
+    """The store logs a notice (a stale lock taken over); the CLI's handler prints it as one line."""
+    from sweeps.cli.text import show_notices
+
+    results_dir = tmp_path / "db"
+    results_dir.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    (results_dir / LOCK_FILE).write_text(json.dumps({"pid": int(dead), "host": os.uname().nodename, "started": "then"}))
+    show_notices()
+    show_notices()  # once per process, however often asked
+    with writer_lock(results_dir):
+        pass
+    err = capsys.readouterr().err
+    assert err.count(f"fade-sweep: {results_dir}: taking over the stale lock of pid {int(dead)}") == 1, err
+
+
+# Modules that use json for something other than a store's records: each must still do so.
+JSON_NOT_RECORDS = {"sweeps/spec/config.py": "a config id hashes its canonical JSON",
+                    "sweeps/store/record.py": "two sweep documents compared as canonical JSON"}
+
+
+def test_every_json_record_goes_through_records_py():
+    """records.py is the only reader and writer of the store's JSON records (lock holder, lease, packs,
+    checkpoint pack.json, ...): nothing else parses or writes JSON by hand."""
+    import ast
+
+    found = {}
+    for path in sorted((ROOT / "sweeps").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        calls = [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+                 and ast.unparse(node.func).split(".")[-1] in ("loads", "dumps", "load", "dump", "model_validate_json")
+                 and ("json" in ast.unparse(node.func) or ast.unparse(node.func).endswith("model_validate_json"))]
+        if calls and rel != "sweeps/store/records.py":
+            found[rel] = calls
+    assert set(JSON_NOT_RECORDS) <= set(found), "an exemption that no longer uses json: drop it"
+    assert {k: v for k, v in found.items() if k not in JSON_NOT_RECORDS} == {}
+
+
+def test_a_checkpoint_record_of_an_earlier_version_still_resumes(tmp_path):
+    """pack.json as the runner wrote it before it became a record (json.dumps, one line) still names its
+    checkpoint; a damaged one is passed over (its pack continues from another checkpoint or starts over)."""
+    from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
+    from sweeps.tune.resume import newest_checkpoints
+
+    trial = tmp_path / "db" / "tune-20260101-000000" / "trial_1"
+    for step, meta in ((1, '{"pack_id": "p1", "steps_done": 400, "total_steps": 800, "dtype": "float32"}'),
+                       (2, '{"pack_id": "p1", "steps_done": "not a number", "total_steps": 800, "dtype": "float32"}')):
+        folder = trial / f"checkpoint_00000{step}"
+        folder.mkdir(parents=True)
+        (folder / CHECKPOINT_META).write_text(meta)
+        (folder / CHECKPOINT_FILE).write_bytes(b"tensors")
+    newest = newest_checkpoints(Store.open(tmp_path / "db"), "float32")
+    assert newest == {"p1": (400, "tune-20260101-000000/trial_1/checkpoint_000001")}
+    assert newest_checkpoints(Store.open(tmp_path / "db"), "float64") == {}  # another dtype: not this run's
+
+
 def test_store_records_sweep_dtype_and_version(full):
     record = json.loads((full / "store.json").read_text())
     assert record["dtype"] == "float32" and record["package_version"] and record["history"] == []
