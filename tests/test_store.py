@@ -24,7 +24,7 @@ from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
 from sweeps.store import Store, StoreError, StoreLocation, commit, manifests
 from sweeps.store import store as store_module
-from sweeps.store.holder import LOCK_FILE, StoreLocked
+from sweeps.store.holder import LOCK_FILE, StoreLocked, WriterLock
 from sweeps.store.lock import FileLock
 from sweeps.store.record import check_and_record
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
@@ -300,7 +300,7 @@ HOLD = textwrap.dedent("""
 """)
 
 
-def writer_lock(results_dir: Path) -> FileLock:
+def writer_lock(results_dir: Path) -> WriterLock:
     return StoreLocation.parse(results_dir).writer_lock()
 
 

@@ -15,6 +15,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, Callable, ClassVar, Self
 
+from sweeps.store.holder import WriterLock
 from sweeps.store.lock import FileLock
 from sweeps.store.uris import Entry, StorageError
 
@@ -63,8 +64,9 @@ class LocalFolder:
         """(storage_path, storage_filesystem) for Ray Tune's RunConfig: the folder, Tune's own filesystem."""
         return self.base, None
 
-    def writer_lock(self, command: str | None = None) -> FileLock:
-        """The store's writer lock (holder.WriterLock): a flock on writer.lock (lock.py)."""
+    def writer_lock(self, command: str | None = None) -> WriterLock:
+        """The store's writer lock, not yet taken: a flock on writer.lock (lock.py). `command`: what the
+        holder record names (default: this process's command line)."""
         return FileLock(Path(self.base), self.display, command)
 
     def check(self) -> None:

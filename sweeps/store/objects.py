@@ -26,6 +26,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ClassVar, Self
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
+from sweeps.store.holder import WriterLock
 from sweeps.store.lease import LeaseLock
 from sweeps.store.uris import Entry, StorageError, reason, redact
 
@@ -146,8 +147,9 @@ class ObjectPrefix:
         """(storage_path, storage_filesystem) for Ray Tune's RunConfig: the bucket path and this filesystem."""
         return self.base, self.fs
 
-    def writer_lock(self, command: str | None = None) -> LeaseLock:
-        """The store's writer lock (holder.WriterLock): a lease object renewed by a heartbeat (lease.py)."""
+    def writer_lock(self, command: str | None = None) -> WriterLock:
+        """The store's writer lock, not yet taken: a lease object renewed by a heartbeat while held
+        (lease.py). `command`: what the holder record names (default: this process's command line)."""
         return LeaseLock(self, command)
 
     def check(self) -> None:
