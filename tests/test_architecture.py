@@ -249,3 +249,35 @@ def test_a_run_without_a_report_never_imports_plotly(tmp_path):
     loaded = json.loads(done.stdout.strip().splitlines()[-1])["modules"]
     assert {"ray", "polars", "torch"} <= set(loaded)  # the probe ran the driver's and a worker's code
     assert [m for m in loaded if m in ("plotly", "_plotly_utils", "kaleido")] == []
+
+
+# ---------------------------------------------------------------- one place talks to people
+# Modules whose prints another branch turns into notices (cluster/ is the layout branch's); each entry must still print.
+PRINTS_LEFT = {"cluster/connect.py": "announce_environment_address: the first line of `run` on $RAY_ADDRESS"}
+
+
+def _prints(path: Path) -> list[int]:
+    """Lines of `path` that print or write to stdout/stderr, outside the `main()` of a module run as a command
+    (`python -m cluster.local up`: a command line of its own)."""
+    tree = ast.parse(path.read_text())
+    command = any(isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) for node in tree.body)
+    allowed = {id(n) for f in ast.walk(tree) if command and isinstance(f, ast.FunctionDef) and f.name == "main"
+               for n in ast.walk(f)}
+    lines = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or id(node) in allowed:
+            continue
+        name = ast.unparse(node.func)
+        if name == "print" or name in ("sys.stdout.write", "sys.stderr.write"):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_only_the_command_line_prints():
+    """The library returns data and notices (or logs them: the `sweeps` logger, which the CLI shows); only
+    sweeps/cli/ words and prints them for people (benchmarks are scripts: not modules here)."""
+    printing = {str(path.relative_to(ROOT)): lines for module, path in MODULES.items()
+                if not module.startswith("sweeps.cli") and (lines := _prints(path))}
+    assert all(printing.get(path) for path in PRINTS_LEFT), "an exemption that no longer prints: drop it"
+    wrong = {path: lines for path, lines in printing.items() if path not in PRINTS_LEFT}
+    assert not wrong, f"prints outside sweeps/cli (return a notice, or log to the `sweeps` logger): {wrong}"

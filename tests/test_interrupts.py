@@ -276,7 +276,8 @@ def test_unreachable_address_exit_2(sweep_file, tmp_path, how):
 
 def test_status_of_a_dead_driver(tmp_path):
     from sweeps.store import StoreLocation
-    from sweeps.store.status import STALE_SECONDS, SweepStatus, TrialStatus, driver_gone, format_status, read_status
+    from sweeps.cli.text import format_status
+    from sweeps.store.status import STALE_SECONDS, SweepStatus, TrialStatus, driver_gone, read_status
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()

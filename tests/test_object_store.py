@@ -328,8 +328,8 @@ def leases(s3, monkeypatch):
     monkeypatch.setattr(_thread, "interrupt_main", lambda *a: interrupted.set())
     made = []
 
-    def new_lease(interval: float = 3600.0) -> lease.Lease:
-        made.append(lease.Lease(StoreLocation.parse(LEASE_URI), "fade-sweep run lease-test"))
+    def new_lease(interval: float = 3600.0) -> lease.LeaseLock:
+        made.append(lease.LeaseLock(StoreLocation.parse(LEASE_URI), "fade-sweep run lease-test"))
         made[-1].interval = interval
         return made[-1]
 
@@ -346,8 +346,8 @@ def _lease_body(s3) -> dict:
 OTHER = {"pid": 1, "host": "elsewhere", "owner": "x", "started": "then"}
 
 
-def test_lease_lock_on_the_bucket(s3, leases, capsys):
-    from sweeps.store import lock
+def test_lease_lock_on_the_bucket(s3, leases, caplog):
+    from sweeps.store.holder import StoreLocked
 
     new_lease, interrupted = leases
     first = new_lease()
@@ -355,23 +355,23 @@ def test_lease_lock_on_the_bucket(s3, leases, capsys):
     body = _lease_body(s3)
     assert body["pid"] == os.getpid() and body["owner"] == first.owner and body["expires_at"] > time.time()
     assert first.renew() and _lease_body(s3)["expires_at"] > body["expires_at"]  # renewed: still ours, later expiry
-    with pytest.raises(lock.StoreLocked, match=f"{LEASE_URI} is being written by pid {os.getpid()} on "):
-        lock.StoreLock(LEASE_URI).acquire()
+    with pytest.raises(StoreLocked, match=f"{LEASE_URI} is being written by pid {os.getpid()} on "):
+        StoreLocation.parse(LEASE_URI).writer_lock().acquire()
     # another writer took the lease over (this one was frozen): the next renewal fails and stops the sweep
     s3.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=json.dumps({**OTHER, "expires_at": time.time() + 60}).encode())
     assert not interrupted.is_set() and first.renew() is False and interrupted.is_set()
-    assert "lost the writer lock: another writer took the store over (pid 1 on elsewhere" in capsys.readouterr().err
+    assert "lost the writer lock: another writer took the store over (pid 1 on elsewhere" in caplog.text
     first.release()
     assert _lease_body(s3)["owner"] == "x"  # not ours: left alone
     # an expired lease is taken over with a notice; release deletes it
     s3.put_object(Bucket=BUCKET, Key=LEASE_KEY, Body=json.dumps({**OTHER, "expires_at": time.time() - 1}).encode())
-    second = lock.StoreLock(LEASE_URI).acquire()
-    assert "taking over the stale lock of pid 1 on elsewhere" in capsys.readouterr().err
+    second = StoreLocation.parse(LEASE_URI).writer_lock().acquire()
+    assert "taking over the stale lock of pid 1 on elsewhere" in caplog.text
     second.release()
     assert LEASE_KEY not in _objects(s3, "lease/")
 
 
-def test_a_takeover_between_read_and_renewal_is_never_overwritten(s3, leases, capsys):
+def test_a_takeover_between_read_and_renewal_is_never_overwritten(s3, leases, caplog):
     new_lease, interrupted = leases
     first = new_lease()
     first.acquire()
@@ -384,12 +384,12 @@ def test_a_takeover_between_read_and_renewal_is_never_overwritten(s3, leases, ca
     first.object.write = taken_over_first
     assert first.renew() is False and interrupted.is_set()
     assert _lease_body(s3)["owner"] == "x"  # the renewal lost the race and wrote nothing
-    assert "lost the writer lock: another writer took the store over (pid 1 on elsewhere" in capsys.readouterr().err
+    assert "lost the writer lock: another writer took the store over (pid 1 on elsewhere" in caplog.text
 
 
 @pytest.mark.parametrize("previous", ["free", "expired"])
 def test_two_writers_racing_for_the_lock_exactly_one_wins(s3, leases, previous):
-    from sweeps.store import lock
+    from sweeps.store.holder import StoreLocked
 
     new_lease, _ = leases
     if previous == "expired":
@@ -402,7 +402,7 @@ def test_two_writers_racing_for_the_lock_exactly_one_wins(s3, leases, previous):
         return write(data)
 
     loser.object.write = overtaken
-    with pytest.raises(lock.StoreLocked, match=f"{LEASE_URI} is being written by pid {os.getpid()} on "):
+    with pytest.raises(StoreLocked, match=f"{LEASE_URI} is being written by pid {os.getpid()} on "):
         loser.acquire()
     assert _lease_body(s3)["owner"] == winner.owner
     assert winner.renew()
@@ -424,7 +424,7 @@ def test_heartbeat_notices_a_takeover_and_stops_cleanly(s3, leases):
 
 def test_a_writer_exiting_without_release_frees_the_lease_quietly(s3):
     """At interpreter exit the heartbeat is stopped and joined before the S3 subsystem finalizes."""
-    script = f"import time; from sweeps.store.lock import StoreLock; StoreLock({LEASE_URI!r}).acquire(); time.sleep(1.5)"
+    script = f"import time; from sweeps.store import StoreLocation; StoreLocation.parse({LEASE_URI!r}).writer_lock().acquire(); time.sleep(1.5)"
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           cwd=Path(__file__).resolve().parents[1], env={**os.environ, "FADE_SWEEP_LEASE_SECONDS": "2"})
     assert done.returncode == 0 and done.stderr == "", done.stderr[-2000:]

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from cluster.local import descendants
-from sweeps.store.lock import lock_holder
+from sweeps.store import StoreLocation
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY_DAEMONS = {"gcs_server", "raylet"}
@@ -80,8 +80,8 @@ def first(tmp_path_factory) -> tuple[Path, Path, str]:
     while not _ray_daemons(run.pid):
         assert run.poll() is None and time.monotonic() < deadline, run.communicate()
         time.sleep(0.01)
-    holder = lock_holder(results_dir)  # sampled as soon as a Ray daemon of the run exists
-    assert holder is not None and holder["pid"] == run.pid, "the writer lock was not held before Ray started"
+    holder = StoreLocation.parse(results_dir).writer_lock().holder()  # sampled as soon as a Ray daemon of the run exists
+    assert holder is not None and holder.pid == run.pid, "the writer lock was not held before Ray started"
     second = _refused(str(sweep), "--storage", str(storage), "--resume")
     out, err = run.communicate(timeout=600)
     assert run.returncode == 0, out + err

@@ -24,7 +24,8 @@ from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
 from sweeps.store import Store, StoreError, StoreLocation, commit, manifests
 from sweeps.store import store as store_module
-from sweeps.store.lock import LOCK_FILE, StoreLock, StoreLocked, lock_holder
+from sweeps.store.holder import LOCK_FILE, StoreLocked, WriterLock
+from sweeps.store.lock import FileLock
 from sweeps.store.record import check_and_record
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 
@@ -184,7 +185,7 @@ def test_a_pack_of_a_writer_that_lost_the_lock_is_not_committed(tmp_path, monkey
             Store.open(results_dir).write_pack(fade, _outcome(fade, offset=100.0), writer=driver)
         assert files() == before
         tokens = iter([driver, heir.writer])  # the takeover lands between the data files and the manifest
-        monkeypatch.setattr(commit, "writer_token", lambda location: next(tokens))
+        monkeypatch.setattr(FileLock, "token", lambda lock: next(tokens))
         with pytest.raises(StoreLocked, match="no longer holds the store"):
             Store.open(results_dir).write_pack(fade, _outcome(fade, offset=100.0), writer=driver)
         monkeypatch.undo()
@@ -291,12 +292,21 @@ def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
 
 HOLD = textwrap.dedent("""
     import sys, time
-    from sweeps.store.lock import StoreLock
-    lock = StoreLock(sys.argv[1]).acquire()
+    from sweeps.store import StoreLocation
+    lock = StoreLocation.parse(sys.argv[1]).writer_lock().acquire()
     print("locked", flush=True)
     time.sleep(float(sys.argv[2]))
     lock.release()
 """)
+
+
+def writer_lock(results_dir: Path) -> WriterLock:
+    return StoreLocation.parse(results_dir).writer_lock()
+
+
+def lock_holder(results_dir: Path):
+    """Who holds the writer lock of `results_dir` now (None: nobody)."""
+    return writer_lock(results_dir).holder()
 
 
 def _hold_lock(results_dir: Path, seconds: float = 60.0) -> subprocess.Popen:
@@ -305,7 +315,7 @@ def _hold_lock(results_dir: Path, seconds: float = 60.0) -> subprocess.Popen:
     return proc
 
 
-def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys, monkeypatch):
+def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys, caplog, monkeypatch):
     from sweeps.tune import driver
 
     def connect(*args, **kwargs):
@@ -315,9 +325,9 @@ def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys, monkeypatch)
     holder = _hold_lock(full)
     try:
         body = json.loads((full / LOCK_FILE).read_text())
-        assert body["pid"] == holder.pid and lock_holder(full)["pid"] == holder.pid
+        assert body["pid"] == holder.pid and lock_holder(full).pid == holder.pid
         with pytest.raises(StoreLocked, match=rf"{full} is being written by pid {holder.pid} on \S+ since \d{{4}}-"):
-            StoreLock(full).acquire()
+            writer_lock(full).acquire()
         sweep_file = tmp_path / "db.yaml"
         sweep_file.write_text(yaml.safe_dump(SWEEP))
         before = {p: p.stat().st_mtime_ns for p in full.rglob("*") if p.is_file()}
@@ -329,19 +339,19 @@ def test_a_second_writer_is_refused_at_once(full, tmp_path, capsys, monkeypatch)
         holder.kill()
         holder.wait()
     # the holder was killed without releasing: the next writer takes over with a notice
-    with StoreLock(full):
-        assert lock_holder(full)["pid"] == os.getpid()
-    assert f"taking over the stale lock of pid {holder.pid}" in capsys.readouterr().err
+    with writer_lock(full):
+        assert lock_holder(full).pid == os.getpid()
+    assert f"taking over the stale lock of pid {holder.pid}" in caplog.text  # a notice (the CLI prints it)
     assert lock_holder(full) is None and not (full / LOCK_FILE).exists()
 
 
-def test_stale_lock_held_by_an_heir_of_a_dead_writer_is_taken_over(tmp_path, capsys):
+def test_stale_lock_held_by_an_heir_of_a_dead_writer_is_taken_over(tmp_path, caplog):
     """The writer died but a child it forked still holds the flock (an inherited descriptor)."""
     results_dir = tmp_path / "db"
     script = textwrap.dedent("""
         import os, sys, time
-        from sweeps.store.lock import StoreLock
-        lock = StoreLock(sys.argv[1]).acquire()
+        from sweeps.store import StoreLocation
+        lock = StoreLocation.parse(sys.argv[1]).writer_lock().acquire()
         child = os.fork()
         if child == 0:  # let go of the test's pipes, keep the lock's descriptor
             null = os.open(os.devnull, os.O_RDWR)
@@ -354,9 +364,9 @@ def test_stale_lock_held_by_an_heir_of_a_dead_writer_is_taken_over(tmp_path, cap
     heir = int(proc.stdout.strip())
     try:
         dead = json.loads((results_dir / LOCK_FILE).read_text())["pid"]
-        with StoreLock(results_dir):
+        with writer_lock(results_dir):
             assert json.loads((results_dir / LOCK_FILE).read_text())["pid"] == os.getpid()
-        assert f"taking over the stale lock of pid {dead}" in capsys.readouterr().err
+        assert f"taking over the stale lock of pid {dead}" in caplog.text
     finally:
         os.kill(heir, signal.SIGKILL)
 
@@ -390,6 +400,62 @@ def test_two_concurrent_runs_one_refused_store_exact(tmp_path):
 # ---------------------------------------------------------------- the recorded sweep
 
 
+def test_the_command_line_shows_the_stores_notices_on_stderr(tmp_path, capsys):
+    """The store logs a notice (a stale lock taken over); the CLI's handler prints it as one line."""
+    from sweeps.cli.text import show_notices
+
+    results_dir = tmp_path / "db"
+    results_dir.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout
+    (results_dir / LOCK_FILE).write_text(json.dumps({"pid": int(dead), "host": os.uname().nodename, "started": "then"}))
+    show_notices()
+    show_notices()  # once per process, however often asked
+    with writer_lock(results_dir):
+        pass
+    err = capsys.readouterr().err
+    assert err.count(f"fade-sweep: {results_dir}: taking over the stale lock of pid {int(dead)}") == 1, err
+
+
+# Modules that use json for something other than a store's records: each must still do so.
+JSON_NOT_RECORDS = {"sweeps/spec/config.py": "a config id hashes its canonical JSON",
+                    "sweeps/store/record.py": "two sweep documents compared as canonical JSON"}
+
+
+def test_every_json_record_goes_through_records_py():
+    """records.py is the only reader and writer of the store's JSON records (lock holder, lease, packs,
+    checkpoint pack.json, ...): nothing else parses or writes JSON by hand."""
+    import ast
+
+    found = {}
+    for path in sorted((ROOT / "sweeps").rglob("*.py")):
+        rel = str(path.relative_to(ROOT))
+        calls = [node.lineno for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Call)
+                 and ast.unparse(node.func).split(".")[-1] in ("loads", "dumps", "load", "dump", "model_validate_json")
+                 and ("json" in ast.unparse(node.func) or ast.unparse(node.func).endswith("model_validate_json"))]
+        if calls and rel != "sweeps/store/records.py":
+            found[rel] = calls
+    assert set(JSON_NOT_RECORDS) <= set(found), "an exemption that no longer uses json: drop it"
+    assert {k: v for k, v in found.items() if k not in JSON_NOT_RECORDS} == {}
+
+
+def test_a_checkpoint_record_of_an_earlier_version_still_resumes(tmp_path):
+    """pack.json as the runner wrote it before it became a record (json.dumps, one line) still names its
+    checkpoint; a damaged one is passed over (its pack continues from another checkpoint or starts over)."""
+    from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
+    from sweeps.tune.resume import newest_checkpoints
+
+    trial = tmp_path / "db" / "tune-20260101-000000" / "trial_1"
+    for step, meta in ((1, '{"pack_id": "p1", "steps_done": 400, "total_steps": 800, "dtype": "float32"}'),
+                       (2, '{"pack_id": "p1", "steps_done": "not a number", "total_steps": 800, "dtype": "float32"}')):
+        folder = trial / f"checkpoint_00000{step}"
+        folder.mkdir(parents=True)
+        (folder / CHECKPOINT_META).write_text(meta)
+        (folder / CHECKPOINT_FILE).write_bytes(b"tensors")
+    newest = newest_checkpoints(Store.open(tmp_path / "db"), "float32")
+    assert newest == {"p1": (400, "tune-20260101-000000/trial_1/checkpoint_000001")}
+    assert newest_checkpoints(Store.open(tmp_path / "db"), "float64") == {}  # another dtype: not this run's
+
+
 def test_store_records_sweep_dtype_and_version(full):
     record = json.loads((full / "store.json").read_text())
     assert record["dtype"] == "float32" and record["package_version"] and record["history"] == []
@@ -397,7 +463,7 @@ def test_store_records_sweep_dtype_and_version(full):
     assert not list(full.rglob("*.pkl")) and not list(full.rglob("*.pickle"))
 
 
-def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_sweep(full, capsys):
+def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_sweep(full, caplog):
     edited = {**SWEEP, "optimizers": {"sgd": {"alpha": [0.1, 0.001]}, "fade": SWEEP["optimizers"]["fade"]}}
     location = StoreLocation.parse(full)
     notices = check_and_record(location, parse_sweep(edited, "edited"), "float32")
@@ -406,15 +472,16 @@ def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_s
     (kept,) = record["history"]
     assert yaml.safe_load((full / kept).read_text()) == SWEEP  # the old record, not overwritten
     assert yaml.safe_load((full / "sweep.yaml").read_text()) == edited
-    capsys.readouterr()
+    caplog.clear()
     store = Store(location)
     frame = store.scan("scores").collect()
     assert frame.height == RUNS - SEEDS and 0.01 not in frame["alpha"].to_list()
-    assert capsys.readouterr().err.count("3 stored runs are not in the current sweep; ignored") == 1
+    assert caplog.text.count("3 stored runs are not in the current sweep; ignored") == 1  # a notice the CLI prints
+    caplog.clear()
     store.scan("curves").collect()
     analysis = Analysis.of(store)
     results.best_table(analysis)
-    assert "stored runs are not in the current sweep" not in capsys.readouterr().err  # said once per open
+    assert "stored runs are not in the current sweep" not in caplog.text  # said once per open
     missing = store.missing_runs()
     assert missing.height == SEEDS and missing["alpha"].unique().to_list() == [0.001]
     assert store.scan("scores", all_runs=True).collect().height == RUNS
@@ -468,7 +535,7 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
         pass
 
     def run_packs(sweep, packs, *args, **kwargs):
-        assert lock_holder(results_dir)["pid"] == os.getpid()  # held while running
+        assert lock_holder(results_dir).pid == os.getpid()  # held while running
         assert {p.experiment.optimizer for p in packs} == {"fade"}  # only what the store lacks
         raise ReachedTune
 
@@ -628,12 +695,11 @@ def test_a_uri_missing_its_slashes_is_refused_not_made_a_folder(typo, tmp_path, 
 
 
 def test_submit_refuses_a_results_folder_being_written_before_any_job(full, capsys):
-    from sweeps.store.lock import StoreLock
 
     document = yaml.safe_load((full / "sweep.yaml").read_text())
     sweep_file = full.parent / "s.yaml"
     sweep_file.write_text(yaml.safe_dump(document))
-    with StoreLock(full):  # this process is writing the folder
+    with writer_lock(full):  # this process is writing the folder
         code = main(["submit", str(sweep_file), "--address", "http://127.0.0.1:1", "--storage", str(full.parent)])
     assert code == 2
     assert "is being written by pid" in capsys.readouterr().err  # refused before the job server was contacted

@@ -126,7 +126,7 @@ def provenance(store: Store) -> page.Provenance:
     except FileNotFoundError:
         sweep = "not recorded"
     return page.Provenance(
-        store=str(location.local_path.resolve()) if location.local else location.display, sweep=sweep,
+        store=location.absolute().display, sweep=sweep,
         package_version=record.package_version if record else "not recorded",
         dtype=record.dtype if record else "not recorded",
         created_at=record.created_at if record else None, updated_at=record.updated_at if record else None,

@@ -5,8 +5,8 @@ Exit codes (interface.md): 0 ok, 2 bad input (one line on stderr, nothing writte
 141 when the reader of stdout went away (`fade-sweep presets | head -1`: quiet, as `cat` would be).
 
 `parser.py` holds the arguments, `reading.py` the commands that read a store (light: no Ray,
-torch or numba), `running.py` those that run sweeps, `schema.py` the sweep file's JSON Schema; this module dispatches and turns errors
-into exit codes.
+torch or numba), `running.py` those that run sweeps, `schema.py` the sweep file's JSON Schema, `text.py` how the
+library's data and notices read; this module dispatches and turns errors into exit codes.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import sys
 from cluster.errors import ClusterError
 from sweeps.cli import reading, running, schema
 from sweeps.cli.parser import BAD_INPUT, FAILURE, INTERRUPTED, UserError, build_parser
+from sweeps.cli.text import show_notices
 from sweeps.spec import SweepError
 
 __all__ = ["BAD_INPUT", "CLOSED_PIPE", "FAILURE", "INTERRUPTED", "UserError", "main"]
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = argv[: argv.index("--")] if "--" in argv else argv
     args = build_parser().parse_args(argv)
     args.run_args = passthrough
+    show_notices()  # the library's notices (a stale lock taken over, runs outside the sweep): one line each on stderr
     try:
         status = _run_command(args)
     except (SweepError, UserError, ClusterError) as err:

@@ -56,7 +56,7 @@ def cmd_report(args: argparse.Namespace) -> int | None:
 
     store = open_results(args.results_dir)
     out = StoreLocation.parse(args.out)
-    shown = out.local_path.resolve() if out.local else out
+    shown = out.absolute()
     try:
         figures = write_report(store, out, Path(args.images) if args.images else None)
     except NoImages as err:  # the HTML is written; the images asked for are not
@@ -121,8 +121,9 @@ def cmd_table(args: argparse.Namespace) -> None:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """One line per problem, then a summary; exit 0 clean, 1 problems, 2 not a store."""
+    from sweeps.cli.text import format_verification
     from sweeps.store import Store
-    from sweeps.store.verify import NotAStore, format_verification
+    from sweeps.store.verify import NotAStore
 
     try:
         verification = Store.open(args.results_dir).verify()
@@ -155,9 +156,9 @@ def cmd_status(args: argparse.Namespace) -> None:
 
 def _results_status(target: str) -> None:
     """status.json of a results folder, and the committed packs per stage where there is more than tuning."""
+    from sweeps.cli.text import format_status
     from sweeps.spec import TUNING, SweepError
     from sweeps.store import RecordError, Store
-    from sweeps.store.status import format_status
 
     store = Store.open(target)  # a URI the store cannot serve: exit 2
     store.location.check()

@@ -58,7 +58,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     _check_stream_cache()  # before Ray starts
     from sweeps.tune.driver import confirm_sweep, run_sweep
 
-    outcome = run_sweep(sweep, args.storage, resume=args.resume, options=options)
+    outcome = run_sweep(sweep, store, resume=args.resume, options=options)
     _summary(outcome, "every (config, seed) already has a score")
     print(f"Results: {outcome.results_dir}\n")
     print(best_text(outcome.store, args.table_format).rstrip("\n"))
@@ -175,8 +175,7 @@ def _refuse_if_being_written(storage: str, name: str) -> None:
 
     location = StoreLocation.parse(storage) / name  # a URI the store cannot serve: exit 2 here
     try:
-        if not location.local or location.local_path.is_dir():
-            Store(location).refuse_if_locked()
+        Store(location).refuse_if_locked()  # nothing there (no lock): nothing to refuse
     except StorageError:
         return  # not reachable from here; the cluster checks it
 

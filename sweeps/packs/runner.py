@@ -13,16 +13,15 @@ loop here is the same for all of them:
 A family's runner supplies only `load`, `advance`, `close_bin`, `loss_curve`, `outcome`
 and `state_tensors` (the live tensors a checkpoint must hold). Streams are random
 access, so a checkpoint is the state tensors plus `steps_done`; it holds tensors and
-numbers only and loads with `torch.load(weights_only=True)`. On disk (`save_checkpoint`)
-it is a folder of two files: CHECKPOINT_FILE (the tensors) and CHECKPOINT_META (JSON: the
-pack id, its progress and dtype, so a resume finds the newest checkpoint of a pack from
-the files alone).
+numbers only and loads with `torch.load(weights_only=True)`. On disk it is a folder of two
+files: CHECKPOINT_FILE (the tensors, `save_checkpoint`) and CHECKPOINT_META (the pack id,
+its progress and dtype, so a resume finds the newest checkpoint of a pack from the files
+alone: a store record, `records.CheckpointRecord`, written beside it by the trainable).
 """
 
 from __future__ import annotations
 
 import io
-import json
 import math
 import time
 from abc import ABC, abstractmethod
@@ -32,7 +31,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
-from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
+from sweeps.packs.checkpoint_files import CHECKPOINT_FILE
 from sweeps.packs.outcome import ChunkProgress, PackOutcome
 from sweeps.spec import Pack
 from sweeps.spec.plan import DEFAULT_CHUNK_STEPS
@@ -158,11 +157,9 @@ class PackRunner(ABC):
         self.steps_done = int(saved["steps_done"])
         self.wall_seconds = float(saved["wall_seconds"])
 
-    def save_checkpoint(self, directory: Path, dtype: str) -> None:
-        """Write the checkpoint folder: the state (CHECKPOINT_FILE) and what it is (CHECKPOINT_META)."""
+    def save_checkpoint(self, directory: Path) -> None:
+        """Write the state into the checkpoint folder (CHECKPOINT_FILE)."""
         torch.save(self.state_dict(), directory / CHECKPOINT_FILE)
-        meta = {"pack_id": self.pack.pack_id, "steps_done": self.steps_done, "total_steps": self.settings.steps, "dtype": dtype}
-        (directory / CHECKPOINT_META).write_text(json.dumps(meta))
 
     def load_checkpoint(self, state: Path | bytes) -> None:
         """Continue from a checkpoint: its folder, or the bytes of its CHECKPOINT_FILE (read from a store)."""

@@ -13,8 +13,8 @@ import pyarrow.parquet as pq
 
 from sweeps.spec import Pack
 from sweeps.store.dataset import STAGE, run_keys
+from sweeps.store.holder import StoreLocked
 from sweeps.store.location import StoreLocation
-from sweeps.store.lock import StoreLocked, writer_token
 from sweeps.store.manifests import MANIFESTS
 from sweeps.store.records import KINDS, PARTITIONS, DataFile, Manifest, write_record
 
@@ -67,7 +67,7 @@ def _write_data_file(table: pa.Table, location: StoreLocation, relative: str) ->
 
 
 def _check_writer(location: StoreLocation, pack: Pack, writer: str | None) -> None:
-    if writer is not None and writer_token(location) != writer:
+    if writer is not None and location.writer_lock().token() != writer:
         raise StoreLocked(f"{location}: the sweep's driver no longer holds the store (another writer took it over); "
                           f"pack {pack.pack_id} is not committed")
 

@@ -39,7 +39,6 @@ from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import MANIFESTS, Selection, StoreError, damage
 from sweeps.store.records import PARTITIONS, Manifest
 
-HIVE_SCHEMA = {"task": pl.String, "optimizer": pl.String}
 KEYS_SCHEMA = {"config_id": pl.String, "seed": pl.Int64}
 STAGE = "stage"  # the column (and manifest key) naming a row's stage
 
@@ -74,8 +73,8 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
     """One lazy scan per task (tasks differ in their settings columns) and file schema (with or without
     the stage column), partitions from the paths.
 
-    Local files: polars reads them itself. Object stores: a pyarrow dataset over the same
-    filesystem (so the same credentials chain and endpoint), scanned lazily by polars."""
+    The location scans (local files: polars itself; object stores: a pyarrow dataset over the
+    store's filesystem, so the same credentials chain and endpoint)."""
     by_task: dict[tuple[str, bool], list[str]] = {}
     for m in manifests:
         rel = m.files[kind].path
@@ -84,22 +83,8 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
                 f"{location.url(rel)}: {why} ({MANIFESTS}/{m.name}); run `fade-sweep verify {location}`, and "
                 "`fade-sweep run ... --resume` to set the damaged pack aside and run it again"
             )
-        by_task.setdefault((m.task, m.stage is None), []).append(location.path(rel))
-    if location.local:
-        frames = {
-            key: pl.scan_parquet(paths, hive_partitioning=True, hive_schema=HIVE_SCHEMA, try_parse_hive_dates=False)
-            for key, paths in by_task.items()
-        }
-    else:
-        import pyarrow as pa
-        import pyarrow.dataset as ds  # imports pandas: only where an object store is read
-
-        partitioning = ds.partitioning(pa.schema([("task", pa.string()), ("optimizer", pa.string())]), flavor="hive")
-        frames = {
-            key: pl.scan_pyarrow_dataset(ds.dataset(paths, filesystem=location.fs, format="parquet",
-                                                    partitioning=partitioning, partition_base_dir=location.path(kind)))
-            for key, paths in by_task.items()
-        }
+        by_task.setdefault((m.task, m.stage is None), []).append(rel)
+    frames = {key: location.scan_parquet(rels, PARTITIONS) for key, rels in by_task.items()}
     return [frame.with_columns(pl.lit(TUNING).alias(STAGE)) if legacy else frame for (_, legacy), frame in frames.items()]
 
 

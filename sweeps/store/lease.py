@@ -1,7 +1,8 @@
 """The writer lock of a store on an object store (s3://, gs://): a lease.
 
 Object stores (s3://, gs://) have no file locks: the lock is a LEASE, the object
-RESULTS_DIR/writer.lock with the body of a local lock (lock.py, owner token included) plus an expiry:
+RESULTS_DIR/writer.lock with the record of a local lock (`records.LockHolder`, owner token included)
+plus an expiry:
 
     {..., "owner": "<random>", "lease_seconds": 60, "renewed_at": ..., "expires_at": ...}
 
@@ -33,31 +34,30 @@ newest manifest, so no half pack is visible and nothing is counted twice.
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import sys
 import threading
 import time
 import uuid
+from typing import Callable, Self
 
-from sweeps.store.holder import LOCK_FILE, StoreLocked, describe, holder_body, stale
-from sweeps.store.location import StorageError, StoreLocation
-from sweeps.store.uris import redact
+from sweeps.store.holder import LOCK_FILE, HeldLock, StoreLocked, describe, holder_body, log, stale
+from sweeps.store.records import LockHolder, RecordError, parse_record, record_json
+from sweeps.store.uris import ObjectFiles, StorageError, redact
 
 LEASE_SECONDS = float(os.environ.get("FADE_SWEEP_LEASE_SECONDS", "60"))  # a lease not renewed expires
 SETTLE_SECONDS = 1.0  # takeover without conditional writes: wait before re-reading who won
 
 
-def _parse_holder(raw: bytes, written) -> dict:
-    """The lease body; a damaged one (not a JSON object) is held until a lease after `written()`, then stale."""
+def _parse_holder(raw: bytes, written: Callable[[], float], where: str) -> LockHolder:
+    """The lease's holder; a damaged one (not a holder record) is held until a lease after `written()`, then stale."""
     try:
-        holder = json.loads(raw)
-    except ValueError:
-        holder = None
-    return holder if isinstance(holder, dict) else {"expires_at": written() + LEASE_SECONDS}
+        return parse_record(LockHolder, raw, where)
+    except RecordError:
+        return LockHolder(expires_at=written() + LEASE_SECONDS)
 
 
-def read_lease(location: StoreLocation) -> dict | None:
+def read_lease(location: ObjectFiles) -> LockHolder | None:
     """Who holds the lease of an object store (None: nobody), read with the store's filesystem."""
     def written() -> float:
         try:
@@ -66,7 +66,7 @@ def read_lease(location: StoreLocation) -> dict | None:
             return time.time()
 
     try:
-        return _parse_holder(location.read_bytes(LOCK_FILE), written)
+        return _parse_holder(location.read_bytes(LOCK_FILE), written, location.url(LOCK_FILE))
     except FileNotFoundError:
         return None
 
@@ -78,7 +78,7 @@ class LeaseObject:
     other learns it. Elsewhere (GCS through pyarrow, a store refusing conditions) writes are plain and
     `conditional` is False: the caller settles and re-reads."""
 
-    def __init__(self, location: StoreLocation):
+    def __init__(self, location: ObjectFiles):
         self.location = location
         self.client = location.s3_client()
         self.bucket, _, self.key = location.path(LOCK_FILE).partition("/")
@@ -88,7 +88,7 @@ class LeaseObject:
     def conditional(self) -> bool:
         return self.client is not None
 
-    def read(self) -> dict | None:
+    def read(self) -> LockHolder | None:
         if not self.conditional:
             return read_lease(self.location)
         got = self._request("read", self.client.get_object, Bucket=self.bucket, Key=self.key)
@@ -96,7 +96,7 @@ class LeaseObject:
             self.version = None
             return None
         self.version = got["ETag"]
-        return _parse_holder(got["Body"].read(), got["LastModified"].timestamp)
+        return _parse_holder(got["Body"].read(), got["LastModified"].timestamp, self.location.url(LOCK_FILE))
 
     def write(self, data: bytes) -> bool:
         """Write if the object is still at `version` (absent when None); False: someone else wrote first."""
@@ -117,7 +117,8 @@ class LeaseObject:
             self._request("delete", self.client.delete_object, Bucket=self.bucket, Key=self.key, IfMatch=self.version)
             if self.conditional:
                 return
-        if (self.read() or {}).get("owner") == owner:
+        holder = self.read()
+        if holder is not None and holder.owner == owner:
             self.location.delete(LOCK_FILE)
 
     def _request(self, what: str, call, **args) -> dict | None:
@@ -140,14 +141,16 @@ class LeaseObject:
             raise StorageError(f"{self.location.url(LOCK_FILE)}: cannot {what} ({redact(type(err).__name__)})") from None
 
 
-class Lease:
-    """The writer lock of a store on an object store: a lease object, renewed by a heartbeat thread."""
+class LeaseLock(HeldLock):
+    """The writer lock of a store on an object store (a `WriterLock`): a lease object, renewed by a
+    heartbeat thread."""
 
-    def __init__(self, location: StoreLocation, command: str):
+    def __init__(self, location: ObjectFiles, command: str | None = None):
         self.location = location
-        self.command = command
+        self.where = location.display
+        self.command = command if command is not None else " ".join(sys.argv)
         self.owner = uuid.uuid4().hex
-        self.body: dict | None = None
+        self.body: LockHolder | None = None
         self.object = LeaseObject(location)
         self.interval = max(0.2, LEASE_SECONDS / 4)  # between renewals
         self.expires_at = 0.0  # of the last lease we wrote
@@ -158,45 +161,46 @@ class Lease:
     def _write(self) -> bool:
         """Write a fresh lease (conditional: see LeaseObject); False: another writer wrote first."""
         now = time.time()
-        self.body.update(renewed_at=now, expires_at=now + LEASE_SECONDS, lease_seconds=LEASE_SECONDS)
-        if not self.object.write(json.dumps(self.body).encode()):
+        self.body = self.body.model_copy(update={"renewed_at": now, "expires_at": now + LEASE_SECONDS,
+                                                 "lease_seconds": LEASE_SECONDS})
+        if not self.object.write(record_json(self.body)):
             return False
         self.expires_at = now + LEASE_SECONDS
         return True
 
-    def acquire(self) -> None:
+    def acquire(self) -> Self:
         location, lease = self.location, self.object
         location.check()
         for _ in range(10):
             holder = lease.read()
-            if holder is not None and holder.get("owner") != self.owner and not stale(holder):
-                raise StoreLocked(f"{location} is being written by {describe(holder)}")
+            if holder is not None and holder.owner != self.owner and not stale(holder):
+                raise StoreLocked(f"{self.where} is being written by {describe(holder)}")
             self.body = holder_body(self.command, self.owner)
             if holder is not None:
-                print(f"{location}: taking over the stale lock of {describe(holder)} (no longer running)", file=sys.stderr)
+                self.taking_over(holder)
             if not self._write():
                 continue  # another writer created or took it over since we read: read who
             if not lease.conditional:  # a plain write: wait, then see whose token is there
                 time.sleep(SETTLE_SECONDS)
                 now_held = read_lease(location)
-                if not now_held or now_held.get("owner") != self.owner:
-                    raise StoreLocked(f"{location} is being written by {describe(now_held)}")
+                if now_held is None or now_held.owner != self.owner:
+                    raise StoreLocked(f"{self.where} is being written by {describe(now_held)}")
             self._thread = threading.Thread(target=self._heartbeat, name="fade-sweep-lease", daemon=True)
             self._thread.start()
             atexit.register(self.release)  # before the filesystems finalize: stop the heartbeat, free the lease
-            return
-        raise StoreLocked(f"{location}: could not take {LOCK_FILE} (it keeps changing); try again")
+            return self
+        raise StoreLocked(f"{self.where}: could not take {LOCK_FILE} (it keeps changing); try again")
 
     def renew(self) -> bool:
         """Extend the lease once (the heartbeat's step); False: it is no longer ours and the sweep was stopped."""
         try:
             if not self.object.conditional:  # plain writes: re-read first (a takeover in between goes unseen)
                 holder = read_lease(self.location)
-                if holder is not None and holder.get("owner") not in (None, self.owner):
+                if holder is not None and holder.owner not in (None, self.owner):
                     return self._lose(f"another writer took the store over ({describe(holder)})")
             if not self._write():
                 holder = self.object.read()  # still our token: our own write landed twice (a retried request)
-                if holder is None or holder.get("owner") != self.owner:
+                if holder is None or holder.owner != self.owner:
                     return self._lose(f"another writer took the store over ({describe(holder)})")
         except (OSError, StorageError) as err:
             if time.time() > self.expires_at:
@@ -211,7 +215,7 @@ class Lease:
         import _thread
 
         self.lost = True
-        print(f"fade-sweep: {self.location}: lost the writer lock: {why}; stopping this sweep", file=sys.stderr)
+        log.error("%s: lost the writer lock: %s; stopping this sweep", self.where, why)
         _thread.interrupt_main()
         return False
 
@@ -228,3 +232,12 @@ class Lease:
         except (OSError, StorageError):
             pass  # it expires by itself
         self.body = None
+
+    def holder(self) -> LockHolder | None:
+        """Who holds the lease now (None: nobody, or a holder that is provably gone), without taking it."""
+        holder = read_lease(self.location)
+        return None if holder is None or stale(holder) else holder
+
+    def token(self) -> str | None:
+        holder = read_lease(self.location)
+        return None if holder is None else holder.owner

@@ -3,7 +3,7 @@
 Writes go to a hidden temporary name beside the target, are fsynced where they must survive
 a crash, and are renamed into place: readers see the old content or the new, never a part.
 No pyarrow here: a local store's records, manifests and status are read with the standard
-library alone.
+library alone, and its Parquet files by polars itself. Its writer lock is a flock (lock.py).
 """
 
 from __future__ import annotations
@@ -13,9 +13,14 @@ import os
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import BinaryIO, Callable, ClassVar, Self
+from typing import TYPE_CHECKING, BinaryIO, Callable, ClassVar, Self
 
+from sweeps.store.holder import WriterLock
+from sweeps.store.lock import FileLock
 from sweeps.store.uris import Entry, StorageError
+
+if TYPE_CHECKING:
+    import polars as pl
 
 
 class LocalFolder:
@@ -33,10 +38,15 @@ class LocalFolder:
     @property
     def parent(self) -> Self:
         path = str(Path(self.base).parent)
-        return replace(self, base=path, uri=path, display=path)
+        return replace(self, base=path, uri=path, display=str(Path(self.display).parent))
+
+    def absolute(self) -> Self:
+        """This location with messages naming its absolute path."""
+        return replace(self, display=self.base)
 
     @property
     def local_path(self) -> Path:
+        """The folder on this machine, for a tool that needs a path (an object store has None)."""
         return Path(self.base)
 
     def __fspath__(self) -> str:
@@ -53,6 +63,11 @@ class LocalFolder:
     def tune_storage(self) -> tuple[str, None]:
         """(storage_path, storage_filesystem) for Ray Tune's RunConfig: the folder, Tune's own filesystem."""
         return self.base, None
+
+    def writer_lock(self, command: str | None = None) -> WriterLock:
+        """The store's writer lock, not yet taken: a flock on writer.lock (lock.py). `command`: what the
+        holder record names (default: this process's command line)."""
+        return FileLock(Path(self.base), self.display, command)
 
     def check(self) -> None:
         """A local folder needs no reachability check, but a file where it or a parent should be is a
@@ -105,6 +120,14 @@ class LocalFolder:
         """Names of the folders directly under `rel`, sorted."""
         root = Path(self.path(rel))
         return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+
+    def scan_parquet(self, rels: list[str], partitions: tuple[str, ...]) -> pl.LazyFrame:
+        """A lazy scan of the Parquet files `rels`, the string `partitions` read from their hive paths:
+        polars reads local files itself (no pyarrow)."""
+        import polars as pl
+
+        return pl.scan_parquet([self.path(rel) for rel in rels], hive_partitioning=True,
+                               hive_schema=dict.fromkeys(partitions, pl.String), try_parse_hive_dates=False)
 
     # ------------------------------------------------------------ writing
 

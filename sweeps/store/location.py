@@ -4,11 +4,16 @@
     location.write_bytes("store.json", data)       # atomic: readers see the old or the new object, never a part
     location.read_bytes("store.json"); location.list("manifests"); location.delete("x"); location.exists("x")
     location / "sub"                               # a child location
+    with location.writer_lock(): ...               # the one writer of the store (holder.WriterLock)
 
 This module turns a target into a location and names paths in it; the file operations are
 two backends, each a mixin of `StoreLocation`: `local.py` (a folder of this machine:
-temporary name, fsync, rename) and `objects.py` (an object-store prefix through one pyarrow
-filesystem; credentials, endpoints and conditional writes are described there).
+temporary name, fsync, rename; a flock as writer lock) and `objects.py` (an object-store
+prefix through one pyarrow filesystem, a lease as writer lock; credentials, endpoints and
+conditional writes are described there). The choice between the two is made here, once, by
+`parse`: callers never ask which kind of store they hold. Where a tool truly needs a file of
+this machine (the sweep file of a `--resume` command), it asks for `local_path` (None on an
+object store).
 
 A URI is never taken for a local path: `scheme://...` with a scheme the store cannot serve is
 a StorageError (exit 2), and so is a URI carrying credentials. Messages show a URI without
@@ -38,15 +43,16 @@ class StoreLocation:
     """A folder of a store: `base` is its path for the backend (a local absolute path, or bucket/prefix).
 
     Every location is a `LocalLocation` or an `ObjectLocation`; both offer `exists`, `is_file`,
-    `is_dir`, `size`, `read_bytes`, `open_input`, `list`, `children`, `makedirs`, `write_bytes`,
-    `write_with`, `delete`, `check`, `url`, `parent`, `local_path` and `tune_storage`."""
+    `is_dir`, `size`, `read_bytes`, `open_input`, `list`, `children`, `scan_parquet`, `makedirs`,
+    `write_bytes`, `write_with`, `delete`, `check`, `writer_lock`, `url`, `parent`, `absolute`,
+    `local_path` and `tune_storage`."""
 
     base: str
     uri: str  # rebuilds this location anywhere (no credentials; allowed query keys only)
     display: str  # for messages: no query string
     query: str = ""  # object stores: "?endpoint_override=..." as given (allowed keys only), kept by children
     fs: Any = None  # object stores: the pyarrow filesystem
-    local: ClassVar[bool]
+    local: ClassVar[bool]  # which backend; sweeps/ never asks (cluster/storage.py and jobs.py still do)
 
     @classmethod
     def parse(cls, target: str | os.PathLike | StoreLocation) -> StoreLocation:

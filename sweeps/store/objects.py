@@ -10,7 +10,8 @@ that another process (a Ray worker, a submitted job) can rebuild the same locati
 
 Objects are written in one request (a PUT, or a multipart upload completed at close): on
 S3 and GCS an object appears whole or not at all. `s3_client` gives boto3 for the conditional
-writes pyarrow cannot send (S3 `If-None-Match` / `If-Match`): the writer lease's building block.
+writes pyarrow cannot send (S3 `If-None-Match` / `If-Match`): the building block of the writer
+lock, a lease (lease.py).
 
 pyarrow loads with the first object-store URI parsed: a local store's light commands do without it.
 """
@@ -25,9 +26,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ClassVar, Self
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
+from sweeps.store.holder import WriterLock
+from sweeps.store.lease import LeaseLock
 from sweeps.store.uris import Entry, StorageError, reason, redact
 
 if TYPE_CHECKING:
+    import polars as pl
     import pyarrow.fs as pafs
 
 OBJECT_SCHEMES = ("s3", "gs", "gcs")
@@ -119,9 +123,14 @@ class ObjectPrefix:
     def parent(self) -> Self:
         return self._at(self.base.rsplit("/", 1)[0])
 
+    def absolute(self) -> Self:
+        """This location (a URI names it absolutely already)."""
+        return self
+
     @property
-    def local_path(self):
-        raise TypeError(f"{self.display} is not a local path")
+    def local_path(self) -> None:
+        """None: an object store has no path on this machine."""
+        return None
 
     def __fspath__(self) -> str:
         raise TypeError(f"{self.display} is not a local path")
@@ -137,6 +146,11 @@ class ObjectPrefix:
     def tune_storage(self) -> tuple[str, pafs.FileSystem]:
         """(storage_path, storage_filesystem) for Ray Tune's RunConfig: the bucket path and this filesystem."""
         return self.base, self.fs
+
+    def writer_lock(self, command: str | None = None) -> WriterLock:
+        """The store's writer lock, not yet taken: a lease object renewed by a heartbeat while held
+        (lease.py). `command`: what the holder record names (default: this process's command line)."""
+        return LeaseLock(self, command)
 
     def check(self) -> None:
         """StorageError (one line, naming the URI without credentials) if the store cannot be reached."""
@@ -195,6 +209,19 @@ class ObjectPrefix:
     def children(self, rel: str = "") -> list[str]:
         """Names of the prefixes directly under `rel`, sorted."""
         return sorted(i.base_name for i in self._under(rel, False) if i.type.name == "Directory")
+
+    def scan_parquet(self, rels: list[str], partitions: tuple[str, ...]) -> pl.LazyFrame:
+        """A lazy scan of the Parquet objects `rels`, the string `partitions` read from their hive paths
+        (below the first folder of `rels`): a pyarrow dataset on this filesystem (its credentials chain
+        and endpoint), scanned lazily by polars."""
+        import polars as pl
+        import pyarrow as pa
+        import pyarrow.dataset as ds  # imports pandas: only where an object store is read
+
+        partitioning = ds.partitioning(pa.schema([(name, pa.string()) for name in partitions]), flavor="hive")
+        base = self.path(rels[0].split("/", 1)[0])
+        return pl.scan_pyarrow_dataset(ds.dataset([self.path(rel) for rel in rels], filesystem=self.fs, format="parquet",
+                                                  partitioning=partitioning, partition_base_dir=base))
 
     # ------------------------------------------------------------ writing
 

@@ -2,15 +2,18 @@
 
     manifests/<name>.json   Manifest: one committed pack write (manifests.py has the commit rule)
     store.json              StoreRecord: format, dtype, package version, sweep history (record.py)
-    writer.lock             LockHolder: who writes the store (lock.py)
+    writer.lock             LockHolder: who writes the store (lock.py; lease.py on object stores)
     status.json             SweepStatus: the driver's live status (status.py)
     confirmation.json       ConfirmationRecord: what the confirmation stage runs (Store.record_confirmation)
     race.json               RaceRecord: a raced sweep's rounds and their decisions (Store.record_race)
     tune-*/packs.json       PacksRecord: what a Tune experiment's pack ids mean (written and read by the
                             driver: write_record(location, f"{experiment}/{PACKS_FILE}", record))
+    tune-*/.../pack.json    CheckpointRecord: which pack a checkpoint folder holds and how far it got
+                            (written by the trainable beside the tensors, read by a resuming driver)
 
 `read_record` and `write_record` are the only code that turns these files into objects and
-back. A record that is not valid JSON or does not fit its model is a `RecordError` naming
+back (`parse_record` and `record_json` where the bytes come from elsewhere: the lock file's
+descriptor, the lease's conditional request). A record that is not valid JSON or does not fit its model is a `RecordError` naming
 the file and the first field at fault; nothing executable is ever read (plain JSON only).
 """
 
@@ -34,7 +37,7 @@ from pydantic import (
 )
 from pydantic.dataclasses import dataclass
 
-from sweeps.store.location import StoreLocation
+from sweeps.store.uris import Files
 
 STATUS_FILE = "status.json"
 CONFIRMATION_FILE = "confirmation.json"
@@ -197,8 +200,19 @@ class SweepStatus:
     def nodes(self) -> set[str]:
         return {t.node_id for t in self.trials.values() if t.node_id}
 
-    def write(self, location: StoreLocation) -> None:
+    def write(self, location: Files) -> None:
         write_record(location, STATUS_FILE, self)
+
+
+class CheckpointRecord(_Record):
+    """pack.json of a checkpoint folder (packs.checkpoint_files.CHECKPOINT_META), beside its tensors: the
+    pack, its progress and dtype, so a resume finds each pack's newest checkpoint from the files alone
+    (no Tune state, no pickle)."""
+
+    pack_id: str
+    steps_done: int
+    total_steps: int
+    dtype: str
 
 
 class PackConfig(_Record):
@@ -324,7 +338,7 @@ def record_json(record: Any) -> bytes:
     return _adapter(type(record)).dump_json(record, indent=1)
 
 
-def read_record(location: StoreLocation, rel: str, model: type[Model]) -> Model | None:
+def read_record(location: Files, rel: str, model: type[Model]) -> Model | None:
     """The record `rel` under `location` (None if absent); RecordError if it is damaged."""
     try:
         raw = location.read_bytes(rel)
@@ -333,6 +347,6 @@ def read_record(location: StoreLocation, rel: str, model: type[Model]) -> Model 
     return parse_record(model, raw, location.url(rel))
 
 
-def write_record(location: StoreLocation, rel: str, record: Any, *, durable: bool = False) -> None:
+def write_record(location: Files, rel: str, record: Any, *, durable: bool = False) -> None:
     """Write `record` as `rel` atomically (readers see the old or the new one, never a part)."""
     location.write_bytes(rel, record_json(record), durable=durable)

@@ -20,13 +20,15 @@ import socket
 import time
 
 from sweeps.spec.plan import format_rate
-from sweeps.store.location import StoreLocation
 from sweeps.store.holder import pid_alive
+from sweeps.store.location import StoreLocation
 from sweeps.store.records import STATUS_FILE, SweepStatus, TrialStatus, read_record
+
 HEARTBEAT_SECONDS = 1.0  # how often a live driver refreshes updated_at (at least every few seconds)
 STALE_SECONDS = 30.0  # a heartbeat older than this, from a driver on another host, means it is gone
 
-__all__ = ["STATUS_FILE", "SweepStatus", "TrialStatus", "driver_gone", "format_rate", "format_status", "progress_line", "read_status"]
+__all__ = ["STATUS_FILE", "SweepStatus", "TrialStatus", "driver_gone", "packs_text", "progress_line", "read_status",
+           "run_steps_text"]
 
 
 def read_status(location: StoreLocation) -> SweepStatus | None:
@@ -47,13 +49,14 @@ def driver_gone(status: SweepStatus, now: float | None = None) -> bool:
     return status.host is not None and age > STALE_SECONDS
 
 
-def _packs(status: SweepStatus) -> str:
+def packs_text(status: SweepStatus) -> str:
     return (f"{status.count('done')} done, {status.count('running')} running, {status.count('failed')} failed, "
             f"{status.count('pending')} pending")
 
 
-def _run_steps(status: SweepStatus, live: bool) -> str:
-    """Run-steps done of the total, %, the rate and (while running) the ETA: one text for `status` and the log."""
+def run_steps_text(status: SweepStatus, live: bool) -> str:
+    """Run-steps done of the total, %, the rate and (while running) the ETA: one text for `status` (the command
+    line's) and the progress lines (the driver's Tune callback, below the command line: so it is here)."""
     remaining = status.run_steps_total - status.run_steps_done
     eta = remaining / status.rate if live and status.rate > 0 and status.state == "running" else None
     return (f"{status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
@@ -65,25 +68,4 @@ def progress_line(status: SweepStatus) -> str:
     """One line of a run's progress where no progress bar is drawn (a log file, a job's output):
     the numbers `fade-sweep status` shows, from the same status."""
     elapsed = status.updated_at - status.started_at
-    return f"[{elapsed:.0f} s] {status.state}: packs {_packs(status)}; run-steps {_run_steps(status, True)}"
-
-
-def format_status(status: SweepStatus, finished_packs: int, resume: str = "fade-sweep run ... --resume") -> str:
-    """The lines `fade-sweep status RESULTS_DIR` prints; `resume` is the command that continues the sweep."""
-    age = time.time() - status.updated_at
-    gone = driver_gone(status)
-    state = "interrupted (driver not running)" if gone else status.state
-    lines = [
-        f"sweep {status.sweep}: {state} (updated {age:.0f} s ago)",
-        f"packs: {_packs(status)} ({finished_packs} pack files in the store)",
-        f"run-steps: {_run_steps(status, not gone)}",
-    ]
-    if gone:
-        where = "" if status.host == socket.gethostname() else f" on {status.host}, no heartbeat for {age:.0f} s"
-        lines.append(f"driver (pid {status.driver_pid}{where}) is not running: the sweep was interrupted; "
-                     f"continue with `{resume}`")
-    elif status.state == "interrupted":
-        lines.append(f"the sweep was interrupted; continue with `{resume}`")
-    elif status.state == "running" and age > 60:
-        lines.append(f"no update for over a minute: the driver may have stopped; continue with `{resume}`")
-    return "\n".join(lines)
+    return f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"

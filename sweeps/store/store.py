@@ -24,19 +24,16 @@ and `table` and `report` on a local store load polars but not pyarrow.
 
 from __future__ import annotations
 
-import dataclasses
+import logging
 import os
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep, SweepError
 from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
-from sweeps.store.lock import refuse_if_locked, store_lock
 from sweeps.store.manifests import Damaged, ManifestsRead, Selection, manifest_entries, read_manifests, runs_of, select
 from sweeps.store.race import raced_pairs, read_race
 from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
@@ -61,6 +58,7 @@ if TYPE_CHECKING:
     from sweeps.store.verify import Verification
 
 Kind = Literal["scores", "curves"]
+log = logging.getLogger(__name__)
 _READ_ONCE = ("_manifests_read", "manifests", "damaged_manifests", "sweep", "record", "confirmation", "race")  # cached
 
 
@@ -83,10 +81,7 @@ class Store:
     def of_sweep(cls, sweep: Sweep, storage: str | os.PathLike | StoreLocation) -> Store:
         """The store of `sweep` under `storage`: <storage>/<sweep name>, a local folder (messages name it
         absolute) or a prefix of an object store. StorageError (exit 2) for a storage it cannot serve."""
-        location = StoreLocation.parse(storage)  # the one conversion of the user's string
-        if location.local:
-            location = dataclasses.replace(location, display=location.base)
-        return cls(location / sweep.name)
+        return cls(StoreLocation.parse(storage).absolute() / sweep.name)  # the one conversion of the user's string
 
     def check_run(self, sweep: Sweep, dtype: str, resume: bool) -> None:
         """Every refusal of a run of `sweep` that needs no cluster, from the store (SweepError, exit 2): results
@@ -167,19 +162,18 @@ class Store:
         import shlex
 
         where = self.location
-        storage = str(Path(where.display).parent) if where.local else where.display.rsplit("/", 1)[0]
         try:
             record = self.record
         except RecordError:
             record = None
-        try:
-            readable = where.local and recorded_sweep(where, record) is not None
+        try:  # `run` reads a sweep file of this machine: an object store's sweep.yaml is no argument
+            readable = where.local_path is not None and recorded_sweep(where, record) is not None
         except SweepError:
             readable = False
         sweep = where.url(SWEEP_RECORD) if readable else "SWEEP"
         dtype = record.dtype if record is not None else "float32"
         dtypes = ["--dtype", dtype] if dtype != "float32" else []
-        command = ["fade-sweep", "run", sweep, "--storage", storage, *dtypes]
+        command = ["fade-sweep", "run", sweep, "--storage", where.parent.display, *dtypes]
         return shlex.join([*command, "--resume"])
 
     @cached_property
@@ -256,7 +250,7 @@ class Store:
             wanted = None if all_runs else self.wanted(stage)
             chosen = self._selections[all_runs, stage] = select(self.stage_manifests(stage), wanted)
             if chosen.outside and stage == TUNING:
-                print(f"{chosen.outside} stored runs are not in the current sweep; ignored", file=sys.stderr)
+                log.warning("%d stored runs are not in the current sweep; ignored", chosen.outside)
         return self._selections[all_runs, stage]
 
     def scan(self, kind: Kind, *, all_runs: bool = False, stage: str = TUNING) -> pl.LazyFrame:
@@ -303,8 +297,7 @@ class Store:
         duplicates `verify` names."""
         current = [m for stage in STAGES for m in self._current(stage)]
         paths = sorted(current, key=lambda m: m.order)
-        return [str(self.location.local_path / m.files[kind].path) if self.location.local
-                else self.location.url(m.files[kind].path) for m in paths]
+        return [self.location.absolute().url(m.files[kind].path) for m in paths]
 
     def _current(self, stage: str) -> list[Manifest]:
         chosen = self.selection(all_runs=True, stage=stage)
@@ -314,13 +307,13 @@ class Store:
 
     def refuse_if_locked(self) -> None:
         """StoreLocked now if a live process holds the writer lock (a cheap check before anything slow)."""
-        refuse_if_locked(self.location)
+        self.location.writer_lock().refuse_if_held()
 
     @contextmanager
     def writing(self, command: str | None = None) -> Iterator[Store]:
         """Hold the writer lock for the block (StoreLocked if another process holds it); what this Store
         read before is read again under the lock."""
-        with store_lock(self.location, command) as lock:
+        with self.location.writer_lock(command) as lock:
             self._forget()
             self.writer = lock.owner
             try:

@@ -1,12 +1,14 @@
 """What every store location shares and keeps light (no pyarrow): which strings are URIs, how
-secrets are kept out of what is printed, the storage error, and a listed file. Every error
-message of the command line goes through `redact`."""
+secrets are kept out of what is printed, the storage error, a listed file, and `Files`, the
+file operations of a location as the modules below it (records, the writer locks) see them.
+Every error message of the command line goes through `redact`."""
 
 from __future__ import annotations
 
 import os
 import re
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from sweeps.spec import SweepError
 
@@ -29,6 +31,29 @@ class Entry:
     @property
     def name(self) -> str:
         return self.rel.rsplit("/", 1)[-1]
+
+
+class Files(Protocol):
+    """A store location's file operations (`StoreLocation`, location.py), as the records and the writer
+    locks use them: they are typed by this protocol, not the location class, because the location
+    imports them (it hands out its writer lock)."""
+
+    display: str
+
+    def path(self, rel: str = "") -> str: ...
+    def url(self, rel: str = "") -> str: ...
+    def check(self) -> None: ...
+    def read_bytes(self, rel: str) -> bytes: ...
+    def write_bytes(self, rel: str, data: bytes, *, durable: bool = False) -> None: ...
+    def delete(self, rel: str) -> None: ...
+
+
+class ObjectFiles(Files, Protocol):
+    """An object-store location as its lease (lease.py) uses it: also the object's info and, for
+    conditional writes on S3, a boto3 client (None elsewhere)."""
+
+    def info(self, rel: str = "") -> Any: ...
+    def s3_client(self) -> Any: ...
 
 
 def is_uri(text: str | os.PathLike) -> bool:

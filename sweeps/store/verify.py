@@ -5,8 +5,9 @@ of the recorded size and sha256, readable Parquet with the recorded row count, t
 expected columns and types, exactly the manifest's (config, seed) pairs), duplicates (a
 (config, seed) held by two manifests or twice in one file), orphans (files no manifest
 names) and the runs of the current sweep that have no result (of a raced sweep: the runs its race
-asks for so far, store/race.py). One line per problem, then
-a summary; `verify_store` returns them for programs.
+asks for so far, store/race.py). `verify_store` returns a
+`Verification`, the problems found (one line each) and the counts; the command line writes
+it out (sweeps.cli.text.format_verification).
 """
 
 from __future__ import annotations
@@ -52,6 +53,8 @@ class NotAStore(ValueError):
 
 @dataclass
 class Verification:
+    """What `verify_store` found: each problem as (kind, line), notes, and what the store holds."""
+
     location: StoreLocation
     problems: list[tuple[str, str]] = field(default_factory=list)  # (kind, line)
     notes: list[str] = field(default_factory=list)
@@ -66,34 +69,6 @@ class Verification:
 
     def add(self, kind: str, line: str) -> None:
         self.problems.append((kind, line))
-
-    def summary(self) -> str:
-        """`clean` or `N problems (what they are)`, then the store's counts; every count names what it counts."""
-        what = (f"{_counted('pack', self.packs)}, {_counted('run', self.runs)} stored, "
-                f"{_counted('data file', self.files)} checked, {_counted('run', self.missing)} missing")
-        if self.clean:
-            return f"{self.location}: clean ({what})"
-        kinds = Counter(kind for kind, _ in self.problems)
-        listed = ", ".join(_counted(kind, n) for kind, n in sorted(kinds.items()))
-        return f"{self.location}: {len(self.problems)} problem{'s' if len(self.problems) > 1 else ''} ({listed}); {what}"
-
-
-# How a problem kind reads when counted: a "missing runs" problem is one method with runs missing.
-_PLURALS = {
-    "missing runs": ("method missing runs", "methods missing runs"),
-    "schema": ("schema problem", "schema problems"),
-    "content": ("content problem", "content problems"),
-    "record": ("damaged or missing record", "damaged or missing records"),
-    "hash mismatch": ("hash mismatch", "hash mismatches"),
-    "size mismatch": ("size mismatch", "size mismatches"),
-    "misplaced": ("misplaced file", "misplaced files"),
-    "corrupt": ("corrupt file", "corrupt files"),
-}
-
-
-def _counted(kind: str, n: int) -> str:
-    one, many = _PLURALS.get(kind, (kind, f"{kind}s"))
-    return f"{n} {one if n == 1 else many}"
 
 
 def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str) -> None:
@@ -254,7 +229,3 @@ def _check_confirmation(v: Verification, location: StoreLocation, confirming: di
     for optimizer, n in sorted(lacking.items()):
         v.add("missing runs", f"confirmation/{optimizer}: {n} confirmation runs have no result "
                               "(`fade-sweep confirm` runs them)")
-
-
-def format_verification(v: Verification) -> str:
-    return "\n".join([*(line for _, line in v.problems), *(f"note: {n}" for n in v.notes), v.summary()])

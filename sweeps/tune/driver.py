@@ -15,9 +15,9 @@ in rounds (racing.py), each round through the same steps.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable
 
 from cluster.connect import connect
@@ -48,13 +48,7 @@ from sweeps.tune.racing import run_race
 from sweeps.tune.resume import config_index, covered, finished_recorded, recorded_packs, resumable
 from sweeps.tune.wiring import Signals, run_packs
 
-__all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", "results_dir_for", "run_sweep"]
-
-
-def results_dir_for(sweep: Sweep, storage: str | Path | StoreLocation) -> StoreLocation:
-    """<storage>/<sweep name>: a local folder (made absolute), or a prefix of an object store (s3://, gs://).
-    A URI is never taken for a local path: one the store cannot serve is a StorageError (exit 2)."""
-    return Store.of_sweep(sweep, storage).location
+__all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", "run_sweep"]
 
 
 @dataclass(frozen=True)
@@ -143,13 +137,14 @@ def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], res
     )
 
 
-def run_sweep(sweep: Sweep, storage: str | Path | StoreLocation = "results", *, resume: bool = False,
+def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store = "results", *, resume: bool = False,
               options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
-    """Run every pending (config, seed) of `sweep` (the tuning stage); results land under <storage>/<name>.
+    """Run every pending (config, seed) of `sweep` (the tuning stage); results land under <storage>/<name>
+    (`Store.of_sweep`), or in `storage` itself when it is the sweep's Store (the command line's, opened once).
 
     Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
-    store = Store.of_sweep(sweep, storage)
+    store = storage if isinstance(storage, Store) else Store.of_sweep(sweep, storage)
     store.location.check()  # an unreachable object store or a missing bucket: one line, exit 2, before Ray
     store.refuse_if_locked()  # a second writer: named as such, before the overwrite check reads the folder
     resources = options.resources or sweep.resources
@@ -200,7 +195,7 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
     return ConfirmationRecord(stat=stat, seeds=fresh, tuning_seeds=sweep.seeds, selected=chosen.to_dicts())
 
 
-def confirm_sweep(results_dir: str | Path | StoreLocation | Store, seeds: int | tuple[int, ...], *, stat: str = "mean",
+def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds: int | tuple[int, ...], *, stat: str = "mean",
                   options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
     """Run the confirmation stage of the store's finished grid (see `confirmation_record`): fresh-seed
     runs of each method's selected configuration, into the same store, stage `confirmation`.

@@ -10,13 +10,12 @@ is rebuilt from the current sweep's own experiments and configs (sweeps.spec).
 from __future__ import annotations
 
 import dataclasses
-import json
 from typing import Callable
 
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
 from sweeps.spec import TUNING, Config, Experiment, Pack, Sweep
 from sweeps.store.location import StoreLocation
-from sweeps.store.records import PACKS_FILE, PackConfig, PackEntry, PacksRecord, RecordError, read_record
+from sweeps.store.records import PACKS_FILE, CheckpointRecord, PackConfig, PackEntry, PacksRecord, RecordError, read_record
 from sweeps.store.store import Store
 
 TUNE_PREFIX = "tune-"
@@ -103,14 +102,13 @@ def newest_checkpoints(store: Store, dtype: str) -> dict[str, tuple[int, str]]:
                 continue
             directory = meta.rsplit("/", 1)[0]
             try:
-                record = json.loads(location.read_bytes(meta))
-                pack_id, steps, kind = str(record["pack_id"]), int(record["steps_done"]), record["dtype"]
-            except (OSError, ValueError, KeyError, TypeError):
+                record = read_record(location, meta, CheckpointRecord)
+            except (OSError, RecordError):  # cut short by a kill: the pack continues from another, or starts over
                 continue
-            if kind != dtype or f"{directory}/{CHECKPOINT_FILE}" not in files:
+            if record is None or record.dtype != dtype or f"{directory}/{CHECKPOINT_FILE}" not in files:
                 continue
-            if pack_id not in newest or steps > newest[pack_id][0]:
-                newest[pack_id] = (steps, directory)
+            if record.pack_id not in newest or record.steps_done > newest[record.pack_id][0]:
+                newest[record.pack_id] = (record.steps_done, directory)
     return newest
 
 

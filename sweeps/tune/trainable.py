@@ -12,6 +12,7 @@ TF32, the engine) is the run's `ExecutionOptions`, handed over whole.
 
 from __future__ import annotations
 
+import logging
 import math
 import tempfile
 from pathlib import Path
@@ -20,9 +21,10 @@ from typing import TYPE_CHECKING
 import ray
 from ray import tune
 
-from sweeps.packs.checkpoint_files import CHECKPOINT_FILE
+from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
 from sweeps.spec import Pack
 from sweeps.store.location import StoreLocation
+from sweeps.store.records import CheckpointRecord, write_record
 from sweeps.store.store import Store
 from tasks import get_task
 
@@ -88,7 +90,7 @@ def pack_trainable(
     if checkpoint is not None:
         with checkpoint.as_directory() as directory:
             runner.load_checkpoint(Path(directory))
-    elif pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, store.location, resume_from[pack.pack_id], options):
+    elif pack.pack_id in resume_from and not _load_earlier_checkpoint(runner, store.location, resume_from[pack.pack_id]):
         runner = new_runner()  # half-loaded state: start clean
     restored_from = runner.steps_done
     last = None
@@ -98,7 +100,10 @@ def pack_trainable(
         metrics = {**_summary(last), "restored_from_step": restored_from}
         if options.checkpoint_every and chunk % options.checkpoint_every == 0:
             with tempfile.TemporaryDirectory() as directory:
-                runner.save_checkpoint(Path(directory), options.dtype)
+                runner.save_checkpoint(Path(directory))
+                record = CheckpointRecord(pack_id=pack.pack_id, steps_done=runner.steps_done,
+                                          total_steps=pack.experiment.settings.steps, dtype=options.dtype)
+                write_record(StoreLocation.parse(directory), CHECKPOINT_META, record)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
         else:
             tune.report(metrics)
@@ -118,7 +123,7 @@ def _best_score(scores, higher_is_better: bool) -> float | None:
     return max(finite) if higher_is_better else min(finite)
 
 
-def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str, options: ExecutionOptions) -> bool:
+def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str) -> bool:
     """Continue from an interrupted experiment's checkpoint (`directory`, relative to the store);
     False (start over, with a notice: Ray forwards a worker's output to the driver's) if it is unreadable.
 
@@ -126,6 +131,7 @@ def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str, op
     try:
         runner.load_checkpoint(location.read_bytes(f"{directory}/{CHECKPOINT_FILE}"))
     except Exception as err:  # noqa: BLE001 - a checkpoint cut short by a kill, or not a tensor file
-        options.notice(f"checkpoint {location.url(directory)} unreadable ({type(err).__name__}: {err}); the pack starts over")
+        logging.getLogger(__name__).warning("checkpoint %s unreadable (%s: %s); the pack starts over",
+                                            location.url(directory), type(err).__name__, err)
         return False
     return True

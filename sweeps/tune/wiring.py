@@ -72,12 +72,7 @@ def _new_experiment(results_dir: StoreLocation, record: PacksRecord) -> str:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     for n in range(1000):
         name = f"{TUNE_PREFIX}{stamp}" + (f"-{n}" if n else "")
-        if results_dir.local:
-            try:
-                (results_dir.local_path / name).mkdir()
-            except FileExistsError:
-                continue
-        elif results_dir.exists(name):
+        if results_dir.exists(name):
             continue
         write_record(results_dir, f"{name}/{PACKS_FILE}", record)
         return name
