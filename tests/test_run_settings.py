@@ -58,16 +58,18 @@ def test_every_trial_gets_the_options_whole(monkeypatch, tmp_path):
     assert handed["options"] is options
 
 
-def test_an_unreadable_checkpoint_is_a_notice_of_the_options_not_a_print(tmp_path, capsys):
+def test_an_unreadable_checkpoint_is_a_logged_notice_not_a_print(tmp_path, capsys, caplog):
+    """The worker says it through the library's logger (the CLI's text layer shows the `sweeps` logger), never print."""
     from sweeps.tune.trainable import _load_earlier_checkpoint
 
     class Runner:
         def load_checkpoint(self, data):
             raise AssertionError("never reached: the file is missing")
 
-    notices = []
     location = StoreLocation.parse(tmp_path)
-    assert not _load_earlier_checkpoint(Runner(), location, "tune-x/ckpt", ExecutionOptions(notify=notices.append))
+    with caplog.at_level("WARNING", logger="sweeps"):
+        assert not _load_earlier_checkpoint(Runner(), location, "tune-x/ckpt")
+    notices = [r.getMessage() for r in caplog.records]
     assert len(notices) == 1 and "unreadable" in notices[0] and "the pack starts over" in notices[0]
     assert capsys.readouterr().out == ""
 
