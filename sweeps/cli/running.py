@@ -78,7 +78,7 @@ def race_line(sweep) -> str:
     schedule = race.schedule(sweep.seeds)
     least = sum((e.size * schedule[0] + schedule[-1] - schedule[0]) * e.settings.steps for e in sweep.experiments)
     return (f"Race: rounds of {', '.join(map(str, schedule))} seeds; after each, a configuration worse than its "
-            f"method's best (one-sided paired t-test, Holm, alpha={race.alpha:g}) stops getting seeds: between "
+            f"method's best (one-sided paired t-test on log errors, Holm, alpha={race.alpha:g}) stops getting seeds: between "
             f"{least:.3e} and {sweep.run_steps * len(race.seeds(sweep.seeds)) // len(sweep.seeds):.3e} run-steps")
 
 
