@@ -60,8 +60,11 @@ class Analysis:
         scores, expected = store.scan("scores", stage=stage), store.expected_runs(stage)
         summary = None
         if stage == TUNING and store.sweep is not None and store.sweep.race is not None:
-            scores = raced_scores(scores, store.race)
-            summary = race_summary(store.sweep, store.race, expected)
+            from sweeps.analysis.race import stored_race  # race.py builds on this module
+
+            record = stored_race(store)  # a damaged race.json: replayed from the scores
+            scores = raced_scores(scores, record)
+            summary = race_summary(store.sweep, record, expected)
         return cls(scores, expected, store.missing_runs(stage), stats.check_stat(stat), summary)
 
     @cached_property

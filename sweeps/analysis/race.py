@@ -54,7 +54,8 @@ import polars as pl
 from sweeps.analysis import queries, stats
 from sweeps.analysis.raced import DECISION_SCHEMA, ELIMINATED, SURVIVOR, TEST, race_status
 from sweeps.spec import Sweep
-from sweeps.store.records import RaceDecision, RaceRecord
+from sweeps.store import Store
+from sweeps.store.records import RaceDecision, RaceRecord, RecordError
 from tasks import TASKS
 
 DIVERGED, WORSE = "diverged", "worse than the best"
@@ -290,6 +291,29 @@ def run_steps(decisions: pl.DataFrame, steps: dict[str, int], configs: Iterable[
     for a configuration with no decision yet) times its run length (`steps`, per config id)."""
     held = dict(decisions.group_by("config_id").agg(pl.col("seeds").max()).iter_rows())
     return sum(held.get(c, first) * steps[c] for c in configs)
+
+
+def race_rounds(sweep: Sweep) -> list[tuple[int, ...]]:
+    """The seeds every configuration still in `sweep`'s race holds after each round."""
+    seeds = sweep.race.seeds(sweep.seeds)
+    return [seeds[:n] for n in sweep.race.schedule(sweep.seeds)]
+
+
+def replay_stored(sweep: Sweep, scores: pl.LazyFrame | None) -> Replay:
+    """The race of `sweep` played on a store's committed scores (every stored run, the race's and any other:
+    `Store.scan("scores", all_runs=True)`; None before any run)."""
+    configs = [c.config_id for e in sweep.experiments for c in e.cells]
+    return replay(scores, configs, race_rounds(sweep), sweep.race.alpha)
+
+
+def stored_race(store: Store) -> RaceRecord | None:
+    """race.json of a raced store; where it is damaged, the record rebuilt by replaying the race on the
+    stored scores: the decisions are a function of the scores, so it is the record the driver wrote
+    (the store's `damage_notice` says so; `run --resume` writes it anew)."""
+    try:
+        return store.race
+    except RecordError:
+        return race_record(store.sweep, replay_stored(store.sweep, store.scan("scores", all_runs=True)))
 
 
 def race_record(sweep: Sweep, played: Replay) -> RaceRecord:

@@ -5,6 +5,7 @@ the reading commands stay light."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import os
 import sys
@@ -33,6 +34,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.race:
         sweep = with_race(sweep)
     store = Store.of_sweep(sweep, args.storage)  # a storage the store cannot serve (`--storage ""`): one line
+    if args.resume and sweep.race is None and "race" not in sweep.document:  # `race: false` un-races on purpose
+        sweep = _keep_racing(sweep, store)
+        args.race = sweep.race is not None  # the interrupt's hint then says --race
     check_task_data(sweep)
     resources = _resources(args, sweep)
     if resources.gpus < 0:
@@ -45,7 +49,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     if sweep.race is not None:
         print(race_line(sweep))
     if args.dry_run:
-        _dry_run(args, sweep, resources)
+        if sweep.race is not None:  # what runs first; the later rounds depend on its scores
+            print(race_plan_line(sweep))
+        _dry_run(args, _first_round(sweep), resources)
         if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
             steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
             print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
@@ -80,6 +86,35 @@ def race_line(sweep) -> str:
     return (f"Race: rounds of {', '.join(map(str, schedule))} seeds; after each, a configuration worse than its "
             f"method's best (one-sided paired t-test on log errors, Holm, alpha={race.alpha:g}) stops getting seeds: between "
             f"{least:.3e} and {sweep.run_steps * len(race.seeds(sweep.seeds)) // len(sweep.seeds):.3e} run-steps")
+
+
+def race_plan_line(sweep) -> str:
+    """A raced sweep's dry run: the plan below is round 1's."""
+    schedule = sweep.race.schedule(sweep.seeds)
+    first = _first_round(sweep)
+    return (f"Dry run of a race: the plan and estimate below are round 1's of at most {len(schedule)} (every "
+            f"configuration on {schedule[0]} seeds: {first.runs:,} runs, {first.run_steps:.3e} run-steps); later rounds "
+            f"depend on its scores, at most {sweep.run_steps * schedule[-1] // len(sweep.seeds):.3e} run-steps in all "
+            "if nothing is eliminated")
+
+
+def _first_round(sweep):
+    """A raced sweep as its first round: every configuration on the first `min_seeds` seeds (else the sweep)."""
+    if sweep.race is None:
+        return sweep
+    return dataclasses.replace(sweep, seeds=sweep.race.seeds(sweep.seeds)[: sweep.race.schedule(sweep.seeds)[0]], race=None)
+
+
+def _keep_racing(sweep, store):
+    """`--resume` without `--race` of a store written by a race keeps racing, as recorded (one line says so)."""
+    from sweeps.store.race import recorded_race
+
+    race = recorded_race(store)
+    if race is None:
+        return sweep
+    print(f"{store.location} was raced: --resume keeps racing as recorded (put `race: false` in the sweep file to "
+          "give every configuration every seed)")
+    return with_race(sweep, race)
 
 
 def _check_stream_cache() -> None:
