@@ -103,19 +103,24 @@ def test_a_dry_run_of_a_race_plans_its_first_round():
     assert "round 1's of at most 4" in line and "12 runs, 1.200e+04 run-steps" in line and "at most 2.400e+04" in line
 
 
+def _reader(results_dir: Path):
+    store = Store.open(results_dir)
+    return store.location, lambda: store.sweep
+
+
 def test_a_resume_without_race_of_a_raced_store_keeps_racing_and_hints_say_race(tmp_path, capsys):
     results_dir = _raced(tmp_path)
     plain = {k: v for k, v in RACED.items() if k != "race"}
     sweep_file = tmp_path / "plain.yaml"
     sweep_file.write_text(yaml.safe_dump(plain))
-    assert recorded_race(Store.open(results_dir)) == parse_sweep(RACED, "t").race
+    assert recorded_race(*_reader(results_dir)) == parse_sweep(RACED, "t").race
     code = main(["run", str(sweep_file), "--storage", str(tmp_path), "--resume", "--dry-run", "--num-cpus", "1"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "was raced: --resume keeps racing" in out and "Dry run of a race" in out
     (results_dir / "sweep.yaml").write_text("name: [")  # damaged: the repair hint must race again
     assert "--race --resume" in Store.open(results_dir).resume_command()
-    assert recorded_race(Store.open(results_dir)) == dataclasses.replace(parse_sweep(RACED, "t").race, max_seeds=6)
+    assert recorded_race(*_reader(results_dir)) == dataclasses.replace(parse_sweep(RACED, "t").race, max_seeds=6)
 
 
 def test_the_importance_table_compares_a_race_s_cells_on_the_seeds_they_all_hold(tmp_path):

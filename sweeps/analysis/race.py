@@ -6,7 +6,7 @@ configuration still in the race holds (the same seeds, hence the same streams: p
 1. A configuration with a diverged (or non-finite) score on any seed is out ("diverged"), as
    the best table never selects a configuration with a diverged seed.
 2. The current best is the configuration with the best mean score (lower MSE, higher accuracy;
-   a tie goes to the smaller config id, as `queries.best_configs`).
+   a tie goes to the smaller config id, as `sweeps.analysis.queries.best_configs`).
 3. Every other configuration c is compared with the best b by a ONE-SIDED PAIRED t-TEST on
    the per-seed differences d_s = x_c(s) - x_b(s) on the test's scale x (`test_scale`): for a
    score that is a positive error, lower is better (MSE), x = log(score), so d_s = log of the
@@ -51,7 +51,8 @@ from typing import Iterable
 import numpy as np
 import polars as pl
 
-from sweeps.analysis import queries, stats
+from fade_core.hyperparameters import HYPERPARAMETERS
+from sweeps.analysis import stats
 from sweeps.analysis.raced import DECISION_SCHEMA, ELIMINATED, SURVIVOR, TEST, race_status
 from sweeps.spec import Sweep
 from sweeps.store import Store
@@ -59,6 +60,8 @@ from sweeps.store.records import RaceDecision, RaceRecord, RecordError
 from tasks import TASKS
 
 DIVERGED, WORSE = "diverged", "worse than the best"
+PER_RUN_COLUMNS = ("config_id", "seed", "score", "diverged", "wall_seconds", "steps", "stage", "race_status",
+                   "eliminated_round")
 RETESTED = "worse than a clean configuration (re-tested: its best diverged or blew up)"
 REVIVED = "back in the race (its best diverged or blew up)"
 
@@ -119,13 +122,18 @@ def test_scale(loss: np.ndarray, higher_is_better: bool) -> np.ndarray:
         return np.log(loss)
 
 
+def method_columns(scores: pl.DataFrame) -> list[str]:
+    """The task, its settings and the optimizer of per-seed scores: what a race compares within (the columns of
+    `queries.variant_columns` and the optimizer; this module is below `queries`, whose Analysis replays races)."""
+    return [c for c in scores.columns if c not in PER_RUN_COLUMNS and c not in HYPERPARAMETERS]
+
+
 def decide(scores: pl.DataFrame, alpha: float, round_number: int = 1) -> pl.DataFrame:
     """One round's decisions: one row per configuration of `scores` (columns: the task and its settings,
     optimizer, config_id, seed, score, diverged), of DECISION_SCHEMA. Within each (task, settings,
     optimizer) the configurations are compared on the seeds they all hold."""
-    variant = queries.variant_columns(scores.lazy())
     frames = []
-    for _, group in scores.sort("config_id", "seed").group_by([*variant, "optimizer"], maintain_order=True):
+    for _, group in scores.sort("config_id", "seed").group_by(method_columns(scores), maintain_order=True):
         frames.append(_decide_method(group, alpha, round_number))
     return pl.concat(frames) if frames else pl.DataFrame(schema=DECISION_SCHEMA)
 
@@ -236,8 +244,7 @@ def _revisit(frame: pl.DataFrame, state: _Standing, alpha: float, number: int) -
     revisit = sorted(c for c, best in state.beaten_by.items() if best in state.tainted)
     if not revisit:
         return set(), pl.DataFrame(schema=DECISION_SCHEMA)
-    variant = queries.variant_columns(frame.lazy())
-    method = dict(frame.select("config_id", pl.concat_str([*variant, "optimizer"], separator="|", ignore_nulls=True))
+    method = dict(frame.select("config_id", pl.concat_str(method_columns(frame), separator="|", ignore_nulls=True))
                   .unique().iter_rows())
     tests: dict[str, list[tuple[str, str, float, float, int]]] = {}
     back = set()

@@ -109,7 +109,7 @@ def _keep_racing(sweep, store):
     """`--resume` without `--race` of a store written by a race keeps racing, as recorded (one line says so)."""
     from sweeps.store.race import recorded_race
 
-    race = recorded_race(store)
+    race = recorded_race(store.location, lambda: store.sweep)
     if race is None:
         return sweep
     print(f"{store.location} was raced: --resume keeps racing as recorded (put `race: false` in the sweep file to "

@@ -16,14 +16,11 @@ and the driver writes it anew by replaying the race on the stored scores.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 from sweeps.spec import Race, Sweep, SweepError
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import RACE_FILE, RaceRecord, RecordError, read_record
-
-if TYPE_CHECKING:
-    from sweeps.store.store import Store
 
 DAMAGED_RACE = f"history/damaged-{RACE_FILE}"
 
@@ -110,19 +107,20 @@ def was_raced(location: StoreLocation) -> bool:
     return location.exists(RACE_FILE)
 
 
-def recorded_race(store: Store) -> Race | None:
+def recorded_race(location: StoreLocation, recorded: Callable[[], Sweep | None]) -> Race | None:
     """How a raced store gave out its seeds, for a `--resume` that forgot `--race`: the recorded sweep's
-    `race:` block, else race.json's settings (sweep.yaml damaged), else the defaults (both damaged);
-    None for a store that was not raced."""
-    if not was_raced(store.location):
+    (`recorded`: Store.sweep) `race:` block, else race.json's settings (sweep.yaml damaged), else the
+    defaults (both damaged); None for a store that was not raced."""
+    if not was_raced(location):
         return None
     try:
-        if store.sweep is not None and store.sweep.race is not None:
-            return store.sweep.race
+        sweep = recorded()
+        if sweep is not None and sweep.race is not None:
+            return sweep.race
     except SweepError:  # damaged sweep.yaml: race.json says how
         pass
     try:
-        record = read_record(store.location, RACE_FILE, RaceRecord)
+        record = read_record(location, RACE_FILE, RaceRecord)
     except RecordError:
         record = None
     if record is None:
