@@ -57,7 +57,8 @@ def importance_table(analysis: Analysis) -> pl.DataFrame:
     saying why."""
     variant, cells = analysis.variant, analysis.cells
     if analysis.race is not None:  # every cell on the same seeds (module doc)
-        cells = queries.cells(analysis.scores.filter(pl.col("seed").is_in(shared_seeds(analysis.scores))), analysis.stat)
+        shared = pl.col("seed").is_in(shared_seeds(analysis.scores))
+        cells = queries.cells(analysis.scores.filter(shared), analysis.stat)
     keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
     observed = cells.select(*keys, "stat_value", "diverged_seeds").with_columns(
         unstable=unstable_cells(cells, [*variant, "optimizer"]))

@@ -8,7 +8,8 @@ For a method run in two or more settings of one sweep (e.g. linear tracking at n
   interpolation) of the scores of ALL runs of that setting (every method, configuration and
   seed; diverged runs left out) on the seeds every configuration of the setting holds (every
   seed; of a raced sweep, round 1's, as an eliminated configuration holds no more: the
-  percentiles then describe the same population as the full grid's); a run's normalised score is (x - p_lo) / (p_hi - p_lo) where
+  percentiles then describe the same population as the full grid's); a run's normalised score
+  is (x - p_lo) / (p_hi - p_lo) where
   higher is better (accuracy) and (p_hi - x) / (p_hi - p_lo) where lower is better (MSE), so 1
   is always good. Not clipped.
 - per-setting tuned score: in each setting, the best configuration's mean normalised score;

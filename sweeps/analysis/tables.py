@@ -340,8 +340,9 @@ def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", referenc
             return "No importance: no method with a hyperparameter that takes more than one value.\n"
         if fmt == "csv":
             return _csv(table)
-        raced = " Raced: every cell's statistic over the seeds every configuration holds (round 1's), eliminated or not." \
-            if analysis.race is not None else ""
+        raced = (" Raced: every cell's statistic over the seeds every configuration holds (round 1's), eliminated "
+                 "or not."
+                 if analysis.race is not None else "")
         grids = _importance_grids(table, variant, stat, raced)
     else:
         tables = sensitivity_tables(analysis)

@@ -170,7 +170,7 @@ def _results_status(target: str) -> None:
     if status is None and store.has_results():  # no live status: what the store holds (records only, no polars)
         try:
             sweep = store.sweep
-            lacking = missing_count(store.location, sweep, store.finished_runs()) if sweep else 0  # of a race: asked for
+            lacking = missing_count(store.location, sweep, store.finished_runs()) if sweep else 0  # race-aware
             missing = f", {lacking} runs of its sweep missing" if sweep else ""
         except SweepError:  # named by _say_damage
             missing = ""

@@ -84,17 +84,18 @@ def race_line(sweep) -> str:
     schedule = race.schedule(sweep.seeds)
     least = sum((e.size * schedule[0] + schedule[-1] - schedule[0]) * e.settings.steps for e in sweep.experiments)
     return (f"Race: rounds of {', '.join(map(str, schedule))} seeds; after each, a configuration worse than its "
-            f"method's best (one-sided paired t-test on log errors, Holm, alpha={race.alpha:g}) stops getting seeds: between "
+            f"method's best (one-sided paired t-test on log errors, Holm, alpha={race.alpha:g}) stops getting seeds: "
+            "between "
             f"{least:.3e} and {sweep.run_steps * len(race.seeds(sweep.seeds)) // len(sweep.seeds):.3e} run-steps")
 
 
 def race_plan_line(sweep) -> str:
     """A raced sweep's dry run: the plan below is round 1's."""
     schedule = sweep.race.schedule(sweep.seeds)
-    first = _first_round(sweep)
+    first, most = _first_round(sweep), sweep.run_steps * schedule[-1] // len(sweep.seeds)
     return (f"Dry run of a race: the plan and estimate below are round 1's of at most {len(schedule)} (every "
-            f"configuration on {schedule[0]} seeds: {first.runs:,} runs, {first.run_steps:.3e} run-steps); later rounds "
-            f"depend on its scores, at most {sweep.run_steps * schedule[-1] // len(sweep.seeds):.3e} run-steps in all "
+            f"configuration on {schedule[0]} seeds: {first.runs:,} runs, {first.run_steps:.3e} run-steps); later "
+            f"rounds depend on its scores, at most {most:.3e} run-steps in all "
             "if nothing is eliminated")
 
 
@@ -102,7 +103,8 @@ def _first_round(sweep):
     """A raced sweep as its first round: every configuration on the first `min_seeds` seeds (else the sweep)."""
     if sweep.race is None:
         return sweep
-    return dataclasses.replace(sweep, seeds=sweep.race.seeds(sweep.seeds)[: sweep.race.schedule(sweep.seeds)[0]], race=None)
+    first = sweep.race.seeds(sweep.seeds)[: sweep.race.schedule(sweep.seeds)[0]]
+    return dataclasses.replace(sweep, seeds=first, race=None)
 
 
 def _keep_racing(sweep, store):
