@@ -77,7 +77,7 @@ def test_a_consistently_worse_configuration_is_out_and_a_noisy_one_stays():
     decisions = decide(scores, alpha=0.05)
     assert _status(decisions) == {"best": SURVIVOR, "worse": ELIMINATED, "noisy": SURVIVOR}
     row = decisions.filter(pl.col("config_id") == "worse").row(0, named=True)
-    d = np.array([0.30, 0.31, 0.29])
+    d = np.log(np.array([1.30, 1.41, 1.24]) / np.array([1.00, 1.10, 0.95]))  # errors: tested on their log ratios
     t = d.mean() / (d.std(ddof=1) / np.sqrt(3))
     assert row["reason"] == WORSE and row["best"] == "best" and row["seeds"] == 3
     assert row["difference"] == pytest.approx(0.30) and row["p_value"] == pytest.approx(scipy.stats.t.sf(t, 2))
@@ -100,6 +100,37 @@ def test_methods_are_not_raced_against_each_other_and_accuracy_is_higher_is_bett
     assert _status(decide(scores, 0.05)) == {"s1": SURVIVOR, "s2": ELIMINATED, "f1": SURVIVOR}
     accuracy = _frame({"hi": [0.80, 0.82, 0.81], "lo": [0.70, 0.72, 0.71]}, task="emnist_label_permuted")
     assert _status(decide(accuracy, 0.05)) == {"hi": SURVIVOR, "lo": ELIMINATED}
+
+
+def test_a_configuration_that_blows_up_but_stays_finite_is_out_at_once():
+    # the hostile case: sgd at a large step size, 1e11 to 1e15 times the best's error on every seed, never
+    # non-finite. Raw differences spread over orders of magnitude (raw one-sided t p ~ 0.2): on log errors
+    # the ratios are consistently huge, so it is out after the first round.
+    scores = _frame({
+        "best": [3.54, 3.75, 3.43],
+        "blown": [2.37e11, 1.49e15, 2.43e12],
+        "close": [3.91, 3.89, 3.88],
+    })
+    decisions = decide(scores, alpha=0.05)
+    blown = decisions.filter(pl.col("config_id") == "blown").row(0, named=True)
+    assert blown["race_status"] == ELIMINATED and blown["reason"] == WORSE
+    log_ratio = np.log([2.37e11 / 3.54, 1.49e15 / 3.75, 2.43e12 / 3.43])
+    t = log_ratio.mean() / (log_ratio.std(ddof=1) / np.sqrt(3))
+    assert blown["p_value"] == pytest.approx(scipy.stats.t.sf(t, 2))  # the test on log ratios
+    raw = np.array([2.37e11 - 3.54, 1.49e15 - 3.75, 2.43e12 - 3.43])
+    assert blown["difference"] == pytest.approx(raw.mean())  # in score units
+    assert scipy.stats.t.sf(raw.mean() / (raw.std(ddof=1) / np.sqrt(3)), 2) > 0.15  # what the raw test could not see
+
+
+def test_errors_at_or_below_zero_and_accuracies_are_tested_as_they_are():
+    exact = _frame({"zero": [0.0, 0.1, 0.2], "worse": [0.3, 0.41, 0.49]})  # log(0): this round tests raw errors
+    d = np.array([0.3, 0.31, 0.29])
+    row = decide(exact, 0.05).filter(pl.col("config_id") == "worse").row(0, named=True)
+    assert row["p_value"] == pytest.approx(scipy.stats.t.sf(d.mean() / (d.std(ddof=1) / np.sqrt(3)), 2))
+    accuracy = _frame({"hi": [0.80, 0.60, 0.81], "lo": [0.70, 0.52, 0.69]}, task="emnist_label_permuted")
+    d = np.array([0.10, 0.08, 0.12])
+    row = decide(accuracy, 0.05).filter(pl.col("config_id") == "lo").row(0, named=True)
+    assert row["p_value"] == pytest.approx(scipy.stats.t.sf(d.mean() / (d.std(ddof=1) / np.sqrt(3)), 2))
 
 
 def test_equal_configurations_are_never_out():

@@ -13,6 +13,10 @@ decomposition is skipped and its row says why (`status`), rather than decomposin
 ragged grid, which is not exact and whose shares would depend on which cells failed.
 Grid values come from the recorded sweep and the stored cells together.
 
+In a raced sweep (sweeps.analysis.race) an eliminated cell holds fewer seeds than a survivor, and
+seeds differ in difficulty: every cell's statistic is then taken over the seeds every configuration
+holds (`shared_seeds`: round 1's), so the cells compared hold the same seeds and the grid stays full.
+
     from sweeps import results
     results.importance_table(results.analysis("results/linear-demo", stat="iqm"))
 """
@@ -39,12 +43,22 @@ def unstable_cells(cells: pl.DataFrame, keys: list[str]) -> pl.Series:
     return pl.Series("unstable", flags & lower.to_numpy())
 
 
+def shared_seeds(scores: pl.LazyFrame) -> list[int]:
+    """The seeds every configuration of `scores` holds (of a raced sweep: round 1's; else every seed)."""
+    configs = scores.select(pl.col("config_id").n_unique()).collect().item()
+    held = scores.group_by("seed").agg(pl.col("config_id").n_unique()).filter(pl.col("config_id") == configs)
+    return sorted(held.collect()["seed"].to_list())
+
+
 def importance_table(analysis: Analysis) -> pl.DataFrame:
     """Long format: one row per (task settings, method, hyperparameter) plus an "interactions"
     row, with `share` (of the variance of the analysis' statistic across the grid's cells) and
     `levels`; a method whose decomposition is skipped has one row with null share and `status`
     saying why."""
     variant, cells = analysis.variant, analysis.cells
+    if analysis.race is not None:  # every cell on the same seeds (module doc)
+        shared = pl.col("seed").is_in(shared_seeds(analysis.scores))
+        cells = queries.cells(analysis.scores.filter(shared), analysis.stat)
     keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
     observed = cells.select(*keys, "stat_value", "diverged_seeds").with_columns(
         unstable=unstable_cells(cells, [*variant, "optimizer"]))

@@ -23,6 +23,7 @@ import polars as pl
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.analysis import stats
+from sweeps.analysis.race import stored_race
 from sweeps.analysis.raced import RaceSummary, race_summary, raced_scores
 from sweeps.spec import TUNING
 from sweeps.store import Store
@@ -60,8 +61,9 @@ class Analysis:
         scores, expected = store.scan("scores", stage=stage), store.expected_runs(stage)
         summary = None
         if stage == TUNING and store.sweep is not None and store.sweep.race is not None:
-            scores = raced_scores(scores, store.race)
-            summary = race_summary(store.sweep, store.race, expected)
+            record = stored_race(store)  # a damaged race.json: replayed from the scores
+            scores = raced_scores(scores, record)
+            summary = race_summary(store.sweep, record, expected)
         return cls(scores, expected, store.missing_runs(stage), stats.check_stat(stat), summary)
 
     @cached_property

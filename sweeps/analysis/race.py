@@ -6,13 +6,21 @@ configuration still in the race holds (the same seeds, hence the same streams: p
 1. A configuration with a diverged (or non-finite) score on any seed is out ("diverged"), as
    the best table never selects a configuration with a diverged seed.
 2. The current best is the configuration with the best mean score (lower MSE, higher accuracy;
-   a tie goes to the smaller config id, as `queries.best_configs`).
+   a tie goes to the smaller config id, as `sweeps.analysis.queries.best_configs`).
 3. Every other configuration c is compared with the best b by a ONE-SIDED PAIRED t-TEST on
-   the per-seed differences d_s = loss_c(s) - loss_b(s) (loss = the score where lower is
-   better, minus the score where higher is): H0 mean(d) <= 0 against H1 mean(d) > 0 (c is
-   worse), t = mean(d) / (std(d, ddof=1) / sqrt(n)), p = P(T_{n-1} > t) from the exact
-   Student t distribution (`student_t_sf`). Differences with no spread decide on their sign
-   (p = 0 when c is worse on every seed by the same amount, p = 1 when they are equal).
+   the per-seed differences d_s = x_c(s) - x_b(s) on the test's scale x (`test_scale`): for a
+   score that is a positive error, lower is better (MSE), x = log(score), so d_s = log of the
+   ratio of c's error to b's; for a score where higher is better (accuracy, in [0, 1]),
+   x = -score. H0 mean(d) <= 0 against H1 mean(d) > 0 (c is worse),
+   t = mean(d) / (std(d, ddof=1) / sqrt(n)), p = P(T_{n-1} > t) from the exact Student t
+   distribution (`student_t_sf`). Differences with no spread decide on their sign (p = 0 when c
+   is worse on every seed by the same amount, p = 1 when they are equal). Why logs for errors:
+   a learner's errors differ between configurations by factors, not by amounts, and a
+   configuration that blows up while staying finite (1e9 to 1e15 times the best's error) has
+   raw differences spread over orders of magnitude, so its raw t is small (p ~ 0.2) whatever its
+   sign; its log ratios (21 to 35) are consistently positive and it is out at once. Where a
+   method's round holds an error score <= 0 (no log), that round tests the raw scores. The
+   recorded `difference` stays in score units (the mean raw paired difference).
 4. Holm's step-down correction over the m configurations compared with the best in that
    method's round: the i-th smallest p is adjusted to max_{j<=i} min(1, (m - j + 1) p_(j)); a
    configuration whose adjusted p is <= alpha is out ("worse than the best"). The family-wise
@@ -43,13 +51,17 @@ from typing import Iterable
 import numpy as np
 import polars as pl
 
-from sweeps.analysis import queries, stats
+from fade_core.hyperparameters import HYPERPARAMETERS
+from sweeps.analysis import stats
 from sweeps.analysis.raced import DECISION_SCHEMA, ELIMINATED, SURVIVOR, TEST, race_status
 from sweeps.spec import Sweep
-from sweeps.store.records import RaceDecision, RaceRecord
+from sweeps.store import Store
+from sweeps.store.records import RaceDecision, RaceRecord, RecordError
 from tasks import TASKS
 
 DIVERGED, WORSE = "diverged", "worse than the best"
+PER_RUN_COLUMNS = ("config_id", "seed", "score", "diverged", "wall_seconds", "steps", "stage", "race_status",
+                   "eliminated_round")
 RETESTED = "worse than a clean configuration (re-tested: its best diverged or blew up)"
 REVIVED = "back in the race (its best diverged or blew up)"
 
@@ -99,13 +111,29 @@ def paired_p_values(differences: np.ndarray) -> np.ndarray:
     return student_t_sf(t, n - 1)
 
 
+def test_scale(loss: np.ndarray, higher_is_better: bool) -> np.ndarray:
+    """The scale the paired test runs on (module doc, point 3), from the losses (the score where lower is
+    better, minus it where higher is) of one method's round, diverged rows (non-finite) included:
+    log(loss) for a positive error, the loss itself for an accuracy or where an error is <= 0."""
+    finite = loss[np.isfinite(loss)]
+    if higher_is_better or not np.all(finite > 0):
+        return loss
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(loss)
+
+
+def method_columns(scores: pl.DataFrame) -> list[str]:
+    """The task, its settings and the optimizer of per-seed scores: what a race compares within (the columns of
+    `queries.variant_columns` and the optimizer; this module is below `queries`, whose Analysis replays races)."""
+    return [c for c in scores.columns if c not in PER_RUN_COLUMNS and c not in HYPERPARAMETERS]
+
+
 def decide(scores: pl.DataFrame, alpha: float, round_number: int = 1) -> pl.DataFrame:
     """One round's decisions: one row per configuration of `scores` (columns: the task and its settings,
     optimizer, config_id, seed, score, diverged), of DECISION_SCHEMA. Within each (task, settings,
     optimizer) the configurations are compared on the seeds they all hold."""
-    variant = queries.variant_columns(scores.lazy())
     frames = []
-    for _, group in scores.sort("config_id", "seed").group_by([*variant, "optimizer"], maintain_order=True):
+    for _, group in scores.sort("config_id", "seed").group_by(method_columns(scores), maintain_order=True):
         frames.append(_decide_method(group, alpha, round_number))
     return pl.concat(frames) if frames else pl.DataFrame(schema=DECISION_SCHEMA)
 
@@ -130,9 +158,10 @@ def _decide_method(group: pl.DataFrame, alpha: float, round_number: int) -> pl.D
         best = ids[b]
         others = usable[usable != b]
         if others.size:
-            d = loss[others] - loss[b]
-            difference[others] = d.mean(axis=1)
-            p_value[others] = paired_p_values(d)
+            scale = test_scale(loss[usable], higher)
+            tested = dict(zip(usable, scale))
+            difference[others] = (loss[others] - loss[b]).mean(axis=1)
+            p_value[others] = paired_p_values(np.stack([tested[o] for o in others]) - tested[b])
             p_adjusted[others] = holm(p_value[others])
             out = others[p_adjusted[others] <= alpha]
             status[out], reason[out] = ELIMINATED, WORSE
@@ -215,8 +244,7 @@ def _revisit(frame: pl.DataFrame, state: _Standing, alpha: float, number: int) -
     revisit = sorted(c for c, best in state.beaten_by.items() if best in state.tainted)
     if not revisit:
         return set(), pl.DataFrame(schema=DECISION_SCHEMA)
-    variant = queries.variant_columns(frame.lazy())
-    method = dict(frame.select("config_id", pl.concat_str([*variant, "optimizer"], separator="|", ignore_nulls=True))
+    method = dict(frame.select("config_id", pl.concat_str(method_columns(frame), separator="|", ignore_nulls=True))
                   .unique().iter_rows())
     tests: dict[str, list[tuple[str, str, float, float, int]]] = {}
     back = set()
@@ -228,15 +256,15 @@ def _revisit(frame: pl.DataFrame, state: _Standing, alpha: float, number: int) -
             back.add(c)
             continue
         rows = frame.filter(pl.col("config_id").is_in([c, *rivals]) & pl.col("seed").is_in(list(seeds))).sort("config_id", "seed")
-        sign = -1.0 if TASKS[rows["task"][0]].higher_is_better else 1.0
+        higher = TASKS[rows["task"][0]].higher_is_better
         ids = rows["config_id"].unique(maintain_order=True).to_list()
-        loss = sign * rows["score"].cast(pl.Float64).to_numpy().reshape(len(ids), len(seeds))
+        loss = (-1.0 if higher else 1.0) * rows["score"].cast(pl.Float64).to_numpy().reshape(len(ids), len(seeds))
         mine = ids.index(c)
         others = [i for i in range(len(ids)) if i != mine]
         best = others[int(np.argmin(loss[others].mean(axis=1)))]
-        d = loss[mine] - loss[best]
-        p = float(paired_p_values(d[None, :])[0])
-        tests.setdefault(method[c], []).append((c, ids[best], float(d.mean()), p, len(seeds)))
+        scale = test_scale(loss[[mine, best]], higher)
+        p = float(paired_p_values((scale[0] - scale[1])[None, :])[0])
+        tests.setdefault(method[c], []).append((c, ids[best], float((loss[mine] - loss[best]).mean()), p, len(seeds)))
     kept = []
     for group in tests.values():
         adjusted = holm(np.array([t[3] for t in group]))
@@ -270,6 +298,29 @@ def run_steps(decisions: pl.DataFrame, steps: dict[str, int], configs: Iterable[
     for a configuration with no decision yet) times its run length (`steps`, per config id)."""
     held = dict(decisions.group_by("config_id").agg(pl.col("seeds").max()).iter_rows())
     return sum(held.get(c, first) * steps[c] for c in configs)
+
+
+def race_rounds(sweep: Sweep) -> list[tuple[int, ...]]:
+    """The seeds every configuration still in `sweep`'s race holds after each round."""
+    seeds = sweep.race.seeds(sweep.seeds)
+    return [seeds[:n] for n in sweep.race.schedule(sweep.seeds)]
+
+
+def replay_stored(sweep: Sweep, scores: pl.LazyFrame | None) -> Replay:
+    """The race of `sweep` played on a store's committed scores (every stored run, the race's and any other:
+    `Store.scan("scores", all_runs=True)`; None before any run)."""
+    configs = [c.config_id for e in sweep.experiments for c in e.cells]
+    return replay(scores, configs, race_rounds(sweep), sweep.race.alpha)
+
+
+def stored_race(store: Store) -> RaceRecord | None:
+    """race.json of a raced store; where it is damaged, the record rebuilt by replaying the race on the
+    stored scores: the decisions are a function of the scores, so it is the record the driver wrote
+    (the store's `damage_notice` says so; `run --resume` writes it anew)."""
+    try:
+        return store.race
+    except RecordError:
+        return race_record(store.sweep, replay_stored(store.sweep, store.scan("scores", all_runs=True)))
 
 
 def race_record(sweep: Sweep, played: Replay) -> RaceRecord:

@@ -13,7 +13,8 @@ import polars as pl
 from sweeps.spec import Sweep
 from sweeps.store.records import RaceRecord
 
-TEST = "one-sided paired t-test against the method's current best, Holm's correction"
+TEST = ("one-sided paired t-test on log errors (on accuracies as they are) against the method's current best, "
+        "Holm's correction")
 SURVIVOR, ELIMINATED = "survivor", "eliminated"
 DECISION_SCHEMA = {
     "round": pl.UInt32, "config_id": pl.String, "optimizer": pl.String, "race_status": pl.String, "reason": pl.String,

@@ -6,7 +6,10 @@ For a method run in two or more settings of one sweep (e.g. linear tracking at n
 
 - normalisation, per setting: p_lo and p_hi are the 5th and 95th percentiles (numpy's linear
   interpolation) of the scores of ALL runs of that setting (every method, configuration and
-  seed; diverged runs left out); a run's normalised score is (x - p_lo) / (p_hi - p_lo) where
+  seed; diverged runs left out) on the seeds every configuration of the setting holds (every
+  seed; of a raced sweep, round 1's, as an eliminated configuration holds no more: the
+  percentiles then describe the same population as the full grid's); a run's normalised score
+  is (x - p_lo) / (p_hi - p_lo) where
   higher is better (accuracy) and (p_hi - x) / (p_hi - p_lo) where lower is better (MSE), so 1
   is always good. Not clipped.
 - per-setting tuned score: in each setting, the best configuration's mean normalised score;
@@ -18,7 +21,9 @@ For a method run in two or more settings of one sweep (e.g. linear tracking at n
   resampled seeds in every setting and configuration, selection redone in each resample; the
   percentiles that normalise are held fixed).
 
-A configuration with a diverged (not finite) seed in a setting is never selected there.
+A configuration with a diverged (not finite) seed in a setting is never selected there, and only
+configurations holding every seed are tuned over: in a raced sweep, the race's survivors (an
+eliminated configuration's mean over its first seeds is never compared with a survivor's).
 Functions of frames (tuning scores), never of paths.
 """
 
@@ -31,7 +36,9 @@ from sweeps.analysis import queries, stats, tables
 
 PERCENTILES = (5.0, 95.0)
 NORMALISATION = ("per setting: (score - p5) / (p95 - p5), p5 and p95 the 5th and 95th percentiles of all runs "
-                 "of that setting (every method), reversed where lower is better (1 is good)")
+                 "of that setting (every method) on the seeds every configuration holds (of a raced sweep, round 1's), "
+                 "reversed where lower is better (1 is good); only configurations with every seed (a race's "
+                 "survivors) are tuned over")
 ROBUSTNESS_COLUMNS = ("settings", "per_setting", "per_setting_ci_low", "per_setting_ci_high", "cross_setting",
                       "cross_setting_ci_low", "cross_setting_ci_high", "gap", "gap_ci_low", "gap_ci_high",
                       "cross_setting_config", "per_setting_configs", "seeds", "normalisation")
@@ -42,7 +49,11 @@ def normalised(tuning: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
     frame = tuning.collect() if isinstance(tuning, pl.LazyFrame) else tuning
     variant = queries.variant_columns(frame.lazy())
     finite = pl.col("score").is_finite()
-    bounds = frame.filter(finite).group_by(variant).agg(
+    configs = pl.col("config_id").n_unique().over(variant)
+    shared = pl.col("config_id").n_unique().over([*variant, "seed"]) == configs  # a seed every configuration holds
+    flagged = frame.with_columns(_shared=shared)  # no seed shared (an interrupted grid's ragged seeds): every run
+    kept = flagged.filter(finite & (pl.col("_shared") | ~pl.col("_shared").any().over(variant)))
+    bounds = kept.group_by(variant).agg(
         p_lo=pl.col("score").quantile(PERCENTILES[0] / 100, interpolation="linear"),
         p_hi=pl.col("score").quantile(PERCENTILES[1] / 100, interpolation="linear"),
     )

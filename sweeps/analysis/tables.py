@@ -284,7 +284,7 @@ def _compare_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_
     return grids
 
 
-def _importance_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Grid]:
+def _importance_grids(table: pl.DataFrame, variant: list[str], stat: str, raced: str = "") -> list[_Grid]:
     grids = []
     for _, group in table.group_by(variant, maintain_order=True):
         first = group.row(0, named=True)
@@ -299,7 +299,7 @@ def _importance_grids(table: pl.DataFrame, variant: list[str], stat: str) -> lis
             f"Main-effect variance decomposition of the cell {STAT_NAMES[stat]} over each method's full-factorial grid: "
             "the share of the variance across cells explained by each hyperparameter alone; 'interactions' is the rest "
             "(exact on a full grid; the shares sum to 100%). Diverged cells are excluded; a method whose grid is then "
-            "not full (or has missing cells) is skipped, and says so."
+            f"not full (or has missing cells) is skipped, and says so.{raced}"
         )
         grids.append(_Grid(f"{variant_title({k: first[k] for k in variant})}: hyperparameter importance", note,
                            ("method", "hyperparameter", "values", "share of variance"), rows, set()))
@@ -340,7 +340,10 @@ def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", referenc
             return "No importance: no method with a hyperparameter that takes more than one value.\n"
         if fmt == "csv":
             return _csv(table)
-        grids = _importance_grids(table, variant, stat)
+        raced = (" Raced: every cell's statistic over the seeds every configuration holds (round 1's), eliminated "
+                 "or not."
+                 if analysis.race is not None else "")
+        grids = _importance_grids(table, variant, stat, raced)
     else:
         tables = sensitivity_tables(analysis)
         if not tables:

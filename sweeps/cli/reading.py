@@ -159,6 +159,7 @@ def _results_status(target: str) -> None:
     from sweeps.cli.text import format_status
     from sweeps.spec import TUNING, SweepError
     from sweeps.store import RecordError, Store
+    from sweeps.store.race import missing_count
 
     store = Store.open(target)  # a URI the store cannot serve: exit 2
     store.location.check()
@@ -170,7 +171,8 @@ def _results_status(target: str) -> None:
     if status is None and store.has_results():  # no live status: what the store holds (records only, no polars)
         try:
             sweep = store.sweep
-            missing = f", {len(sweep.pairs - store.finished_runs())} runs of its sweep missing" if sweep else ""
+            lacking = missing_count(store.location, sweep, store.finished_runs()) if sweep else 0  # race-aware
+            missing = f", {lacking} runs of its sweep missing" if sweep else ""
         except SweepError:  # named by _say_damage
             missing = ""
         print(f"{store.location}: {store.committed_packs()} pack files in the store{missing}")
@@ -178,9 +180,28 @@ def _results_status(target: str) -> None:
     if status is None:
         raise UserError(f"{store.location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
     print(format_status(status, store.committed_packs(), store.resume_command()))
+    _race_status(store)
     engines = Counter(m.engine or "not recorded" for m in store.manifests)
     if engines:
         print("engines: " + ", ".join(f"{engine} ({n} pack{'s' if n > 1 else ''})" for engine, n in sorted(engines.items())))
     stages = Counter(m.run_stage for m in store.manifests)
     if len(stages) > 1 or (stages and TUNING not in stages):
         print("committed packs: " + ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items(), reverse=True)))
+
+
+def _race_status(store) -> None:
+    """A raced sweep's round: status.json counts the packs of the round under way only."""
+    from sweeps.spec import SweepError
+    from sweeps.store import RecordError
+    from sweeps.store.race import race_round
+
+    try:
+        sweep, record = store.sweep, store.race
+    except (SweepError, RecordError):  # named by _say_damage
+        return
+    if sweep is not None and sweep.race is not None:
+        number, most, finished = race_round(sweep, record)
+        out = len(record.eliminated()) if record is not None else 0
+        state = f"finished after {number} rounds" if finished else \
+            f"round {number} of at most {most} under way (the packs above are this round's)"
+        print(f"race: {state}; {out} of {sum(e.size for e in sweep.experiments)} configurations out")

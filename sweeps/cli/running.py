@@ -38,6 +38,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.race:
         sweep = with_race(sweep)
     store = Store.of_sweep(sweep, args.storage)  # a storage the store cannot serve (`--storage ""`): one line
+    if args.resume and sweep.race is None and "race" not in sweep.document:  # `race: false` un-races on purpose
+        sweep = _keep_racing(sweep, store)
+        args.race = sweep.race is not None  # the interrupt's hint then says --race
     check_task_data(sweep)
     options = _execution_options(args, sweep)  # once: the dry run, the driver and every trial read it
     cpu_only = cpu_only_tasks(sweep.experiments)
@@ -48,7 +51,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     if sweep.race is not None:
         print(race_line(sweep))
     if args.dry_run:
-        _dry_run(sweep, options)
+        if sweep.race is not None:  # what runs first; the later rounds depend on its scores
+            print(race_plan_line(sweep))
+        _dry_run(_first_round(sweep), options)
         if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
             steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
             print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
@@ -81,8 +86,39 @@ def race_line(sweep) -> str:
     schedule = race.schedule(sweep.seeds)
     least = sum((e.size * schedule[0] + schedule[-1] - schedule[0]) * e.settings.steps for e in sweep.experiments)
     return (f"Race: rounds of {', '.join(map(str, schedule))} seeds; after each, a configuration worse than its "
-            f"method's best (one-sided paired t-test, Holm, alpha={race.alpha:g}) stops getting seeds: between "
+            f"method's best (one-sided paired t-test on log errors, Holm, alpha={race.alpha:g}) stops getting seeds: "
+            "between "
             f"{least:.3e} and {sweep.run_steps * len(race.seeds(sweep.seeds)) // len(sweep.seeds):.3e} run-steps")
+
+
+def race_plan_line(sweep) -> str:
+    """A raced sweep's dry run: the plan below is round 1's."""
+    schedule = sweep.race.schedule(sweep.seeds)
+    first, most = _first_round(sweep), sweep.run_steps * schedule[-1] // len(sweep.seeds)
+    return (f"Dry run of a race: the plan and estimate below are round 1's of at most {len(schedule)} (every "
+            f"configuration on {schedule[0]} seeds: {first.runs:,} runs, {first.run_steps:.3e} run-steps); later "
+            f"rounds depend on its scores, at most {most:.3e} run-steps in all "
+            "if nothing is eliminated")
+
+
+def _first_round(sweep):
+    """A raced sweep as its first round: every configuration on the first `min_seeds` seeds (else the sweep)."""
+    if sweep.race is None:
+        return sweep
+    first = sweep.race.seeds(sweep.seeds)[: sweep.race.schedule(sweep.seeds)[0]]
+    return dataclasses.replace(sweep, seeds=first, race=None)
+
+
+def _keep_racing(sweep, store):
+    """`--resume` without `--race` of a store written by a race keeps racing, as recorded (one line says so)."""
+    from sweeps.store.race import recorded_race
+
+    race = recorded_race(store.location, lambda: store.sweep)
+    if race is None:
+        return sweep
+    print(f"{store.location} was raced: --resume keeps racing as recorded (put `race: false` in the sweep file to "
+          "give every configuration every seed)")
+    return with_race(sweep, race)
 
 
 def _check_stream_cache() -> None:

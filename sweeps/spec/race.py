@@ -15,9 +15,9 @@ sweep's are never run.
 
 Why one seed per round: a configuration kept a round too long costs whole runs, while a round
 costs a Tune experiment's start-up (seconds; more on a loaded machine). Replayed on the full
-grids (benchmarks/race_replay.py), one seed per round spent 34.6% of the full grid's run-steps
-on `linear-noise0` (10 seeds) and 33.3% on `nonlinear` at 60,000 steps (10 seeds); two seeds
-per round 35.2% and 33.6%, with the same answers. Where runs are cheap (linear sweeps on CPUs)
+grids (benchmarks/race_replay.py), one seed per round spent 34.1% of the full grid's run-steps
+on `linear-noise0` (10 seeds) and 33.0% on `nonlinear` at 60,000 steps (10 seeds); two seeds
+per round 34.4% and 33.0%, with the same answers. Where runs are cheap (linear sweeps on CPUs)
 and rounds dominate the wall time, `seeds_per_round: 2` or more halves the rounds. Plain data,
 no statistics: this layer only says what to run.
 """

@@ -35,7 +35,7 @@ from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep, SweepError
 from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import Damaged, ManifestsRead, Selection, manifest_entries, read_manifests, runs_of, select
-from sweeps.store.race import raced_pairs, read_race
+from sweeps.store.race import race_damage, read_race, wanted_pairs, was_raced
 from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
@@ -137,9 +137,13 @@ class Store:
         command that repairs them (None: nothing damaged)."""
         parts = []
         try:
-            self.sweep
+            damaged_race = race_damage(self.location, self.sweep)
         except SweepError as err:  # it names the repair
             parts.append(f"skipped {err}")
+            damaged_race = None
+        if damaged_race is not None:  # the tables replay its decisions from the stored scores
+            parts.append(f"{damaged_race}: the race's decisions are replayed from the stored scores; "
+                         f"`{self.resume_command()}` writes it anew")
         bad = self.damaged_manifests
         if bad:
             many = len(bad) > 1
@@ -173,7 +177,8 @@ class Store:
         sweep = where.url(SWEEP_RECORD) if readable else "SWEEP"
         dtype = record.dtype if record is not None else "float32"
         dtypes = ["--dtype", dtype] if dtype != "float32" else []
-        command = ["fade-sweep", "run", sweep, "--storage", where.parent.display, *dtypes]
+        raced = ["--race"] if was_raced(where) else []  # a SWEEP without its `race:` block races again
+        command = ["fade-sweep", "run", sweep, "--storage", where.parent.display, *dtypes, *raced]
         return shlex.join([*command, "--resume"])
 
     @cached_property
@@ -235,9 +240,7 @@ class Store:
         """The pairs readers of `stage` read: the recorded sweep's (tuning; None: no sweep recorded,
         all) or confirmation.json's (confirmation; none when no stage is recorded)."""
         if stage == TUNING:
-            if self.sweep is not None and self.sweep.race is not None:  # a race: what it asks for so far
-                return raced_pairs(self.sweep, self.race)
-            return None if self.sweep is None else self.sweep.pairs
+            return wanted_pairs(self.sweep, lambda: self.race, self.finished_runs)  # a race: what it asks for so far
         return frozenset() if self.confirmation is None else self.confirmation.pairs()
 
     # ------------------------------------------------------------ frames

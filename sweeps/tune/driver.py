@@ -166,7 +166,8 @@ def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store =
                 finished = store.reopened().finished_runs() & sweep.pairs
                 return _execute(sweep, store, TUNING, seeds, again, finished, plan, options, resources, cluster)
 
-            return run_race(sweep, store, resume, cluster.plan_options(options, resources), run_round)
+            plan_options = cluster.plan_options(options, resources)
+            return run_race(sweep, store, resume, plan_options, run_round, options.notice)
         finished = store.finished_runs() & sweep.pairs if resume else set()  # runs outside the sweep: ignored
 
         def plan(done: set) -> list[Pack]:  # on GPUs a pack fills the device; on CPUs packs keep every slot busy
