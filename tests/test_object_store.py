@@ -278,7 +278,7 @@ def test_no_credential_in_any_object_of_the_bucket(tiny_runs, s3):
 
 
 def test_submit_accepts_a_uri_and_carries_no_credential(monkeypatch, tmp_path):
-    from cluster import jobs
+    from sweeps.cli import jobs
 
     sent = {}
 

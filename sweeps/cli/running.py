@@ -148,7 +148,7 @@ def cmd_confirm(args: argparse.Namespace) -> None:
 
 def _dry_run(args: argparse.Namespace, sweep, resources: PackResources) -> None:
     from cluster.connect import connect
-    from cluster.placement import parallel_slots
+    from sweeps.tune.slots import parallel_slots
     from sweeps.packs.dryrun import describe_plan
 
     cpu_only = resources.for_task(runs_on_gpu=False)
@@ -185,7 +185,7 @@ def _refuse_if_being_written(storage: str, name: str) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> None:
-    from cluster import jobs
+    from sweeps.cli import jobs
 
     sweep = resolve_sweep(args.sweep)
     _refuse_if_being_written(args.storage, sweep.name)
@@ -196,7 +196,7 @@ def cmd_submit(args: argparse.Namespace) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> None:
-    from cluster import jobs
+    from sweeps.cli import jobs
 
     try:
         jobs.logs(args.address, args.job_id, args.follow, write=print)
