@@ -147,12 +147,13 @@ def cmd_confirm(args: argparse.Namespace) -> None:
 
 
 def _dry_run(args: argparse.Namespace, sweep, resources: PackResources) -> None:
-    from cluster.connect import connect
-    from sweeps.tune.slots import parallel_slots
     from sweeps.packs.dryrun import describe_plan
 
     cpu_only = resources.for_task(runs_on_gpu=False)
-    if args.address:
+    if args.address:  # the cluster's nodes give the slots; without one no Ray loads
+        from cluster.connect import connect
+        from sweeps.tune.slots import parallel_slots
+
         connect(args.address)
         slots = parallel_slots(cpu_only)
         gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
