@@ -13,8 +13,10 @@ decomposition is skipped and its row says why (`status`), rather than decomposin
 ragged grid, which is not exact and whose shares would depend on which cells failed.
 Grid values come from the recorded sweep and the stored cells together.
 
-    from sweeps import results
-    results.importance_table(results.analysis("results/linear-demo", stat="iqm"))
+    from sweeps.analysis.importance import importance_table
+    from sweeps.analysis.queries import Analysis
+    from sweeps.store import Store
+    importance_table(Analysis.of(Store.open("results/linear-demo"), stat="iqm"))
 """
 
 from __future__ import annotations
