@@ -10,14 +10,13 @@ import sys
 
 import polars as pl
 
-from sweeps import results
-from sweeps.store import StoreError
+from sweeps.store import Store, StoreError
 
 RTOL = 2e-3  # float32 on two engines whose sums are ordered differently, over thousands of steps
 
 
 def main(dirs: list[str]) -> int:
-    frames = [results.scores(d).select("config_id", "seed", "score", "diverged").collect() for d in dirs]
+    frames = [Store.open(d).scan("scores").select("config_id", "seed", "score", "diverged").collect() for d in dirs]
     base = frames[0]
     worst = 0.0
     for other, name in zip(frames[1:], dirs[1:]):

@@ -23,10 +23,10 @@ import argparse
 import polars as pl
 
 from sweeps.analysis import queries
-from sweeps.analysis.race import SURVIVOR, race_status, replay, run_steps
-from sweeps.analysis.raced import decisions_frame
-from sweeps.analysis.summaries import best_table
 from sweeps.analysis.queries import Analysis
+from sweeps.analysis.race import SURVIVOR, replay, run_steps
+from sweeps.analysis.raced import decisions_frame, race_status
+from sweeps.analysis.summaries import best_table
 from sweeps.spec import CONFIRMATION
 from sweeps.spec.race import Race
 from sweeps.store import Store

@@ -8,8 +8,7 @@ import statistics
 import polars as pl
 import pytest
 
-from sweeps import results
-from sweeps.analysis import tables
+from sweeps.analysis import importance, queries, tables
 from sweeps.analysis.queries import Analysis
 from sweeps.store import Store, StoreLocation
 from tests.helpers import write_known_store
@@ -45,7 +44,7 @@ def analysis(store) -> Analysis:
 
 
 def test_cells_hand_computed(store):
-    cells = results.cells(results.scores(store))
+    cells = queries.cells(Store.open(store).scan("scores"))
     sgd = cells.filter((pl.col("optimizer") == "sgd") & (pl.col("alpha") == 0.1)).row(0, named=True)
     assert sgd["mean"] == 4.0 and sgd["std"] == pytest.approx(2.0) and sgd["seeds"] == 3
     assert sgd["sem"] == pytest.approx(2.0 / math.sqrt(3)) and sgd["diverged_seeds"] == 0
@@ -56,7 +55,7 @@ def test_cells_hand_computed(store):
 def test_config_curves(store):
     opened = Store.open(store)
     config_id = opened.scan("scores").filter(pl.col("optimizer") == "sgd", pl.col("alpha") == 0.1).collect()["config_id"][0]
-    curve = results.config_curves(opened.scan("curves"), config_id).collect()
+    curve = queries.config_curves(opened.scan("curves"), config_id).collect()
     assert curve.select("seed", "step").rows() == [(0, 2), (0, 4), (1, 2), (1, 4), (2, 2), (2, 4)]
     assert curve["mse"].to_list() == [2.0, 2.0, 4.0, 4.0, 6.0, 6.0]
 
@@ -264,7 +263,7 @@ def test_report_with_many_parallel_plots_draws_every_figure(tmp_path):
     assert others[0] == heat.data[0].zmin and (others[-1] - others[0]) > 0.25 * (heat.data[0].zmax - heat.data[0].zmin)
     assert "beyond median + 3 x |median - best|" in heat.data[0].colorbar.title.text  # ...and the colorbar says so
     assert "unstable" in out.read_text() and any("<br>unstable" in t for row in heat.data[0].text for t in row)
-    shares = results.importance_table(store)
+    shares = importance.importance_table(Analysis.of(Store.open(store), "mean"))
     fade = shares.filter(pl.col("optimizer") == "fade")
     assert fade["share"].is_null().all() and fade["status"].str.contains("1 unstable").all()
 

@@ -22,7 +22,7 @@ import pytest
 import yaml
 
 from cluster.local import auth_env, cluster_pids, descendants, running, start_local_cluster, stop_local_cluster
-from sweeps import results
+from sweeps.store import Store
 from tests.helpers import read_status_json, scores_in_process
 
 # Long enough packs (coupled learner, float64) to be interrupted mid-run on a quiet machine too (a pack
@@ -99,8 +99,8 @@ def _checkpointed_running_trial(results_dir: Path):
 
 
 def _assert_complete_and_exact(results_dir: Path, reference: dict) -> pl.DataFrame:
-    scores = results.scores(results_dir).collect()
-    curves = results.curves(results_dir).collect()
+    scores = Store.open(results_dir).scan("scores").collect()
+    curves = Store.open(results_dir).scan("curves").collect()
     assert scores.height == len(reference)
     assert scores.select("config_id", "seed").unique().height == len(reference)
     assert curves.height == len(reference) * 20 and curves.select("config_id", "seed", "step").unique().height == curves.height
@@ -119,7 +119,7 @@ def test_two_node_cluster_runs_trials_on_both_nodes(two_nodes, tmp_path):
     status = read_status_json(tmp_path / "small")
     assert status["state"] == "finished"
     assert len({t["node_id"] for t in status["trials"]}) == 2, status  # both nodes ran packs
-    assert results.scores(tmp_path / "small").collect().height == 12
+    assert Store.open(tmp_path / "small").scan("scores").collect().height == 12
     assert "on 2 node(s)" in out
 
 
@@ -183,7 +183,7 @@ def test_job_submission_status_logs_and_results(two_nodes, tmp_path):
     done = re.compile(r"Done: \d+ packs?,")  # as many packs as the cluster has slots for 12 runs
     assert done.search(logs) and "| **coupled** |" in logs
     assert done.search(followed) and "| **coupled** |" in followed
-    assert results.scores(tmp_path / "job").collect().height == 12
+    assert Store.open(tmp_path / "job").scan("scores").collect().height == 12
     assert job_id in _cli("status", "--address", local.dashboard_url).communicate(timeout=60)[0]
 
 

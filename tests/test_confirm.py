@@ -25,8 +25,9 @@ import polars as pl
 import pytest
 import torch
 
-from sweeps import results
+from sweeps.analysis import tables
 from sweeps.analysis.confirm import confirmation_table
+from sweeps.analysis.queries import Analysis
 from sweeps.cli import main
 from sweeps.packs import make_runner
 from sweeps.spec import CONFIRMATION, Pack, SweepError, make_config, parse_sweep, plan_confirmation
@@ -94,14 +95,14 @@ def _cli(*args: str) -> subprocess.Popen:
 
 
 def _confirmation_scores(results_dir: Path) -> pl.DataFrame:
-    return results.scores(results_dir, stage=CONFIRMATION).collect()
+    return Store.open(results_dir).scan("scores", stage=CONFIRMATION).collect()
 
 
 @pytest.fixture(scope="module")
 def confirmed(tmp_path_factory) -> tuple[Path, dict]:
     """KNOWN tuned in-process, its tables as they were, then `fade-sweep confirm --seeds 2`."""
     results_dir = _tuned_store(tmp_path_factory.mktemp("known"), KNOWN)
-    before = {kind: results.table_text(results_dir, kind, "csv") for kind in ("best", "compare", "sensitivity", "importance")}
+    before = {kind: tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, "csv") for kind in ("best", "compare", "sensitivity", "importance")}
     run = _cli("confirm", str(results_dir), "--seeds", "2", *CONFIRM_OPTIONS)
     out, _ = run.communicate(timeout=400)
     assert run.returncode == 0, out
@@ -115,9 +116,9 @@ def test_the_known_selection_is_confirmed_on_fresh_disjoint_seeds(confirmed):
     sgd = [row for row in record.selected if row.optimizer == "sgd"]
     assert sorted(row.noise for row in sgd) == [0.0, 1.0] and {row.alpha for row in sgd} == {0.05}
     runs = _confirmation_scores(results_dir)
-    assert set(runs["seed"]) == {3, 4} and not set(runs["seed"]) & set(results.scores(results_dir).collect()["seed"])
+    assert set(runs["seed"]) == {3, 4} and not set(runs["seed"]) & set(Store.open(results_dir).scan("scores").collect()["seed"])
     assert runs.height == len(record.selected) * 2 == 8 and runs.select("config_id", "seed").unique().height == 8
-    assert set(runs["stage"]) == {"confirmation"} and set(results.scores(results_dir).collect()["stage"]) == {"tuning"}
+    assert set(runs["stage"]) == {"confirmation"} and set(Store.open(results_dir).scan("scores").collect()["stage"]) == {"tuning"}
     reference = _reference(KNOWN, [row.config_id for row in record.selected], record.seeds)
     for row in runs.iter_rows(named=True):
         assert row["score"] == pytest.approx(reference[(row["config_id"], row["seed"])], rel=SAME_RUN, abs=0)  # as alone
@@ -125,14 +126,14 @@ def test_the_known_selection_is_confirmed_on_fresh_disjoint_seeds(confirmed):
 
 def test_the_table_equals_an_independent_computation(confirmed):
     results_dir, _ = confirmed
-    tuning, fresh = results.scores(results_dir).collect(), _confirmation_scores(results_dir)
+    tuning, fresh = Store.open(results_dir).scan("scores").collect(), _confirmation_scores(results_dir)
     keys = ["noise", "optimizer"]
     best = (tuning.group_by(*keys, "config_id").agg(pl.col("score").mean().alias("tuned"))
             .sort("tuned").group_by(keys, maintain_order=True).first())  # MSE: lower is better
     confirmed_means = fresh.group_by(*keys, "config_id").agg(pl.col("score").mean().alias("fresh"))
     expected = best.join(confirmed_means, on=[*keys, "config_id"]).with_columns(gap=pl.col("fresh") - pl.col("tuned"))
     expected = expected.with_columns(rank=pl.col("fresh").rank("ordinal").over("noise").cast(pl.UInt32)).sort(keys)
-    table = confirmation_table(results.scores(results_dir), results.scores(results_dir, stage=CONFIRMATION)).sort(keys)
+    table = confirmation_table(Store.open(results_dir).scan("scores"), Store.open(results_dir).scan("scores", stage=CONFIRMATION)).sort(keys)
     assert table["config_id"].to_list() == expected["config_id"].to_list()
     for ours, theirs in (("tuning_score", "tuned"), ("confirmation_score", "fresh"), ("gap", "gap")):
         np.testing.assert_allclose(table[ours].to_numpy(), expected[theirs].to_numpy(), rtol=1e-12)
@@ -145,8 +146,8 @@ def test_the_table_equals_an_independent_computation(confirmed):
 def test_tuning_tables_verify_and_missing_runs_ignore_the_confirmation_rows(confirmed, tmp_path):
     results_dir, seen = confirmed
     for kind, text in seen["before"].items():
-        assert results.table_text(results_dir, kind, "csv") == text, kind
-    assert results.missing_runs(results_dir).height == 0
+        assert tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, "csv") == text, kind
+    assert Store.open(results_dir).missing_runs().height == 0
     verification = Store.open(results_dir).verify()
     assert verification.clean, verification.problems
     assert verification.runs == 2 * 4 * 3 + 2 * 2 * 2 and verification.missing == 0  # tuning + confirmation runs

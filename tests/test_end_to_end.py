@@ -8,8 +8,8 @@ import pytest
 import ray
 import yaml
 
-from sweeps import results
 from sweeps.cli import main
+from sweeps.store import Store
 
 CONFIGS = {"sgd": 3, "fade": 4}  # grid sizes below
 SEEDS = 3
@@ -46,8 +46,8 @@ def finished(local_ray, tmp_path_factory):
 
 def test_store_has_exact_rows(finished):
     _, results_dir = finished
-    scores = results.scores(results_dir).collect()
-    curves = results.curves(results_dir).collect()
+    scores = Store.open(results_dir).scan("scores").collect()
+    curves = Store.open(results_dir).scan("curves").collect()
     runs = sum(CONFIGS.values()) * SEEDS
     assert scores.height == runs
     assert scores.select("config_id", "seed").unique().height == runs
@@ -69,7 +69,7 @@ def test_store_has_exact_rows(finished):
 
 def test_diverged_runs_recorded_and_never_selected(finished, capsys):
     _, results_dir = finished
-    scores = results.scores(results_dir).collect()
+    scores = Store.open(results_dir).scan("scores").collect()
     diverged = scores.filter(pl.col("diverged"))
     assert set(diverged["alpha"]) == {0.5} and set(diverged["optimizer"]) == {"sgd"}
     assert scores.filter(~pl.col("diverged"))["score"].is_finite().all()
@@ -95,7 +95,7 @@ def _best_method_by_hand(scores: pl.DataFrame) -> tuple[str, float]:
 
 def test_markdown_and_latex_tables_mark_the_best_method(finished, capsys):
     _, results_dir = finished
-    best, best_mean = _best_method_by_hand(results.scores(results_dir).collect())
+    best, best_mean = _best_method_by_hand(Store.open(results_dir).scan("scores").collect())
     assert main(["table", str(results_dir)]) == 0
     md = capsys.readouterr().out
     assert "| method | score | seeds |" in md and "ddof=1" in md
@@ -118,16 +118,16 @@ def test_rerun_without_resume_is_refused(finished, capsys):
 
 def test_resume_runs_only_missing_and_reproduces_them(finished, tmp_path):
     sweep, results_dir = finished
-    before = results.scores(results_dir).collect().sort("config_id", "seed")
+    before = Store.open(results_dir).scan("scores").collect().sort("config_id", "seed")
     # Simulate an interrupted sweep: one pack's data files were written but its manifest (the commit) never landed.
     manifest = sorted((results_dir / "manifests").glob("*.json"))[0]
     victim = results_dir / json.loads(manifest.read_text())["files"]["scores"]["path"]
     lost = pl.read_parquet(victim).height
     manifest.unlink()
-    assert results.scores(results_dir).collect().height == before.height - lost  # uncommitted: never read
+    assert Store.open(results_dir).scan("scores").collect().height == before.height - lost  # uncommitted: never read
     untouched = {p: p.stat().st_mtime_ns for p in (results_dir / "scores").glob("**/*.parquet") if p != victim}
     assert main(["run", str(sweep), "--storage", str(results_dir.parent), "--resume"]) == 0
-    after = results.scores(results_dir).collect().sort("config_id", "seed")
+    after = Store.open(results_dir).scan("scores").collect().sort("config_id", "seed")
     assert after.height == before.height
     assert after.select("config_id", "seed", "score", "diverged").equals(before.select("config_id", "seed", "score", "diverged"))
     assert all(p.stat().st_mtime_ns == t for p, t in untouched.items())  # finished packs not re-run
@@ -135,7 +135,7 @@ def test_resume_runs_only_missing_and_reproduces_them(finished, tmp_path):
     assert 0 < lost < 100
     assert len(list((results_dir / "scores").glob("**/*.parquet"))) == len(untouched) + 2
     assert not victim.exists()  # the orphan of the interrupted write is removed by --resume
-    assert results.missing_runs(results_dir).height == 0
+    assert Store.open(results_dir).missing_runs().height == 0
 
 
 def _damaged(path, how: str) -> None:
@@ -159,8 +159,8 @@ def test_a_damaged_record_is_skipped_by_readers_and_healed_by_resume(finished, t
     results_dir = tmp_path / "copy" / original.name
     shutil.copytree(original, results_dir)
     keys = ["optimizer", "config_id", "seed"]
-    before_scores = results.scores(original).collect().sort(keys)
-    before_curves = results.curves(original).collect().sort([*keys, "step"])
+    before_scores = Store.open(original).scan("scores").collect().sort(keys)
+    before_curves = Store.open(original).scan("curves").collect().sort([*keys, "step"])
     assert main(["table", str(original)]) == 0
     before_table = capsys.readouterr().out
     victim = sorted((results_dir / "manifests").glob("*.json"))[0] if record == "manifest" else results_dir / record
@@ -187,7 +187,7 @@ def test_a_damaged_record_is_skipped_by_readers_and_healed_by_resume(finished, t
             assert err[0] == f"fade-sweep: skipped {victim}: damaged {'StoreRecord' if record == 'store.json' else 'SweepStatus'} " \
                 f"record (not valid JSON); `{resume}` writes it anew", err
     if record != "sweep.yaml":
-        assert results.scores(results_dir).collect().height == before_scores.height - lost
+        assert Store.open(results_dir).scan("scores").collect().height == before_scores.height - lost
     if record == "manifest":
         assert main(["verify", str(results_dir)]) == 1
         out = capsys.readouterr().out
@@ -203,9 +203,9 @@ def test_a_damaged_record_is_skipped_by_readers_and_healed_by_resume(finished, t
         again = "the next run that runs packs writes it" if record == "status.json" else "written anew"
         assert f"{victim}: " in out and f"set aside as {results_dir / 'history' / f'damaged-{victim.name}'}; {again}" in out
     assert (results_dir / "history" / f"damaged-{victim.name}").exists()  # kept as it was, not lost
-    after = results.scores(results_dir).collect().sort(keys)
+    after = Store.open(results_dir).scan("scores").collect().sort(keys)
     assert after.drop("wall_seconds").equals(before_scores.drop("wall_seconds"))  # the re-run pack's scores, bit for bit
-    assert results.curves(results_dir).collect().sort([*keys, "step"]).equals(before_curves)
+    assert Store.open(results_dir).scan("curves").collect().sort([*keys, "step"]).equals(before_curves)
     assert main(["verify", str(results_dir)]) == 0
     capsys.readouterr()
     for command in (["table", str(results_dir)], ["status", str(results_dir)]):

@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sweeps import results
 from sweeps.store import Store
 from sweeps.spec import parse_sweep
 from sweeps.tune.resume import newest_checkpoints, recorded_packs
@@ -89,12 +88,12 @@ def _some_but_not_all_packs(results_dir: Path) -> bool:
 
 
 def _assert_identical(results_dir: Path, reference: dict) -> None:
-    scores = results.scores(results_dir).collect()
+    scores = Store.open(results_dir).scan("scores").collect()
     assert scores.height == len(reference)
     assert scores.select("config_id", "seed").unique().height == len(reference)
     for row in scores.iter_rows(named=True):
         assert row["score"] == reference[(row["config_id"], row["seed"])]  # bit for bit
-    curves = results.curves(results_dir).collect()
+    curves = Store.open(results_dir).scan("curves").collect()
     assert curves.height == len(reference) * 10 and curves.select("config_id", "seed", "step").unique().height == curves.height
 
 
@@ -239,7 +238,7 @@ def test_embedded_run_ignores_another_ray_on_the_machine(sweep_file, tmp_path):
             other.wait()
     assert done.returncode == 0, out
     assert "2 packs at once on 1 node(s)" in out, out  # its own Ray with 2 CPUs, not the other one's 1
-    assert results.scores(tmp_path / "small").collect().height == 12
+    assert Store.open(tmp_path / "small").scan("scores").collect().height == 12
 
 
 @pytest.mark.parametrize("address", ["127.0.0.1:1", "http://127.0.0.1:1", "ray://127.0.0.1:1"])

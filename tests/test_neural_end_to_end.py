@@ -7,8 +7,8 @@ import pytest
 import ray
 import yaml
 
-from sweeps import results
 from sweeps.cli import main
+from sweeps.store import Store
 from tests.emnist_fixture import write_idx_dataset
 
 NONLINEAR = {
@@ -40,8 +40,8 @@ def _run(root, sweep: dict, *extra):
 def test_nonlinear_sweep_lands_in_the_store(local_ray, tmp_path, capsys):
     results_dir = _run(tmp_path, NONLINEAR)
     capsys.readouterr()
-    scores = results.scores(results_dir).collect()
-    curves = results.curves(results_dir).collect()
+    scores = Store.open(results_dir).scan("scores").collect()
+    curves = Store.open(results_dir).scan("curves").collect()
     assert scores.height == 4 * 2 and curves.height == 4 * 2 * 6
     diverged = scores.filter(pl.col("diverged"))
     assert set(diverged["alpha"]) == {5.0}
@@ -86,8 +86,8 @@ def test_emnist_sweep_lands_in_the_store(local_ray, tmp_path, capsys):
     }
     results_dir = _run(tmp_path, sweep)
     capsys.readouterr()
-    scores = results.scores(results_dir).collect()
-    curves = results.curves(results_dir).collect()
+    scores = Store.open(results_dir).scan("scores").collect()
+    curves = Store.open(results_dir).scan("curves").collect()
     assert scores.height == 3 * 2 and curves.height == 3 * 2 * 4
     assert ((scores["score"] > 0) & (scores["score"] < 1)).all() and not scores["diverged"].any()
     assert set(scores["stable_classes"]) == {24}

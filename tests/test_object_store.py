@@ -28,7 +28,6 @@ import yaml
 boto3 = pytest.importorskip("boto3")
 pytest.importorskip("moto.server")
 
-from sweeps import results  # noqa: E402
 from sweeps.store import Store, StoreLocation  # noqa: E402
 from sweeps.cli import main  # noqa: E402
 from sweeps.spec import parse_sweep  # noqa: E402
@@ -140,11 +139,11 @@ def tiny_runs(local_ray, tmp_path_factory):
 
 def test_s3_run_gives_exactly_the_rows_and_numbers_of_a_local_run(tiny_runs, s3):
     root, uri, local = tiny_runs
-    for kind in (results.scores, results.curves):
-        remote, disk = kind(uri).collect(), kind(local).collect()
+    for kind in ("scores", "curves"):
+        remote, disk = Store.open(uri).scan(kind).collect(), Store.open(local).scan(kind).collect()
         assert remote.height == disk.height > 0
         assert _comparable(remote).equals(_comparable(disk))
-    assert results.scores(uri).collect().height == TINY_RUNS
+    assert Store.open(uri).scan("scores").collect().height == TINY_RUNS
     objects = _objects(s3, "x/tiny/")
     assert any(k.startswith("x/tiny/manifests/") for k in objects) and "x/tiny/store.json" in objects
     assert any("/checkpoint_" in k for k in objects) or any(k.startswith("x/tiny/tune-") for k in objects)  # Tune wrote there
@@ -183,7 +182,7 @@ def test_the_confirmation_stage_on_the_bucket_equals_a_local_one(tiny_runs, s3, 
     _, uri, local = tiny_runs
     for where in (uri, str(local)):
         assert main(["confirm", where, "--seeds", "2", "--chunk-steps", "700"]) == 0
-    remote, disk = (results.scores(where, stage="confirmation").collect() for where in (uri, local))
+    remote, disk = (Store.open(where).scan("scores", stage="confirmation").collect() for where in (uri, local))
     assert remote.height == disk.height == 2 * 2 and set(remote["seed"]) == {2, 3}  # 2 methods x 2 fresh seeds
     assert _comparable(remote).equals(_comparable(disk))
     capsys.readouterr()
@@ -238,11 +237,11 @@ def test_second_writer_refused_kill_9_and_resume_on_the_bucket(local_ray, s3, tm
     out = capsys.readouterr()
     assert SECRET not in out.out + out.err
     reference = scores_in_process(LONG)
-    scores = results.scores(uri).collect()
+    scores = Store.open(uri).scan("scores").collect()
     assert scores.height == len(reference) == scores.select("config_id", "seed").unique().height
     for row in scores.iter_rows(named=True):
         assert row["score"] == reference[(row["config_id"], row["seed"])]  # bit for bit
-    assert results.curves(uri).collect().height == len(reference) * 10
+    assert Store.open(uri).scan("curves").collect().height == len(reference) * 10
     assert main(["verify", uri]) == 0  # orphans of the killed write removed, nothing counted twice
 
 
@@ -278,7 +277,7 @@ def test_no_credential_in_any_object_of_the_bucket(tiny_runs, s3):
 
 
 def test_submit_accepts_a_uri_and_carries_no_credential(monkeypatch, tmp_path):
-    from cluster import jobs
+    from sweeps.cli import jobs
 
     sent = {}
 

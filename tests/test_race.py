@@ -11,8 +11,7 @@ import polars as pl
 import pytest
 import scipy.stats
 
-from sweeps import results
-from sweeps.analysis import queries
+from sweeps.analysis import queries, tables
 from sweeps.analysis.queries import Analysis
 from sweeps.analysis.race import (
     DIVERGED,
@@ -252,7 +251,7 @@ def test_the_best_table_selects_among_survivors_only(raced_store):
     assert cells["race_status"].to_list() == [ELIMINATED, SURVIVOR] and cells["eliminated_round"].to_list() == [1, None]
     assert cells.schema["eliminated_round"] == pl.UInt32 and cells["seeds"].to_list() == [3, 6]
     assert confirmation_record(Store.open(raced_store), 2).selected[1].config_id == best["config_id"]  # confirm: the winners
-    text = results.table_text(raced_store, "best", "md")
+    text = tables.table_text(Analysis.of(Store.open(raced_store), "mean"), "best", "md")
     assert "2 of 4 configurations eliminated" in text and "Run-steps: 1.800e+04 of the full grid's 2.400e+04 (25% saved)" in text
 
 
@@ -261,9 +260,9 @@ def test_the_sensitivity_table_keeps_eliminated_cells_marked_never_best_nor_tied
     cells = table.cells.sort("theta_lambda")
     assert cells["race_status"].to_list() == [ELIMINATED, SURVIVOR] and cells["seeds"].to_list() == [3, 6]
     assert cells["best"].to_list() == [False, True] and not cells["tied"].any()
-    text = results.table_text(raced_store, "sensitivity", "md")
+    text = tables.table_text(Analysis.of(Store.open(raced_store), "mean"), "sensitivity", "md")
     assert "(out after round 1, 3 seeds)" in text
-    csv = results.table_text(raced_store, "sensitivity", "csv").splitlines()[0].split(",")
+    csv = tables.table_text(Analysis.of(Store.open(raced_store), "mean"), "sensitivity", "csv").splitlines()[0].split(",")
     assert "race_status" in csv and "eliminated_round" in csv
 
 

@@ -18,8 +18,8 @@ import pytest
 import torch
 import yaml
 
-from sweeps import results
-from sweeps.analysis import queries
+from sweeps.analysis import queries, summaries, tables
+from sweeps.analysis.queries import Analysis
 from sweeps.packs import make_runner
 from sweeps.spec import Pack, parse_sweep
 from sweeps.store import Store
@@ -86,10 +86,10 @@ def _winners(best: pl.DataFrame) -> tuple[dict[str, str], str]:
 def test_racing_selects_what_the_full_grid_selects_with_fewer_run_steps(uninterrupted):
     full = _full_grid()
     expected, expected_method = _winners(queries.best_configs(queries.cells(full.lazy())))
-    best = results.best_table(uninterrupted)
+    best = summaries.best_table(Analysis.of(Store.open(uninterrupted), "mean"))
     assert _winners(best) == (expected, expected_method)
     assert set(best["seeds"]) == {5} and set(best["race_status"]) == {"survivor"}
-    raced = results.scores(uninterrupted).collect()
+    raced = Store.open(uninterrupted).scan("scores").collect()
     assert raced.height < 0.75 * full.height  # run-steps: every run is 20,000 steps long
     for row in raced.iter_rows(named=True):  # the raced runs are the full grid's, bit for bit (float64, pack-invariant)
         same = full.filter((pl.col("config_id") == row["config_id"]) & (pl.col("seed") == row["seed"]))
@@ -139,5 +139,5 @@ def test_an_interrupted_race_resumes_to_the_same_decisions_and_identical_tables(
     assert run.returncode == 0, out
     assert (results_dir / RACE_FILE).read_bytes() == (uninterrupted / RACE_FILE).read_bytes()
     for kind, fmt in TABLES:
-        assert results.table_text(results_dir, kind, fmt) == results.table_text(uninterrupted, kind, fmt), (kind, fmt)
+        assert tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, fmt) == tables.table_text(Analysis.of(Store.open(uninterrupted), "mean"), kind, fmt), (kind, fmt)
     assert Store.open(results_dir).verify().clean

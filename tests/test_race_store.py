@@ -11,7 +11,8 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeps import results
+from sweeps.analysis import tables
+from sweeps.analysis.queries import Analysis
 from sweeps.analysis.race import race_record, replay_stored, stored_race
 from sweeps.analysis.robustness import normalised
 from sweeps.cli import main
@@ -27,6 +28,10 @@ from tests.helpers import write_known_store
 from tests.test_race import RACED, SCORES
 
 DAMAGED = b'{"format": 1, "test'
+
+
+def _table(results_dir: Path, kind: str, fmt: str) -> str:
+    return tables.table_text(Analysis.of(Store.open(results_dir)), kind, fmt)
 
 
 def _raced(tmp_path: Path, scores: dict = SCORES) -> Path:
@@ -48,7 +53,7 @@ def test_status_without_status_json_counts_only_the_runs_the_race_asked_for(tmp_
 
 def test_a_damaged_race_json_is_replayed_by_readers_and_named_once(tmp_path, capsys):
     results_dir = _raced(tmp_path)
-    whole = {kind: results.table_text(results_dir, kind, "md") for kind in ("best", "sensitivity")}
+    whole = {kind: _table(results_dir, kind, "md") for kind in ("best", "sensitivity")}
     recorded = (results_dir / RACE_FILE).read_bytes()
     (results_dir / RACE_FILE).write_bytes(DAMAGED)
     assert record_json(stored_race(Store.open(results_dir))) == recorded  # the replay rebuilds it exactly
@@ -125,9 +130,9 @@ def test_a_resume_without_race_of_a_raced_store_keeps_racing_and_hints_say_race(
 
 def test_the_importance_table_compares_a_race_s_cells_on_the_seeds_they_all_hold(tmp_path):
     results_dir = _raced(tmp_path)
-    text = results.table_text(results_dir, "importance", "md")
+    text = _table(results_dir, "importance", "md")
     assert "Raced: every cell's statistic over the seeds every configuration holds" in text
-    assert "Raced" not in results.table_text(write_known_store(tmp_path / "plain", {**RACED, "name": "p", "race": None},
+    assert "Raced" not in _table(write_known_store(tmp_path / "plain", {**RACED, "name": "p", "race": None},
                                                                {k: (v * 2)[:6] for k, v in SCORES.items()}),
                                              "importance", "md")
 

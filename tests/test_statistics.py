@@ -12,9 +12,10 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sweeps import results
+from sweeps.analysis import importance, queries, stats, summaries, tables
+from sweeps.analysis.queries import Analysis
 from sweeps.cli import main
-from sweeps.analysis import stats
+from sweeps.store import Store
 from tests.helpers import write_known_store
 
 SWEEP = {
@@ -68,7 +69,7 @@ def _csv(capsys, *args) -> pl.DataFrame:
 
 
 def test_median_iqm_min_max_hand_computed(store):
-    cells = results.cells(results.scores(store), stat="iqm")
+    cells = queries.cells(Store.open(store).scan("scores"), stat="iqm")
     a = _cell(cells, "sgd", alpha=0.1)
     assert a["mean"] == pytest.approx(2.78) and a["median"] == pytest.approx(1.2)
     assert a["iqm"] == pytest.approx((1.1 + 1.2 + 1.6) / 3) and a["stat"] == "iqm" and a["stat_value"] == a["iqm"]
@@ -95,12 +96,12 @@ def test_iqm_is_scipy_trim_mean_and_median_is_numpy(n):
 
 
 def test_outlier_flags_hand_computed(store, capsys):
-    cells = results.cells(results.scores(store))
+    cells = queries.cells(Store.open(store).scan("scores"))
     # sgd alpha=0.1: median 1.2, |x - 1.2| = .2 .1 0 .4 7.8, MAD .2, 5 * 1.4826 * .2 = 1.48: only seed 4 (9.0)
     assert _cell(cells, "sgd", alpha=0.1)["outlier_seeds"] == "4:9" and _cell(cells, "sgd", alpha=0.1)["outliers"] == 1
     flagged = cells.filter(pl.col("outliers") > 0)["config_id"].to_list()
     assert flagged == [_cell(cells, "sgd", alpha=0.1)["config_id"]]  # the diverged seed is not an outlier
-    md = results.table_text(store, "best", "md", stat="median")
+    md = tables.table_text(Analysis.of(Store.open(store), "median"), "best", "md")
     assert "| sgd | 1.2 † | 5 | [" in md and "sgd: outlier seed 4 (9)" in md
     csv = _csv(capsys, str(store), "--stat", "median")
     assert csv.filter(pl.col("optimizer") == "sgd")["outlier_seeds"].to_list() == ["4:9"]
@@ -146,7 +147,7 @@ def test_bootstrap_ci_matches_plain_numpy_bootstrap(stat, fn):
 
 
 def test_bootstrap_ci_in_store_and_reproducible_across_processes(store):
-    cells = results.cells(results.scores(store), stat="mean")
+    cells = queries.cells(Store.open(store).scan("scores"), stat="mean")
     cell = _cell(cells, "sgd_wd", alpha=0.1, **{"lambda": 0.01})
     low, high = _plain_bootstrap(np.array(SCORES[("sgd_wd", (0.1, 0.01))]), np.mean)
     assert cell["ci_low"] == pytest.approx(low, abs=0.03) and cell["ci_high"] == pytest.approx(high, abs=0.03)
@@ -154,7 +155,7 @@ def test_bootstrap_ci_in_store_and_reproducible_across_processes(store):
     command = [sys.executable, "-m", "sweeps.cli", "table", str(store), "--kind", "sensitivity", "--format", "csv"]
     first, second = (subprocess.run(command, capture_output=True, text=True, check=True).stdout for _ in range(2))
     assert first == second and "ci_low" in first
-    again = results.cells(results.scores(store), stat="mean")
+    again = queries.cells(Store.open(store).scan("scores"), stat="mean")
     assert again.sort("config_id").equals(cells.sort("config_id"))
 
 
@@ -174,7 +175,7 @@ def test_stat_chooses_the_selected_configuration(store, capsys):
         assert column in by_median.columns
     assert by_median.filter(pl.col("best_method"))["optimizer"].to_list() == ["fade"]
     # the API says the same
-    best = results.best_configs(results.cells(results.scores(store), stat="median"))
+    best = queries.best_configs(queries.cells(Store.open(store).scan("scores"), stat="median"))
     assert best.filter(pl.col("optimizer") == "sgd")["alpha"].item() == 0.1
 
 
@@ -188,7 +189,7 @@ def _prob_better_by_hand(a, r):  # lower is better
 def test_paired_difference_and_probability_of_improvement(store, capsys):
     a = SCORES[("fade", (0.1, 0.5, -1.0))]
     r = SCORES[("sgd_wd", (0.1, 0.01))]
-    table = results.compare_table(store, stat="mean", reference="sgd_wd")
+    table = summaries.compare_table(Analysis.of(Store.open(store), "mean"), reference="sgd_wd")
     fade = table.filter(pl.col("optimizer") == "fade").row(0, named=True)
     assert fade["reference"] == "sgd_wd" and fade["shared_seeds"] == 5 and fade["status"] == "ok"
     assert fade["difference"] == pytest.approx(0.7 - 1.0)
@@ -208,11 +209,11 @@ def test_paired_difference_and_probability_of_improvement(store, capsys):
     # by the median: 0.7 - 0.8; default reference: the best method (fade)
     by_median = _csv(capsys, str(store), "--kind", "compare", "--stat", "median", "--reference", "sgd_wd")
     assert by_median.filter(pl.col("optimizer") == "fade")["difference"].item() == pytest.approx(-0.1)
-    default = results.compare_table(store)
+    default = summaries.compare_table(Analysis.of(Store.open(store), "mean"))
     assert set(default["reference"]) == {"fade"}
     sgd = default.filter(pl.col("optimizer") == "sgd").row(0, named=True)
     assert sgd["difference"] == pytest.approx(1.58 - 0.7) and sgd["p_improvement"] == 0.0
-    md = results.table_text(store, "compare", "md")
+    md = tables.table_text(Analysis.of(Store.open(store), "mean"), "compare", "md")
     assert "Seeds are paired" in md and "P(better than fade)" in md
 
 
@@ -229,7 +230,7 @@ def test_one_seed_has_no_interval_so_nothing_is_tied_and_nothing_warns(tmp_path)
     one = write_known_store(tmp_path / "one", document, scores)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        (table,) = results.sensitivity_tables(one)
+        (table,) = summaries.sensitivity_tables(Analysis.of(Store.open(one), "mean"))
     assert table.cells["best"].sum() == 1 and not table.cells["tied"].any()
     assert table.within == 2  # 0.71 is within 5% of 0.7
 
@@ -247,7 +248,7 @@ def test_paired_comparisons_vectorised_direction():
 
 
 def test_tied_cells_and_robustness(store):
-    (table,) = results.sensitivity_tables(store)
+    (table,) = summaries.sensitivity_tables(Analysis.of(Store.open(store), "mean"))
     cells = {(r["gamma0"], r["theta_lambda"]): r for r in table.cells.iter_rows(named=True)}
     best = cells[(-1.0, 0.5)]
     assert best["best"] and not best["tied"]
@@ -257,11 +258,11 @@ def test_tied_cells_and_robustness(store):
     assert not cells[(-2.0, 0.0)]["tied"] and cells[(-2.0, 0.0)]["status"] == "diverged"
     # within 5% of 0.7: only the best itself, of 3 non-diverged cells
     assert (table.within, table.usable) == (1, 3) and table.robust == pytest.approx(1 / 3)
-    md = results.table_text(store, "sensitivity", "md")
+    md = tables.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "md")
     assert "*0.8 ± 0.16 ≈*" in md and "**0.7 ± 0.16**" in md and "1 of 3 non-diverged cells (33%)" in md
-    latex = results.table_text(store, "sensitivity", "latex")
+    latex = tables.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "latex")
     assert r"\textit{0.8 $\pm$ 0.16 $\approx$}" in latex
-    csv = pl.read_csv(results.table_text(store, "sensitivity", "csv").encode())
+    csv = pl.read_csv(tables.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "csv").encode())
     assert csv["tied"].sum() == 1 and csv["robust_within_5pct"].unique().to_list() == pytest.approx([1 / 3])
 
 
@@ -289,7 +290,7 @@ def test_importance_two_factor_hand_computed():
 
 
 def test_importance_table_in_store(store, capsys):
-    table = results.importance_table(store)
+    table = importance.importance_table(Analysis.of(Store.open(store), "mean"))
     wd = table.filter(pl.col("optimizer") == "sgd_wd")
     shares = dict(zip(wd["hyperparameter"], wd["share"]))
     assert shares == pytest.approx({"alpha": 4 / 14, "lambda": 9 / 14, "interactions": 1 / 14})
@@ -300,5 +301,5 @@ def test_importance_table_in_store(store, capsys):
     assert fade["share"] is None and "grid not full (3 of 4 cells usable; 1 diverged, 0 missing)" in fade["status"]
     csv = _csv(capsys, str(store), "--kind", "importance")
     assert csv.height == table.height
-    md = results.table_text(store, "importance", "md")
+    md = tables.table_text(Analysis.of(Store.open(store), "mean"), "importance", "md")
     assert "64.3%" in md and "skipped: grid not full" in md

@@ -18,7 +18,7 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeps import results
+from sweeps.analysis import queries, summaries, tables
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
@@ -105,9 +105,9 @@ def test_every_arrow_reader_agrees(full, kind):
         duck = duck.read_all()
     polars_dir = pl.scan_parquet(full / kind).collect()
     polars_glob = pl.scan_parquet(f"{full / kind}/**/*.parquet", hive_partitioning=True).collect()
-    ours = getattr(results, kind)(full).collect()
+    ours = Store.open(full).scan(kind).collect()
     for name, height in [("pyarrow", arrow.num_rows), ("pandas", len(frame)), ("duckdb", duck.num_rows),
-                         ("polars dir", polars_dir.height), ("polars glob", polars_glob.height), ("results", ours.height)]:
+                         ("polars dir", polars_dir.height), ("polars glob", polars_glob.height), ("Store", ours.height)]:
         assert height == rows, name
     # the same columns with the same types everywhere (pandas: partitions as categoricals of the same values)
     reference = pl.from_arrow(arrow).select(sorted(arrow.column_names))
@@ -124,12 +124,12 @@ def test_every_arrow_reader_agrees(full, kind):
 
 
 def test_public_query_api(full):
-    frame = results.scores(full).collect()
+    frame = Store.open(full).scan("scores").collect()
     assert frame.columns[:3] == ["task", "optimizer", "config_id"]
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
-    assert results.cells(results.scores(full))["seeds"].to_list() == [SEEDS] * 6
-    assert set(results.best_table(full)["optimizer"]) == {"sgd", "fade"}
-    assert results.missing_runs(full).height == 0
+    assert queries.cells(Store.open(full).scan("scores"))["seeds"].to_list() == [SEEDS] * 6
+    assert set(summaries.best_table(Analysis.of(Store.open(full), "mean"))["optimizer"]) == {"sgd", "fade"}
+    assert Store.open(full).missing_runs().height == 0
     assert len(Store.open(full).manifests) == 2
 
 
@@ -153,8 +153,8 @@ def test_a_pack_is_visible_only_once_its_manifest_is_written(tmp_path, monkeypat
     monkeypatch.undo()
     # its data files are there, but no reader sees them
     assert len(list((results_dir / "scores").rglob("*.parquet"))) == 2
-    assert results.scores(results_dir).collect()["optimizer"].unique().to_list() == ["sgd"]
-    assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
+    assert Store.open(results_dir).scan("scores").collect()["optimizer"].unique().to_list() == ["sgd"]
+    assert Store.open(results_dir).scan("curves").collect().height == 2 * SEEDS * 2
     assert Store(location).finished_runs() == {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
     assert not Store(location).pack_written(fade)
     orphans = Store(location).orphans()
@@ -192,7 +192,7 @@ def test_a_pack_of_a_writer_that_lost_the_lock_is_not_committed(tmp_path, monkey
         assert [f for f in files() if f not in before and not f.endswith(".parquet")] == []
         assert len(heir.tidy()[1]) == 2  # its two data files: orphans, removed
         assert files() == before
-        assert results.scores(results_dir).collect()["score"].max() < 100.0  # the late scores are never read
+        assert Store.open(results_dir).scan("scores").collect()["score"].max() < 100.0  # the late scores are never read
 
 
 def test_tidy_sets_aside_a_pack_committed_while_it_removed_orphans(tmp_path, monkeypatch):
@@ -225,7 +225,7 @@ def test_tidy_sets_aside_a_pack_committed_while_it_removed_orphans(tmp_path, mon
         damaged, removed = store.tidy()
     assert len(removed) == 2 and len(damaged) == 2, (damaged, removed)
     assert not Store(location).pack_written(fade)
-    assert results.curves(results_dir).collect().height == 2 * SEEDS * 2  # the sgd pack alone, readable
+    assert Store.open(results_dir).scan("curves").collect().height == 2 * SEEDS * 2  # the sgd pack alone, readable
 
 
 def test_committed_files_name_what_the_manifests_commit_and_no_orphan(full, tmp_path):
@@ -244,12 +244,12 @@ def test_a_pack_written_twice_counts_each_run_once_newest_wins(full):
     (sgd,) = _packs(optimizers=("sgd",))
     Store.open(full).write_pack(sgd, _outcome(sgd, offset=100.0))  # a retried pack, written again
     assert len(Store.open(full).manifests) == 3
-    frame = results.scores(full).collect()
+    frame = Store.open(full).scan("scores").collect()
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
     assert frame.filter(pl.col("optimizer") == "sgd")["score"].min() == 100.0  # the newest write
-    assert results.cells(results.scores(full))["seeds"].to_list() == [SEEDS] * 6
-    assert results.curves(full).collect().height == RUNS * 2
-    assert results.best_table(full).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
+    assert queries.cells(Store.open(full).scan("scores"))["seeds"].to_list() == [SEEDS] * 6
+    assert Store.open(full).scan("curves").collect().height == RUNS * 2
+    assert summaries.best_table(Analysis.of(Store.open(full), "mean")).filter(pl.col("optimizer") == "sgd")["seeds"].to_list() == [SEEDS]
 
 
 def test_committed_files_leave_out_a_superseded_copy(full, capsys):
@@ -279,12 +279,12 @@ def test_overlapping_packs_read_each_run_from_its_newest_manifest(tmp_path):
     store.write_pack(sgd, _outcome(sgd))  # both configs: scores 0..5
     second = Pack(sgd.experiment, sgd.configs[1:], sgd.seeds)
     store.write_pack(second, _outcome(second, offset=50.0))  # the second config again
-    frame = results.scores(results_dir).collect().sort("config_id", "seed")
+    frame = Store.open(results_dir).scan("scores").collect().sort("config_id", "seed")
     assert frame.height == 2 * SEEDS
     assert len(store.committed_files()) == 2  # the first file still commits the first config: listed
     by_config = dict(frame.group_by("config_id").agg(pl.col("score").min()).iter_rows())
     assert by_config[sgd.configs[0].config_id] == 0.0 and by_config[sgd.configs[1].config_id] == 50.0
-    assert results.curves(results_dir).collect().height == 2 * SEEDS * 2
+    assert Store.open(results_dir).scan("curves").collect().height == 2 * SEEDS * 2
 
 
 # ---------------------------------------------------------------- one writer
@@ -389,9 +389,9 @@ def test_two_concurrent_runs_one_refused_store_exact(tmp_path):
     assert first.returncode == 0, err[-3000:]
     assert second.returncode == 2, second.stderr[-3000:]
     assert f"{results_dir} is being written by pid {first.pid} on " in second.stderr
-    frame = results.scores(results_dir).collect()
+    frame = Store.open(results_dir).scan("scores").collect()
     assert frame.height == RUNS and frame.select("config_id", "seed").n_unique() == RUNS
-    assert results.curves(results_dir).collect().height == RUNS * 4
+    assert Store.open(results_dir).scan("curves").collect().height == RUNS * 4
     verification = Store.open(results_dir).verify()
     assert verification.clean, verification.problems
     assert not (results_dir / LOCK_FILE).exists()
@@ -481,12 +481,12 @@ def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_s
     caplog.clear()
     store.scan("curves").collect()
     analysis = Analysis.of(store)
-    results.best_table(analysis)
+    summaries.best_table(analysis)
     assert "stored runs are not in the current sweep" not in caplog.text  # said once per open
     missing = store.missing_runs()
     assert missing.height == SEEDS and missing["alpha"].unique().to_list() == [0.001]
     assert store.scan("scores", all_runs=True).collect().height == RUNS
-    best = results.best_table(analysis).filter(pl.col("optimizer") == "sgd").row(0, named=True)
+    best = summaries.best_table(analysis).filter(pl.col("optimizer") == "sgd").row(0, named=True)
     assert best["alpha"] == 0.1 and best["missing_runs"] == SEEDS and best["configs"] == 1
     # the planner runs only what the new sweep lacks
     from sweeps.spec import plan_packs
@@ -598,14 +598,14 @@ def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, m
 
 def test_best_table_lists_every_method_of_the_sweep(tmp_path):
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
-    best = results.best_table(results_dir)
+    best = summaries.best_table(Analysis.of(Store.open(results_dir), "mean"))
     fade = best.filter(pl.col("optimizer") == "fade").row(0, named=True)
     assert fade["status"] == "missing" and fade["mean"] is None and fade["missing_runs"] == 4 * SEEDS
     assert fade["configs"] == 4 and not fade["best_method"]
     assert best.filter(pl.col("optimizer") == "sgd")["best_method"].to_list() == [True]
-    md = results.table_text(results_dir, "best", "md")
+    md = tables.table_text(Analysis.of(Store.open(results_dir), "mean"), "best", "md")
     assert "| fade | missing | 0 |" in md
-    assert pl.read_csv(results.table_text(results_dir, "best", "csv").encode()).height == 2
+    assert pl.read_csv(tables.table_text(Analysis.of(Store.open(results_dir), "mean"), "best", "csv").encode()).height == 2
 
 
 # ---------------------------------------------------------------- verify
@@ -676,13 +676,13 @@ def test_verify_finds_an_orphan_and_missing_runs(tmp_path, capsys):
 def test_a_truncated_committed_file_is_named_by_readers_and_set_aside_on_resume(full):
     rel = Store.open(full).manifests[0].files["scores"].path
     victim = full / rel
-    runs_before = results.scores(full).collect().height
+    runs_before = Store.open(full).scan("scores").collect().height
     data = victim.read_bytes()
     victim.write_bytes(data[:100])
     with pytest.raises(StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
-        results.scores(full).collect()
+        Store.open(full).scan("scores").collect()
     assert manifests.set_aside_damaged(StoreLocation.parse(full), Store.open(full).manifests) == [rel]
-    assert 0 < results.scores(full).collect().height < runs_before  # that pack is no longer committed
+    assert 0 < Store.open(full).scan("scores").collect().height < runs_before  # that pack is no longer committed
     assert list((full / "history").glob("damaged-*.json")), "the manifest is kept, not lost"
     assert rel in Store.open(full).orphans()
 
@@ -726,7 +726,7 @@ def test_a_store_opened_once_serves_a_whole_report(full, tmp_path, monkeypatch):
     figures = write_report(Store.open(full), StoreLocation.parse(tmp_path / "report.html"))
     assert len(figures) > 3 and (tmp_path / "report.html").stat().st_size > 100_000
     assert reads == {"manifests": 1, "sweep": 1}
-    results.best_table(full)  # a convenience opens its own Store: read again, once
+    summaries.best_table(Analysis.of(Store.open(full), "mean"))  # another Store: read again, once
     assert reads == {"manifests": 2, "sweep": 2}
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 
 import jsonschema  # installed with ray[default]
 import pytest
-from sweeps.cli import main
 from sweeps.spec import preset_names
 from sweeps.spec.learners import every_optimizer
 from sweeps.spec.presets import PRESETS_DIR
@@ -90,11 +89,3 @@ def test_the_schema_rejects_what_editors_catch_while_typing(schema):
     assert _errors(schema, good | {"optimizers": {}}) and _errors(schema, good | {"optimizers": {"sgd": None}})
     assert _errors(schema, good | {"task_settings": {"steps": 1.5}})
 
-
-def test_the_schema_command_is_light():
-    """`fade-sweep schema` in a fresh interpreter: neither Ray, torch, numba nor polars."""
-    code = ("import io, contextlib, json, sys\nfrom sweeps.cli import main\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n    main(['schema'])\n"
-            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('ray', 'torch', 'numba', 'polars'))))")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert json.loads(done.stdout) == [], done.stderr

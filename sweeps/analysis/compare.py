@@ -7,8 +7,10 @@ stream, so a method's score on seed s is compared with the reference's on seed s
 bootstrap CI, and the probability of improvement P(method better than reference) (lower
 MSE, higher accuracy) with its CI. Definitions: `sweeps.analysis.stats`.
 
-    from sweeps import results
-    results.compare_table(results.analysis("results/linear-demo", stat="median"), reference="sgd")
+    from sweeps.analysis.queries import Analysis
+    from sweeps.analysis.summaries import compare_table
+    from sweeps.store import Store
+    compare_table(Analysis.of(Store.open("results/linear-demo"), stat="median"), reference="sgd")
 """
 
 from __future__ import annotations

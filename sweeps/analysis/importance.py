@@ -17,8 +17,11 @@ In a raced sweep (sweeps.analysis.race) an eliminated cell holds fewer seeds tha
 seeds differ in difficulty: every cell's statistic is then taken over the seeds every configuration
 holds (`shared_seeds`: round 1's), so the cells compared hold the same seeds and the grid stays full.
 
-    from sweeps import results
-    results.importance_table(results.analysis("results/linear-demo", stat="iqm"))
+
+    from sweeps.analysis.importance import importance_table
+    from sweeps.analysis.queries import Analysis
+    from sweeps.store import Store
+    importance_table(Analysis.of(Store.open("results/linear-demo"), stat="iqm"))
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ import polars as pl
 
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.analysis import stats
-from sweeps.analysis.raced import DECISION_SCHEMA, ELIMINATED, SURVIVOR, TEST, race_status
+from sweeps.analysis.raced import DECISION_SCHEMA, ELIMINATED, SURVIVOR, TEST
 from sweeps.spec import Sweep
 from sweeps.store import Store
 from sweeps.store.records import RaceDecision, RaceRecord, RecordError

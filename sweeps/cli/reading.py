@@ -142,7 +142,7 @@ def cmd_status(args: argparse.Namespace) -> None:
     looks_like_path = args.target and ("/" in args.target or args.target.startswith((".", "~")))
     if args.target and (looks_like_path or not (args.address or os.environ.get("RAY_ADDRESS"))):
         raise UserError(f"{args.target}: no such results folder (give STORAGE/<sweep name>; a job id needs --address)")
-    from cluster import jobs
+    from sweeps.cli import jobs
 
     try:
         rows = jobs.status(args.address, args.target)

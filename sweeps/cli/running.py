@@ -178,13 +178,14 @@ def cmd_confirm(args: argparse.Namespace) -> None:
 
 
 def _dry_run(sweep, options: ExecutionOptions) -> None:
-    from cluster.connect import connect
-    from cluster.placement import parallel_slots
     from sweeps.packs.dryrun import describe_plan
 
     resources = options.resources
     cpu_only = resources.for_task(runs_on_gpu=False)
-    if options.address:
+    if options.address:  # the cluster's nodes give the slots; without one no Ray loads
+        from cluster.connect import connect
+        from sweeps.tune.slots import parallel_slots
+
         connect(options.address)
         slots = parallel_slots(cpu_only)
         gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
@@ -217,7 +218,7 @@ def _refuse_if_being_written(storage: str, name: str) -> None:
 
 
 def cmd_submit(args: argparse.Namespace) -> None:
-    from cluster import jobs
+    from sweeps.cli import jobs
 
     sweep = resolve_sweep(args.sweep)
     _refuse_if_being_written(args.storage, sweep.name)
@@ -228,7 +229,7 @@ def cmd_submit(args: argparse.Namespace) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> None:
-    from cluster import jobs
+    from sweeps.cli import jobs
 
     try:
         jobs.logs(args.address, args.job_id, args.follow, write=print)

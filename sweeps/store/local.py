@@ -13,7 +13,7 @@ import os
 import uuid
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, Callable, ClassVar, Self
+from typing import TYPE_CHECKING, BinaryIO, Callable, Self
 
 from sweeps.store.holder import WriterLock
 from sweeps.store.lock import FileLock
@@ -27,7 +27,6 @@ class LocalFolder:
     """File operations in a local folder. A mixin of `StoreLocation`: it uses `base` (the absolute
     path), `display` (the path as the user wrote it) and `path(rel)`."""
 
-    local: ClassVar[bool] = True
 
     # ------------------------------------------------------------ naming
 

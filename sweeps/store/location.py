@@ -28,7 +28,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 from urllib.parse import urlsplit
 
 from sweeps.store.local import LocalFolder
@@ -52,7 +52,6 @@ class StoreLocation:
     display: str  # for messages: no query string
     query: str = ""  # object stores: "?endpoint_override=..." as given (allowed keys only), kept by children
     fs: Any = None  # object stores: the pyarrow filesystem
-    local: ClassVar[bool]  # which backend; sweeps/ never asks (cluster/storage.py and jobs.py still do)
 
     @classmethod
     def parse(cls, target: str | os.PathLike | StoreLocation) -> StoreLocation:

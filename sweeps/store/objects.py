@@ -23,7 +23,7 @@ import hashlib
 import io
 import os
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, BinaryIO, Callable, ClassVar, Self
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Self
 from urllib.parse import SplitResult, parse_qsl, urlsplit
 
 from sweeps.store.holder import WriterLock
@@ -108,7 +108,6 @@ class ObjectPrefix:
     """File operations under an object-store prefix. A mixin of `StoreLocation`: it uses `fs`,
     `base` (bucket/prefix), `display` (the URI without its query), `query` and `path(rel)`."""
 
-    local: ClassVar[bool] = False
 
     # ------------------------------------------------------------ naming
 

@@ -1,2 +1,3 @@
-"""Everything that touches Ray Tune: the driver (`run_sweep`), the trainable (one trial runs
-one pack), the progress display and status.json writer, and `--dry-run` planning."""
+"""Everything that touches Ray Tune: the driver (`run_sweep`, `confirm_sweep`), the trainable (one
+trial runs one pack), progress and status.json, and what a sweep asks of the cluster it runs on
+(`slots.py`: packs at once; `reachable.py`: the store from every node)."""

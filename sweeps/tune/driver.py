@@ -21,8 +21,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cluster.connect import connect
-from cluster.placement import parallel_slots
-from cluster.storage import check_storage
 from sweeps.analysis.confirm import selected_configs
 from sweeps.analysis.queries import Analysis
 from sweeps.spec import (
@@ -45,7 +43,9 @@ from sweeps.store.store import Store
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
 from sweeps.tune.racing import run_race
+from sweeps.tune.reachable import check_storage
 from sweeps.tune.resume import config_index, covered, finished_recorded, recorded_packs, resumable
+from sweeps.tune.slots import parallel_slots
 from sweeps.tune.wiring import Signals, run_packs
 
 __all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", "run_sweep"]

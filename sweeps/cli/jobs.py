@@ -51,8 +51,8 @@ def submit(sweep: Sweep, address: str, storage: str, run_args: list[str], pip: l
     remote = is_uri(storage)
     if remote:
         location = StoreLocation.parse(storage)  # unsupported schemes, credentials in the URI: StorageError (exit 2)
-        if location.local:
-            storage = location.base  # file:///x is the local path /x
+        if location.local_path is not None:
+            storage = str(location.local_path)  # file:///x is the local path /x
             remote = False
     if not remote and not storage.startswith("/"):
         raise ClusterError(

@@ -41,13 +41,13 @@ def _round_trip(uri: str, marker: str, reply: str) -> str:
         return redact(f"{type(err).__name__}: {err}".splitlines()[0])[:300]
 
 
-def check_storage(results_dir: Path | StoreLocation) -> None:
+def check_storage(results_dir: StoreLocation) -> None:
     """Fail with the fix if the results store is not writable here or not usable on every node."""
     location = StoreLocation.parse(results_dir)
-    if not location.local:
+    results_dir = location.local_path
+    if results_dir is None:  # an object store: every node reaches it with its own credentials
         _check_object_store(location)
         return
-    results_dir = location.local_path
     try:
         results_dir.mkdir(parents=True, exist_ok=True)
         marker = results_dir / f"{MARKER_PREFIX}{uuid.uuid4().hex}"
