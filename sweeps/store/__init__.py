@@ -9,19 +9,14 @@ The names below load on first use: importing one module of the store (say `locat
 an error message) does not load polars and the rest.
 """
 
-import importlib
+from fade_core._lazy import lazy_exports
 
-_NAMES = {
+_EXPORTS = {
     "Store": "sweeps.store.store",
     "StoreError": "sweeps.store.manifests",
     "RecordError": "sweeps.store.records",
     "StorageError": "sweeps.store.location",
     "StoreLocation": "sweeps.store.location",
 }
-__all__ = list(_NAMES)
-
-
-def __getattr__(name: str):
-    if name in _NAMES:
-        return getattr(importlib.import_module(_NAMES[name]), name)
-    raise AttributeError(f"module 'sweeps.store' has no attribute {name!r}")
+__all__ = list(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
