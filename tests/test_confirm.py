@@ -252,3 +252,15 @@ def test_a_fresh_seed_that_blows_up_is_instability_flagged_and_stated(capsys):
     diverged = confirmation_table(tuning, _stage_frame({"idbd": [1.46, float("inf"), 1.45, 1.47, 1.46],
                                                         "sgd": [1.2, 1.98, 1.99, 2.01, 2.0]}, 5)).sort("optimizer")
     assert diverged["gap_cause"].to_list() == ["instability", "none"]
+
+
+def test_a_method_whose_every_configuration_diverged_is_named_not_dropped():
+    """`confirm` has nothing to re-run for such a method (the best table lists it as all diverged): it says so in
+    one line per (setting, method) instead of leaving it out of the confirmation without a word."""
+    from sweeps.analysis.confirm import selected_configs, unconfirmable
+
+    tuning = _stage_frame({"idbd": [1.44, 1.47, 1.46], "sgd": [float("inf"), float("nan"), float("inf")]}, 0)
+    assert selected_configs(tuning)["optimizer"].to_list() == ["idbd"]
+    assert unconfirmable(tuning) == [
+        "sgd on linear_tracking (noise=1.0): not confirmed, every configuration diverged on the tuning seeds"]
+    assert unconfirmable(_stage_frame({"idbd": [1.44, 1.47, 1.46]}, 0)) == []

@@ -39,12 +39,22 @@ def _hyperparameters(frame: pl.LazyFrame | pl.DataFrame) -> list[str]:
 
 def selected_configs(tuning: pl.LazyFrame | pl.DataFrame, stat: str = "mean") -> pl.DataFrame:
     """The configuration `stat` selects per (setting, method) on the tuning runs (queries.best_configs),
-    methods whose every configuration diverged left out: setting columns, optimizer, config_id and
-    hyperparameters (null where the optimizer does not take them), one row each."""
+    methods whose every configuration diverged left out (`unconfirmable` names them): setting columns,
+    optimizer, config_id and hyperparameters (null where the optimizer does not take them), one row each."""
     tuning = _frame(tuning)
     variant = queries.variant_columns(tuning)
     best = queries.best_configs(queries.cells(tuning, stat)).filter(~pl.col("all_diverged"))
     return best.select(*variant, "optimizer", "config_id", *_hyperparameters(tuning)).sort(*variant, "optimizer")
+
+
+def unconfirmable(tuning: pl.LazyFrame | pl.DataFrame, stat: str = "mean") -> list[str]:
+    """One line per (setting, method) that `selected_configs` leaves out because every configuration
+    diverged on the tuning seeds: nothing to confirm, said rather than dropped without a word."""
+    tuning = _frame(tuning)
+    variant = queries.variant_columns(tuning)
+    best = queries.best_configs(queries.cells(tuning, stat)).filter(pl.col("all_diverged")).sort(*variant, "optimizer")
+    return [f"{row['optimizer']} on {tables.variant_title({k: row[k] for k in variant})}: not confirmed, every "
+            "configuration diverged on the tuning seeds" for row in best.iter_rows(named=True)]
 
 
 def confirmation_table(tuning: pl.LazyFrame | pl.DataFrame, confirmation: pl.LazyFrame | pl.DataFrame,

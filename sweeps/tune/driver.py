@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cluster.connect import connect
-from sweeps.analysis.confirm import selected_configs
+from sweeps.analysis.confirm import selected_configs, unconfirmable
 from sweeps.analysis.queries import Analysis
 from sweeps.spec import (
     CONFIRMATION,
@@ -207,6 +207,8 @@ def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds:
     store.location.check()
     store.refuse_if_locked()  # before reading the tuning runs: a sweep still being written is refused at once
     record = confirmation_record(store, seeds, stat)
+    for line in unconfirmable(Analysis.of(store, stat).scores, stat):  # a method the best table lists, said here too
+        options.notice(line)
     sweep = store.sweep
     dtype = store.record.dtype if store.record is not None else options.dtype
     options = dataclasses.replace(options, dtype=dtype)
