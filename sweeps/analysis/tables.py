@@ -41,16 +41,16 @@ STAT_NAMES = {"mean": "mean", "median": "median", "iqm": "IQM"}
 OUTLIER_MARK, TIED_MARK = "†", "≈"
 
 
-def _num(value: float | None, digits: int = 4) -> str:
+def number(value: float | None, digits: int = 4) -> str:
     return "nan" if value is None or not math.isfinite(value) else f"{value:.{digits}g}"
 
 
 def mean_std(mean: float | None, std: float | None) -> str:
-    return _num(mean) if std is None or not math.isfinite(std) else f"{_num(mean)} ± {_num(std, 2)}"
+    return number(mean) if std is None or not math.isfinite(std) else f"{number(mean)} ± {number(std, 2)}"
 
 
 def interval(low: float | None, high: float | None) -> str:
-    return "" if low is None or high is None else f"[{_num(low, 3)}, {_num(high, 3)}]"
+    return "" if low is None or high is None else f"[{number(low, 3)}, {number(high, 3)}]"
 
 
 def cell_text(row: dict, stat: str, ci: bool = True) -> str:
@@ -58,7 +58,7 @@ def cell_text(row: dict, stat: str, ci: bool = True) -> str:
     (just the value with `ci=False`, where the table has a CI column)."""
     if stat == "mean":
         return mean_std(row["mean"], row["std"])
-    return f"{_num(row[stat])} {interval(row['ci_low'], row['ci_high']) if ci else ''}".rstrip()
+    return f"{number(row[stat])} {interval(row['ci_low'], row['ci_high']) if ci else ''}".rstrip()
 
 
 def variant_title(variant: dict) -> str:
@@ -91,14 +91,14 @@ def _score_note(task_name: str, stat: str = "mean") -> str:
     )
 
 
-def _outlier_note() -> str:
+def outlier_note() -> str:
     return (f"{OUTLIER_MARK} outlier seed: |score - median| > {stats.OUTLIER_THRESHOLD:g} x {stats.MAD_SCALE} x MAD "
             f"(MAD = 0: {stats.MEAN_AD_SCALE} x mean absolute deviation) and > {stats.OUTLIER_MIN_RELATIVE:.0%} of the "
             f"median; only with {stats.OUTLIER_MIN_SEEDS} or more seeds")
 
 
 @dataclass(frozen=True)
-class _Grid:
+class Grid:
     """A table ready to render: header, rows of cell strings, which cells are marked best (bold)
     and tied (italic), and footnotes."""
 
@@ -111,7 +111,7 @@ class _Grid:
     footnotes: tuple[str, ...] = ()
 
 
-def _markdown(grid: _Grid) -> str:
+def _markdown(grid: Grid) -> str:
     lines = [f"### {grid.title}", "", "| " + " | ".join(grid.header) + " |", "|" + "---|" * len(grid.header)]
     for i, row in enumerate(grid.rows):
         cells = [f"**{c}**" if (i, j) in grid.marked else f"*{c}*" if (i, j) in grid.tied else c for j, c in enumerate(row)]
@@ -126,7 +126,7 @@ def _latex_escape(text: str) -> str:
     return text
 
 
-def _latex(grid: _Grid) -> str:
+def _latex(grid: Grid) -> str:
     notes = " ".join([grid.note, *grid.footnotes])
     lines = [
         r"\begin{table}[t]",
@@ -144,7 +144,7 @@ def _latex(grid: _Grid) -> str:
     return "\n".join([*lines, r"\bottomrule", r"\end{tabular}", r"\end{table}", ""])
 
 
-def _html(grid: _Grid) -> str:
+def _html(grid: Grid) -> str:
     """An HTML table (for the report), best cells in bold, tied cells in italics."""
     head = "".join(f"<th>{escape(h)}</th>" for h in grid.header)
 
@@ -168,21 +168,21 @@ def selected_hyperparameters(row: dict) -> str:
     return ", ".join(f"{n}={row[n]:g}" for n in queries.HYPERPARAMETER_COLUMNS if row.get(n) is not None)
 
 
-def _outlier_footnote(label: str, outliers: str | None) -> str | None:
+def outlier_footnote(label: str, outliers: str | None) -> str | None:
     if not outliers:
         return None
     seeds = ", ".join(f"seed {seed} ({score})" for seed, score in (o.split(":", 1) for o in outliers.split("; ")))
     return f"{OUTLIER_MARK} {label}: outlier {seeds}"
 
 
-def _best_grids(table: pl.DataFrame, variant: list[str], stat: str, race: str = "") -> list[_Grid]:
+def _best_grids(table: pl.DataFrame, variant: list[str], stat: str, race: str = "") -> list[Grid]:
     grids = []
     for _, group in table.group_by(variant, maintain_order=True):
         rows, marked, footnotes = [], set(), []
         for i, r in enumerate(group.to_dicts()):
             ok = r["status"] == "ok"
             score = cell_text(r, stat, ci=False) if ok else r["status"]
-            note = _outlier_footnote(r["optimizer"], r.get("outlier_seeds")) if ok else None
+            note = outlier_footnote(r["optimizer"], r.get("outlier_seeds")) if ok else None
             if note:
                 score += f" {OUTLIER_MARK}"
                 footnotes.append(note)
@@ -193,9 +193,9 @@ def _best_grids(table: pl.DataFrame, variant: list[str], stat: str, race: str = 
                 marked |= {(i, 0), (i, 1)}
         first = group.row(0, named=True)
         if footnotes:
-            footnotes.insert(0, _outlier_note())
+            footnotes.insert(0, outlier_note())
         grids.append(
-            _Grid(
+            Grid(
                 variant_title({k: first[k] for k in variant}),
                 _score_note(first["task"], stat) + " Best method in bold. " + DIVERGED_RULE + race,
                 ("method", "score", "seeds", f"95% CI ({STAT_NAMES[stat]})", "selected hyperparameters",
@@ -208,7 +208,7 @@ def _best_grids(table: pl.DataFrame, variant: list[str], stat: str, race: str = 
     return grids
 
 
-def _sensitivity_grid(table: SensitivityTable, race: str = "") -> _Grid:
+def _sensitivity_grid(table: SensitivityTable, race: str = "") -> Grid:
     thetas = sorted(table.cells["theta_lambda"].unique())
     rows, marked, tied, footnotes = [], set(), set(), []
     for i, (gamma0, cells) in enumerate(table.cells.group_by("gamma0", maintain_order=True)):
@@ -224,7 +224,7 @@ def _sensitivity_grid(table: SensitivityTable, race: str = "") -> _Grid:
                 text = f"{cell_text(r, table.stat)} (out after round {r['eliminated_round']}, {r['seeds']} seeds)"
             else:
                 text = cell_text(r, table.stat)
-                note = _outlier_footnote(f"gamma0={gamma0[0]:g}, theta_lambda={theta:g}", r["outlier_seeds"])
+                note = outlier_footnote(f"gamma0={gamma0[0]:g}, theta_lambda={theta:g}", r["outlier_seeds"])
                 if note:
                     text += f" {OUTLIER_MARK}"
                     footnotes.append(note)
@@ -243,11 +243,11 @@ def _sensitivity_grid(table: SensitivityTable, race: str = "") -> _Grid:
             + f"{TIED_MARK} (italic): tied with the best (95% CIs overlap). " + robust
             + (race and f"{race} An eliminated cell shows its statistic over its own seeds and is never best or tied."))
     if footnotes:
-        footnotes.insert(0, _outlier_note())
-    return _Grid(title, note, ("gamma0 \\ theta_lambda", *(f"{t:g}" for t in thetas)), rows, marked, tied, tuple(footnotes))
+        footnotes.insert(0, outlier_note())
+    return Grid(title, note, ("gamma0 \\ theta_lambda", *(f"{t:g}" for t in thetas)), rows, marked, tied, tuple(footnotes))
 
 
-def _compare_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_Grid]:
+def _compare_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[Grid]:
     grids = []
     name = STAT_NAMES[stat]
     for _, group in table.group_by(variant, maintain_order=True):
@@ -256,9 +256,9 @@ def _compare_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_
         rows, marked = [], set()
         for i, r in enumerate(group.to_dicts()):
             if r["status"] in ("ok", "reference"):
-                diff = f"{_num(r['difference'])} {interval(r['diff_ci_low'], r['diff_ci_high'])}".rstrip()
-                p = f"{_num(r['p_improvement'], 3)} {interval(r['p_ci_low'], r['p_ci_high'])}".rstrip()
-                value = _num(r["stat_value"])
+                diff = f"{number(r['difference'])} {interval(r['diff_ci_low'], r['diff_ci_high'])}".rstrip()
+                p = f"{number(r['p_improvement'], 3)} {interval(r['p_ci_low'], r['p_ci_high'])}".rstrip()
+                value = number(r["stat_value"])
             else:
                 diff, p, value = r["status"], "", ""
             if r["status"] == "reference":
@@ -275,7 +275,7 @@ def _compare_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_
             f"of shared seeds, ties 1/2 (as rliable). 95% CIs: paired percentile bootstrap over seeds "
             f"({stats.BOOTSTRAP_RESAMPLES} resamples, fixed seed)."
         )
-        grids.append(_Grid(
+        grids.append(Grid(
             f"{variant_title({k: first[k] for k in variant})}: paired comparison with {reference or 'no reference'}",
             note,
             ("method", "selected hyperparameters", name, "difference [95% CI]", f"P(better than {reference}) [95% CI]",
@@ -284,7 +284,7 @@ def _compare_grids(table: pl.DataFrame, variant: list[str], stat: str) -> list[_
     return grids
 
 
-def _importance_grids(table: pl.DataFrame, variant: list[str], stat: str, raced: str = "") -> list[_Grid]:
+def _importance_grids(table: pl.DataFrame, variant: list[str], stat: str, raced: str = "") -> list[Grid]:
     grids = []
     for _, group in table.group_by(variant, maintain_order=True):
         first = group.row(0, named=True)
@@ -301,7 +301,7 @@ def _importance_grids(table: pl.DataFrame, variant: list[str], stat: str, raced:
             "(exact on a full grid; the shares sum to 100%). Diverged cells are excluded; a method whose grid is then "
             f"not full (or has missing cells) is skipped, and says so.{raced}"
         )
-        grids.append(_Grid(f"{variant_title({k: first[k] for k in variant})}: hyperparameter importance", note,
+        grids.append(Grid(f"{variant_title({k: first[k] for k in variant})}: hyperparameter importance", note,
                            ("method", "hyperparameter", "values", "share of variance"), rows, set()))
     return grids
 
@@ -354,12 +354,7 @@ def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", referenc
     return render(grids, fmt)
 
 
-Grid = _Grid  # for the tables of other modules (confirm.py, robustness.py)
-number = _num
-outlier_footnote, outlier_note = _outlier_footnote, _outlier_note  # the tuning tables' dagger, for confirm.py
-
-
-def render(grids: list[_Grid], fmt: str) -> str:
+def render(grids: list[Grid], fmt: str) -> str:
     """Grids as Markdown, LaTeX (booktabs) or HTML (for CSV, write the frame itself: `csv_text`)."""
     if fmt not in ("md", "latex", "html"):
         raise ValueError(f"unknown table format {fmt!r}; choose one of md, latex, html (or csv)")
