@@ -2,8 +2,8 @@
 
 Embedded means embedded: with no address the service starts its own local Ray
 (`address="local"`), even when another Ray runs on the machine. It attaches only when
-asked: `--address`, or `RAY_ADDRESS` set in the environment (announced on the
-first line of the run, see `announce_environment_address`).
+asked: `--address`, or `RAY_ADDRESS` set in the environment (which `fade-sweep run` and
+`confirm` say on their first line).
 """
 
 from __future__ import annotations
@@ -31,20 +31,6 @@ DEFAULT_PORTS = {"ray": 10001, "http": 80, "https": 443}
 def address_from_environment() -> str | None:
     """The cluster address set in $RAY_ADDRESS (None when unset or empty)."""
     return os.environ.get(RAY_ADDRESS) or None
-
-
-_announced: set[str] = set()
-
-
-def announce_environment_address() -> str | None:
-    """Print, once per process, that a run attaches to $RAY_ADDRESS; returns that address (None if unset).
-
-    `fade-sweep run` calls it first thing, so the line is the first of its output."""
-    address = address_from_environment()
-    if address and address not in _announced:
-        print(f"Attaching to the Ray cluster at {address} (RAY_ADDRESS is set)", flush=True)
-        _announced.add(address)
-    return address
 
 
 def _host_port(address: str) -> tuple[str, int] | None:
@@ -106,7 +92,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str | No
         return None
     source = "--address"
     if address is None and address_from_environment():
-        address, source = announce_environment_address(), "RAY_ADDRESS"
+        address, source = address_from_environment(), "RAY_ADDRESS"
     if address is not None:
         if urlparse(address).scheme in ("http", "https"):
             raise ClusterError(

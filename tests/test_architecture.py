@@ -364,7 +364,7 @@ def test_a_run_without_a_report_never_imports_plotly(tmp_path):
 
 # ---------------------------------------------------------------- one place talks to people
 # Modules whose prints another branch turns into notices (cluster/ is the layout branch's); each entry must still print.
-PRINTS_LEFT = {"cluster/connect.py": "announce_environment_address: the first line of `run` on $RAY_ADDRESS"}
+PRINTS_LEFT: dict[str, str] = {}  # path: why it still prints (none left)
 
 
 def _prints(path: Path) -> list[int]:

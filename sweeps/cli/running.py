@@ -27,13 +27,17 @@ def _resources(args: argparse.Namespace, sweep) -> PackResources:
     )
 
 
+def _say_if_attaching(args: argparse.Namespace) -> None:
+    """The first line of a run or confirm on $RAY_ADDRESS: it attaches to that cluster, not an embedded Ray."""
+    address = None if args.address else os.environ.get("RAY_ADDRESS")
+    if address:
+        print(f"Attaching to the Ray cluster at {address} (RAY_ADDRESS is set)", flush=True)
+
+
 def cmd_run(args: argparse.Namespace) -> None:
     from sweeps.store import Store
 
-    if not args.address and os.environ.get("RAY_ADDRESS"):
-        from cluster.connect import announce_environment_address
-
-        announce_environment_address()  # the first line: this run attaches to a cluster, not an embedded Ray
+    _say_if_attaching(args)
     sweep = resolve_sweep(args.sweep)
     if args.race:
         sweep = with_race(sweep)
@@ -161,6 +165,7 @@ def _summary(outcome, nothing: str) -> None:
 
 def cmd_confirm(args: argparse.Namespace) -> None:
     """The confirmation stage of a finished sweep; run again after an interrupt, it resumes."""
+    _say_if_attaching(args)
     store = open_results(args.results_dir)
     store.refuse_if_locked()  # a sweep still being written: refused before Ray loads
     from sweeps.tune.driver import confirm_sweep
