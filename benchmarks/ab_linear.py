@@ -94,7 +94,8 @@ def main() -> None:
     parser.add_argument("--learners", default=",".join(LINEAR_LEARNERS), help="comma-separated (default: all seven)")
     parser.add_argument("--dtypes", default="float32,float64", help="comma-separated (default: both)")
     parser.add_argument("--steps", type=int, default=2_000, help="steps per call (default 2,000)")
-    parser.add_argument("--seeds", type=int, default=SEEDS, help=f"streams the runs read (default {SEEDS}; {RUNS}: one each)")
+    parser.add_argument("--seeds", type=int, default=SEEDS,
+                        help=f"streams the runs read (default {SEEDS}; {RUNS}: one per run)")
     parser.add_argument("--repeats", type=int, default=12, help="calls per side; the best is kept (default 12)")
     args = parser.parse_args()
     unknown = sorted(set(args.learners.split(",")) - set(LINEAR_LEARNERS))

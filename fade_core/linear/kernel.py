@@ -31,7 +31,7 @@ from typing import Callable
 import numba
 import numpy as np
 
-from fade_core.linear import intrinsics, simd, vexp
+from fade_core.linear import intrinsics, pipeline, simd, vexp
 from fade_core.linear.intrinsics import (LANE_ROWS, ROW_BETA, ROW_G, ROW_GAMMA, ROW_H, ROW_HP, ROW_SUM, ROW_W,
                                         advance)
 from fade_core.linear.rules import LINEAR_LEARNERS, LinearLearner
@@ -39,7 +39,7 @@ from fade_core.linear.rules import LINEAR_LEARNERS, LinearLearner
 LANES = 8  # runs per block: one AVX2 register of float32 (16 for some learners: `lanes_for`)
 TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 cache
 # Stages of the software-pipelined component loop of the rules that adapt a step size or decay
-# (`intrinsics._Pipeline`): float32 +10-25%, float64 +0-15% over one stage; 2 and 4 gained less.
+# (`pipeline.Pipeline`): float32 +10-25%, float64 +0-15% over one stage; 2 and 4 gained less.
 PIPELINE_STAGES = 3
 
 # Reassociation and fused multiply-add let LLVM vectorise and schedule the loops; we keep
@@ -148,7 +148,7 @@ def driver(learner: LinearLearner, dtype: np.dtype, stages: int | None = None) -
     Cached by numba across processes: the closure's variables are plain values (the step's key,
     not the intrinsic, which pickles with a per-process id), and numba's cache key hashes
     them. Each driver has a cache file of its own, named after the learner, the dtype, the
-    stages and a digest of the source of the rule, vexp, simd and intrinsics (numba only
+    stages and a digest of the source of the rule, vexp, simd, pipeline and intrinsics (numba only
     watches this file, not the ones its callees come from; and one file per driver, as a
     file's index written by two processes at once may keep one's entry with the other's code).
     """
@@ -165,10 +165,11 @@ def driver(learner: LinearLearner, dtype: np.dtype, stages: int | None = None) -
     step = (learner.name, dtype.name, lanes, partial_sums, stages)
     run_blocks = _block_driver(step, lanes, learner.adapts_step_size, learner.adapts_decay,
                                bool(dtype == np.float32))
-    sources = (learner.rule, vexp, simd, intrinsics)
+    sources = (learner.rule, vexp, simd, pipeline, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     run_blocks.__qualname__ = f"run_blocks_{learner.name}_{dtype.name}_{stages}_{digest}"  # its cache file's name
-    compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(run_blocks)  # parallel=True: 2.4x the compile time
+    # (parallel=True: 2.4x the compile time)
+    compiled = numba.njit(fastmath=_FASTMATH, nogil=True, cache=True)(run_blocks)
     real, index, c = numba.from_dtype(dtype), numba.int64, functools.partial(numba.types.Array, layout="C")
     # p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, w ... losses, loss_sums
     compiled.compile((c(real, 2), real, real, c(index, 1), c(index, 2), c(index, 1), index, index, index, c(real, 3),

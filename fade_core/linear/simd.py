@@ -55,7 +55,7 @@ def splat(builder: ir.IRBuilder, scalar: ir.Value, vector: ir.VectorType) -> ir.
 
 class Tracer:
     """Emits vector instructions of one element type into `builder`. With a `pipeline` set
-    (`intrinsics._Pipeline`), each instruction goes to the pipeline stage its depth falls in,
+    (`pipeline.Pipeline`), each instruction goes to the pipeline stage its depth falls in,
     and values that cross stages are carried by the pipeline."""
 
     def __init__(self, builder: ir.IRBuilder, dtype: np.dtype, lanes: int):
