@@ -14,10 +14,7 @@ Over a whole run the two stay within float32 (float64) relative tolerance too.""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +23,7 @@ import torch
 
 from fade_core.linear import LINEAR_LEARNERS, advance, get_linear_learner, hyperparameter_matrix, init_state
 from fade_core.linear.rules import LinearLearner
+from tests.helpers import compiled_then_loaded
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,13 +128,7 @@ def test_a_process_that_compiled_the_linear_kernel_and_one_that_loaded_it_agree_
     (kernel.driver), which numba's cache keeps across processes: a second fresh process on
     the cache the first left loads every driver (a closure over the per-learner intrinsic
     itself would miss: an intrinsic pickles with a per-process id) and computes the same bits."""
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba_cache"), "PYTHONPATH": str(ROOT)}
-    results = []
-    for name in ("compiled", "loaded"):  # an empty cache first, then the cache the first left
-        path = tmp_path / f"{name}.npz"
-        subprocess.run([sys.executable, "-c", PROBE, str(path)], env=env, cwd=ROOT, check=True, timeout=900)
-        results.append(np.load(path))
-    compiled, loaded = results
+    compiled, loaded = compiled_then_loaded(PROBE, tmp_path)
     assert len(compiled.files) == 2 * 2 * 7
     for key in compiled.files:
         if key.endswith("/loaded"):
