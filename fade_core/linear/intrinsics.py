@@ -1,6 +1,6 @@
 """The linear kernel's block step as one numba intrinsic: a tile of steps of LANES runs.
 
-A block is LANES runs in the lanes of one vector (`kernel._run_blocks`); its lane buffer
+A block is LANES runs in the lanes of one vector (`kernel._block_driver`); its lane buffer
 A (d, rows, columns) holds, per component i, one row per state slot and hyperparameter
 (lane l of row k at A[i, k, l]); component 0's rows also hold the hyperparameters and, in
 the float64 view A64 of the same buffer, the loss sums.

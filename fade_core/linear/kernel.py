@@ -1,16 +1,17 @@
 """The compiled chunk drivers of the linear learners: runs in SIMD lanes (numba).
 
-A driver advances R runs by T steps. Runs are grouped in blocks of 8 or 16 (`lanes_for`);
-a block keeps its state component-major, (d, lanes) per slot, and each rule runs on all
-lanes of a component at once as explicit vector code (`simd` traces the plain-Python rule, exp
-included, into LLVM vector instructions; the d = 20 components of one run are too few
+A driver advances R runs by T steps; `driver` compiles one per learner and dtype, the
+learner's rule and layout fixed at compile time (`_block_driver`). Runs are grouped in
+blocks of 8 or 16 (`lanes_for`); a block keeps its state component-major, (d, lanes) per
+slot, and each rule runs on all lanes of a component at once as explicit vector code
+(`simd` traces the plain-Python rule, exp included, into LLVM vector instructions; the d = 20 components of one run are too few
 and too dependent to vectorise well). A block advances through a tile of steps in one
 intrinsic (`intrinsics`), which reads the streams itself and keeps the error and loss sum
 in registers; the rules that adapt a step size or decay run their loop over components
 software-pipelined (`PIPELINE_STAGES`). Each tile of the streams is first copied
 slot-major, so that a block reads its seed's steps contiguously (float32 runs also get a
-float64 copy of x, which the prediction reads). Blocks go to threads in shares (`in_threads`: the compiled driver releases
-the GIL).
+float64 copy of x, which the prediction reads). Blocks go to threads in shares
+(`in_threads`: the compiled driver releases the GIL).
 
 Pack invariance: a lane computes exactly what its run computes alone. Lanes never mix
 (no reduction across lanes), a block's tail is padded with copies of one of its runs
@@ -47,7 +48,8 @@ PIPELINE_STAGES = 3
 _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
 
-def _block_driver(step: tuple, lanes: int, step_size: bool, decay: bool, widen: bool) -> Callable:
+def _block_driver(step: tuple[str, str, int, int, int], lanes: int, step_size: bool, decay: bool,
+                  widen: bool) -> Callable:
     """The chunk driver of one learner and dtype, in plain Python for numba to compile: its
     arguments are compile-time constants (numba freezes a closure's variables), so the block
     step it calls (`intrinsics.advance`, whose code `step` picks), its lanes and the rows it
@@ -189,7 +191,7 @@ def lanes_for(learner: LinearLearner, dtype: np.dtype) -> int:
 
 def lane_blocks(run_slot: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray]:
     """The runs sorted by slot, cut into blocks of `lanes`: (lane_run (blocks, lanes),
-    lanes_used (blocks,)) as `_run_blocks` reads them; the last block is padded by
+    lanes_used (blocks,)) as the driver reads them; the last block is padded by
     repeating its last run."""
     order = np.argsort(run_slot, kind="stable")
     blocks = -(-len(order) // lanes)
@@ -214,7 +216,7 @@ def _pool(threads: int) -> ThreadPoolExecutor:
 
 
 def schedule(run_slot: np.ndarray, x: np.ndarray, lanes: int) -> tuple[np.ndarray, np.ndarray, int, int]:
-    """`_run_blocks`' (lane_run, lanes_used, shares, tile) for these runs and streams, in blocks
+    """The driver's (lane_run, lanes_used, shares, tile) for these runs and streams, in blocks
     of `lanes`: one share of the blocks per thread numba may use now (`numba.set_num_threads`)."""
     lane_run, lanes_used = lane_blocks(run_slot, lanes)
     return lane_run, lanes_used, min(numba.get_num_threads(), len(lane_run)), tile_steps(x)
