@@ -7,7 +7,7 @@ Rates of two kernels taken in different runs move by 10-20% on a shared machine 
 work, the clock); taken in one process, alternating, the noise hits both alike. The other
 version's fade_core is exported (`git archive` of the revision, or copied from the
 checkout) to a temporary folder as the package `fade_other`, imported beside this
-checkout's fade_core, and both drivers advance the same pack: 200 runs of 10 seeds,
+checkout's fade_core, and both drivers advance the same pack: 200 runs of 10 seeds (`--seeds`),
 d = 20, float32 normal data, per-step losses kept. Repeats alternate other, this,
 other, ...; the best CPU-time rate of each is kept (one numba thread). The last column
 is the largest relative difference of the runs' loss sums (runs that diverge in both count
@@ -70,9 +70,11 @@ def schedule(module, learner, slots: np.ndarray, x: np.ndarray, dtype: np.dtype)
     return module.schedule(slots, x)
 
 
-def rate(module, learner, dtype: np.dtype, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
-    """(run-steps per CPU second, loss sums) of one call of `module`'s driver."""
-    slots = np.arange(RUNS) % SEEDS
+def rate(module, name: str, dtype: np.dtype, x: np.ndarray, y: np.ndarray) -> tuple[float, np.ndarray]:
+    """(run-steps per CPU second, loss sums) of one call of `module`'s driver for learner `name`
+    (the learner of `module`'s own registry: a version may compile only its own)."""
+    learner = importlib.import_module(module.__name__.rpartition(".")[0] + ".rules").LINEAR_LEARNERS[name]
+    slots = np.arange(RUNS) % x.shape[1]
     p = np.array([[HP[n] for n in learner.hyperparameters]] * RUNS, dtype)
     lane_run, lanes_used, _, tile = schedule(module, learner, slots, x, dtype)
     state = [np.zeros((RUNS, D), dtype) for _ in range(5)]  # w, beta, h, gamma, g
@@ -92,13 +94,15 @@ def main() -> None:
     parser.add_argument("--learners", default=",".join(LINEAR_LEARNERS), help="comma-separated (default: all seven)")
     parser.add_argument("--dtypes", default="float32,float64", help="comma-separated (default: both)")
     parser.add_argument("--steps", type=int, default=2_000, help="steps per call (default 2,000)")
+    parser.add_argument("--seeds", type=int, default=SEEDS,
+                        help=f"streams the runs read (default {SEEDS}; {RUNS}: one per run)")
     parser.add_argument("--repeats", type=int, default=12, help="calls per side; the best is kept (default 12)")
     args = parser.parse_args()
     unknown = sorted(set(args.learners.split(",")) - set(LINEAR_LEARNERS))
     if unknown:
         fail(f"unknown learner {', '.join(unknown)}; choose from {', '.join(LINEAR_LEARNERS)}")
-    if args.steps <= 0 or args.repeats <= 0:
-        fail(f"--steps and --repeats must be positive, got {args.steps} and {args.repeats}")
+    if min(args.steps, args.repeats, args.seeds) <= 0:
+        fail(f"--steps, --repeats and --seeds must be positive, got {args.steps}, {args.repeats} and {args.seeds}")
     if not set(args.dtypes.split(",")) <= {"float32", "float64"}:
         fail(f"--dtypes {args.dtypes!r}: the linear kernels run float32 and float64")
     numba.set_num_threads(1)
@@ -109,13 +113,13 @@ def main() -> None:
         print(f"{'learner':<10} {'dtype':<8} {'other':>8} {'this':>8} {'this/other':>10} {'max rel diff':>13}")
         for dtype in map(np.dtype, args.dtypes.split(",")):
             rng = np.random.default_rng(0)
-            x = rng.standard_normal((args.steps, SEEDS, D)).astype(dtype)
-            y = rng.standard_normal((args.steps, SEEDS)).astype(dtype)
+            x = rng.standard_normal((args.steps, args.seeds, D)).astype(dtype)
+            y = rng.standard_normal((args.steps, args.seeds)).astype(dtype)
             for name in args.learners.split(","):
-                learner, best = LINEAR_LEARNERS[name], {}
+                best = {}
                 for _ in range(args.repeats):
                     for side, module in (("other", other), ("this", kernel)):
-                        got, sums = rate(module, learner, dtype, x, y)
+                        got, sums = rate(module, name, dtype, x, y)
                         best[side] = max(best.get(side, (0.0,))[0], got), sums
                 (a, sums_a), (b, sums_b) = best["other"], best["this"]
                 with np.errstate(invalid="ignore"):  # runs that diverge in both: NaN alike, no difference

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -56,3 +59,17 @@ def scores_in_process(document: dict) -> dict[tuple[str, int], float]:
         pass
     keys = [(c.config_id, s) for c in pack.configs for s in pack.seeds]
     return dict(zip(keys, runner.outcome().score))
+
+
+def compiled_then_loaded(probe: str, folder: Path) -> tuple[np.lib.npyio.NpzFile, np.lib.npyio.NpzFile]:
+    """The arrays `probe` (Python source that np.savez-es its results to sys.argv[1]) saves in
+    two fresh processes sharing a numba cache in `folder`: the first on an empty cache (it
+    compiles), the second on the cache the first left (it loads)."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(folder / "numba_cache"), "PYTHONPATH": str(root)}
+    results = []
+    for name in ("compiled", "loaded"):
+        path = folder / f"{name}.npz"
+        subprocess.run([sys.executable, "-c", probe, str(path)], env=env, cwd=root, check=True, timeout=900)
+        results.append(np.load(path))
+    return results[0], results[1]

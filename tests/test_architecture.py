@@ -217,14 +217,12 @@ def test_the_cycle_check_sees_a_cycle_closed_inside_a_function(tmp_path):
 
 
 MAX_LINES = 400
-COMPILED_KERNELS = ("fade_core/neural/cpu_kernel.py",)  # one compiled function per part: long by nature
 
 
 def test_no_source_file_is_over_400_lines():
-    """A file that grows past 400 lines holds more than one job: split it by job (compiled kernels aside)."""
-    assert all((ROOT / kernel).is_file() for kernel in COMPILED_KERNELS)  # an exemption names a real file
+    """A file that grows past 400 lines holds more than one job: split it by job."""
     long = {str(path.relative_to(ROOT)): n for path in MODULES.values()
-            if (n := len(path.read_text().splitlines())) > MAX_LINES and str(path.relative_to(ROOT)) not in COMPILED_KERNELS}
+            if (n := len(path.read_text().splitlines())) > MAX_LINES}
     assert not long, f"over {MAX_LINES} lines: {long}"
 
 

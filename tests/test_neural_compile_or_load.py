@@ -12,14 +12,9 @@ the first compiling, the second loading, every learner, regression and classific
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests.helpers import compiled_then_loaded
 
 PROBE = """
 import sys
@@ -48,13 +43,7 @@ np.savez(sys.argv[1], **out)
 
 
 def test_a_process_that_compiled_the_kernel_and_one_that_loaded_it_agree_to_the_bit(tmp_path):
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba_cache"), "PYTHONPATH": str(ROOT)}
-    results = []
-    for name in ("compiled", "loaded"):  # an empty cache first, then the cache the first left
-        path = tmp_path / f"{name}.npz"
-        subprocess.run([sys.executable, "-c", PROBE, str(path)], env=env, cwd=ROOT, check=True, timeout=900)
-        results.append(np.load(path))
-    compiled, loaded = results
+    compiled, loaded = compiled_then_loaded(PROBE, tmp_path)
     assert any((tmp_path / "numba_cache").rglob("*.nbc"))  # the second process had a cached build to load
     assert len(compiled.files) == 9 * 2 * 10
     for key in compiled.files:

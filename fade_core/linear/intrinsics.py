@@ -1,6 +1,6 @@
 """The linear kernel's block step as one numba intrinsic: a tile of steps of LANES runs.
 
-A block is LANES runs in the lanes of one vector (`kernel._run_blocks`); its lane buffer
+A block is LANES runs in the lanes of one vector (`kernel._block_driver`); its lane buffer
 A (d, rows, columns) holds, per component i, one row per state slot and hyperparameter
 (lane l of row k at A[i, k, l]); component 0's rows also hold the hyperparameters and, in
 the float64 view A64 of the same buffer, the loss sums.
@@ -10,7 +10,7 @@ applies the rule (traced into vector code by `simd`) to every component and, in 
 pass, accumulates the next step's prediction from the new weights, so the weights are
 touched once per step and the error, delta and loss sum never leave registers. For the
 rules that adapt a step size or decay, the loop over components is software-pipelined
-(`_Pipeline`). A lane reads its seed's stream straight from the tile's slot-major copies
+(`pipeline.Pipeline`). A lane reads its seed's stream straight from the tile's slot-major copies
 x (S, tile, d), x_wide (the same in float64) and y (S, tile) float64: one
 broadcast per element when all lanes of the block read one slot, two and a blend when
 they read two (a block where one seed's runs end and the next seed's begin), a load per
@@ -26,7 +26,8 @@ error in the state's dtype (delta, read by the next step's rule).
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Sequence
+import functools
+from typing import Callable, NamedTuple
 
 import numba
 import numpy as np
@@ -35,10 +36,20 @@ from numba.core import cgutils
 from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
-from fade_core.linear.rules import STATE_ARGS
-from fade_core.linear.simd import Leaf, Shape, Traced, Tracer, fma, ieee, shape, splat, traced_rule
+from fade_core.linear.pipeline import pipelined, stage_cuts
+from fade_core.linear.rules import LINEAR_LEARNERS, STATE_ARGS
+from fade_core.linear.simd import Leaf, Traced, Tracer, fma, ieee, shape, splat, traced_rule
 
 _I64 = ir.IntType(64)
+
+# The rows of a block's lane buffer (d, LANE_ROWS, lanes) float64, viewed as the state's dtype
+# for all but the float64 row: per component i, the state slots (w, beta, h, gamma, g); in the
+# rows of i = 0 only, the hyperparameters (at most 3) and the float64 loss sums. A row of a
+# component is one vector. (A float32 view has 2 lanes columns; the first lanes are used.)
+STATE_ROWS = ROW_W, ROW_BETA, ROW_H, ROW_GAMMA, ROW_G = (0, 1, 2, 3, 4)
+ROW_HP = 5
+ROW_SUM = ROW_HP + 3
+LANE_ROWS = ROW_SUM + 1
 
 
 class _Buffer:
@@ -170,107 +181,6 @@ class _Prediction:
         return prediction
 
 
-class _Pipeline:
-    """One iteration of a step's loop over components, software-pipelined: the rule's
-    instructions fall in stages by their depth (cut after the depths `cuts`), and iteration j
-    runs stage s on component j - s. One component's chain (meta-update, clamp, exp, decay:
-    ~22 instructions deep) is longer than the out-of-order core can overlap with the next
-    components'; an iteration instead holds a piece of a chain per stage, each independent of
-    the others. A component gets the rule's instructions in the rule's order, so its bits
-    are the same. Values crossing stages are carried in a ring of slots per component (a
-    stage runs at most RING - 1 components behind the first); instructions on invariants
-    only go to a block before the stages, from which LLVM hoists them out of the loop.
-
-    `Tracer.op` places each instruction (`stage_of`, `enter`, `carry`); `finish` closes the
-    iteration's blocks."""
-
-    RING = 4
-
-    def __init__(self, builder: ir.IRBuilder, cuts: tuple[int, ...], j: ir.Value, d: ir.Value):
-        stages = len(cuts) + 1
-        assert stages <= self.RING
-        self.builder, self.cuts = builder, cuts
-        self.components, self.blocks, self.ends = [], [], []
-        self.carried: dict[int, tuple[Traced, ir.Value]] = {}
-        self.loads: dict[tuple[int, int], ir.Value] = {}
-        self.head = builder.append_basic_block("invariants")  # closed by `finish`
-        builder.branch(self.head)
-        builder.position_at_end(builder.append_basic_block("stages"))
-        self.stages_start = builder.block
-        for stage in range(stages):
-            c = builder.sub(j, ir.Constant(_I64, stage))
-            inside = builder.and_(builder.icmp_signed(">=", c, ir.Constant(_I64, 0)), builder.icmp_signed("<", c, d))
-            body, end = builder.append_basic_block(f"stage{stage}"), builder.append_basic_block(f"stage{stage}_end")
-            builder.cbranch(inside, body, end)
-            builder.position_at_end(end)
-            self.components.append(c)
-            self.blocks.append(body)
-            self.ends.append(end)
-
-    def component(self, stage: int) -> ir.Value:
-        return self.components[stage]
-
-    def stage_of(self, depth: int) -> int:
-        return sum(depth > cut for cut in self.cuts)
-
-    def enter_head(self) -> None:
-        """Before the stages: where instructions on invariants go (LLVM hoists them from the loop)."""
-        self.builder.position_at_end(self.head)
-
-    def enter(self, stage: int) -> None:
-        self.builder.position_at_end(self.blocks[stage])
-
-    def carry(self, value: Traced, stage: int) -> ir.Value:
-        """`value` (of an earlier stage) in `stage`: stored to its component's slot where it is
-        made, loaded where it is used."""
-        b = self.builder
-        if id(value) not in self.carried:
-            ring = cgutils.alloca_once(b, ir.ArrayType(value.value.type, self.RING))
-            self.carried[id(value)] = value, ring
-            self.enter(value.stage)
-            b.store(value.value, self._slot(ring, value.stage))
-        if (id(value), stage) not in self.loads:
-            self.enter(stage)
-            self.loads[id(value), stage] = b.load(self._slot(self.carried[id(value)][1], stage))
-        return self.loads[id(value), stage]
-
-    def _slot(self, ring: ir.Value, stage: int) -> ir.Value:
-        index = self.builder.and_(self.component(stage), ir.Constant(_I64, self.RING - 1))
-        return self.builder.gep(ring, [ir.Constant(_I64, 0), index])
-
-    def finish(self) -> None:
-        """Closes the stages' blocks; the builder continues after the last."""
-        for body, end in [(self.head, self.stages_start), *zip(self.blocks, self.ends)]:
-            self.builder.position_at_end(body)
-            self.builder.branch(end)
-        self.builder.position_at_end(self.ends[-1])
-
-
-def _pipelined(tracer: Tracer, d: ir.Value, cuts: tuple[int, ...], body: Callable[[Callable[[int], ir.Value]], None]
-               ) -> None:
-    """A loop over components 0 .. d - 1 in len(cuts) + 1 pipeline stages (`_Pipeline`): per
-    iteration, body(component) traces the rule once, component(stage) being the component that
-    stage is on."""
-    b = tracer.builder
-    with cgutils.for_range(b, b.add(d, ir.Constant(_I64, len(cuts)))) as iteration:
-        tracer.pipeline = _Pipeline(b, cuts, iteration.index, d)
-        body(tracer.pipeline.component)
-        tracer.pipeline.finish()
-        tracer.pipeline = None
-
-
-def _cuts(rule: Shape, stages: int, slack: int = 2) -> tuple[int, ...]:
-    """Where to cut a rule into `stages`: the depths after which a stage ends, each within
-    `slack` of an even split, where the fewest values cross (they go through memory)."""
-    cuts: list[int] = []
-    for k in range(1, stages):
-        ideal = round(rule.depth * k / stages)
-        near = range(max(ideal - slack, cuts[-1] + 1 if cuts else 1), min(ideal + slack, rule.depth - 1) + 1)
-        if near:  # (a rule too shallow for `stages` gets fewer)
-            cuts.append(min(near, key=lambda c: (rule.crossing[c - 1], abs(c - ideal))))
-    return tuple(cuts)
-
-
 def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[ir.Value, int], None]) -> None:
     """body(i, part) for i = 0 .. d - 1 in order: part i % parts for the first d // parts * parts
     components (`parts` per loop iteration, so each one's part is known when the IR is built),
@@ -286,112 +196,121 @@ def _components(builder: ir.IRBuilder, d: ir.Value, parts: int, body: Callable[[
             body(loop.index, 0)
 
 
-def advance_intrinsic(rule: Callable, dtype: np.dtype, lanes: int, slots: Sequence[int], hp_row: int,
-                      sum_row: int, partial_sums: int, stages: int = 1) -> Callable:
-    """`advance(A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read, lo, hi,
-    tile_losses)`: steps
-    t0 .. t1 - 1 of a block, every component and lane, the loop over components in `stages`
-    pipeline stages (fewer for a rule too shallow; none with several partial sums).
+@intrinsic(prefer_literal=True)
+def advance(typingctx, step, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read, lo, hi,
+            tile_losses):
+    """`advance(step, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read,
+    lo, hi, tile_losses)`: steps t0 .. t1 - 1 of a block, every component and lane.
 
-    `slots` are the rows of (w, beta, h, gamma, g) in A; the hyperparameters are in rows
-    hp_row on, and the float64 loss sums in A64's row sum_row, of component 0. Each step's
-    loss (the squared error before the update) goes to row t - t0 of tile_losses (tile,
-    lanes) and is added to the loss sum. `slots_read`: how many slots of x and y the lanes
-    read (lane_slot, sorted by slot). Rows the rule returns unchanged are not stored."""
-    dtype = np.dtype(dtype)
+    `step` picks the code: a tuple of literals (learner name, dtype name, lanes, partial sums,
+    pipeline stages), a constant of the caller (`kernel.driver` closes over it), so each
+    learner and dtype compiles its own; the loop over components runs in `stages` pipeline
+    stages (fewer for a rule too shallow; none with several partial sums). The state is in
+    A's rows STATE_ROWS, the hyperparameters in rows ROW_HP on and the float64 loss sums in
+    A64's row ROW_SUM, of component 0. Each step's loss (the squared error before the update)
+    goes to row t - t0 of tile_losses (tile, lanes) and is added to the loss sum.
+    `slots_read`: how many slots of x and y the lanes read (lane_slot, sorted by slot). Rows
+    the rule returns unchanged are not stored."""
+    key = tuple(getattr(item, "literal_value", None) for item in getattr(step, "types", ()))
+    if len(key) != 5 or None in key:
+        return None  # not (yet) the literal key: numba tries the literal types too
+    return (nbtypes.void(step, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read, lo, hi,
+                         tile_losses), _block_step(*key))
+
+
+@functools.cache
+def _block_step(learner: str, dtype_name: str, lanes: int, partial_sums: int, stages: int) -> Callable:
+    """`advance`'s code generator for one key: the learner's rule traced into vector code."""
+    dtype = np.dtype(dtype_name)
+    rule = LINEAR_LEARNERS[learner].rule
     n_hp = len(rule.__code__.co_varnames[: rule.__code__.co_argcount]) - len(STATE_ARGS)
     vectorised = traced_rule(rule, dtype)
     invariant = [name in ("delta", "lo", "hi") for name in STATE_ARGS] + [True] * n_hp
-    cuts = _cuts(shape(vectorised, invariant, dtype, lanes), stages) if partial_sums == 1 else ()
+    cuts = stage_cuts(shape(vectorised, invariant, dtype, lanes), stages) if partial_sums == 1 else ()
 
-    @intrinsic
-    def advance(typingctx, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read, lo, hi,
-                tile_losses):
-        def codegen(context, builder, signature, args):
-            b = builder
-            tracer = Tracer(b, dtype, lanes)
-            narrow, wide = tracer.real_vector, ir.VectorType(ir.DoubleType(), lanes)
-            rows64 = _LaneBuffer(context, b, signature.args[0], args[0])
-            rows = _LaneBuffer(context, b, signature.args[1], args[1])
-            losses = _Buffer(context, b, signature.args[14], args[14])
-            first, end = args[9], args[10]
-            real = numba.from_dtype(dtype)
-            lo_v = tracer.splat(context.cast(b, args[12], signature.args[12], real))
-            hi_v = tracer.splat(context.cast(b, args[13], signature.args[13], real))
-            sum_pointer = rows64.row(sum_row, wide)
-            loss_sum = cgutils.alloca_once_value(b, b.load(sum_pointer, align=8))
-            error = cgutils.alloca_once(b, wide)
+    def codegen(context, builder, signature, args):
+        signature, args = signature.replace(args=signature.args[1:]), args[1:]  # past the key: no value
+        b = builder
+        tracer = Tracer(b, dtype, lanes)
+        narrow, wide = tracer.real_vector, ir.VectorType(ir.DoubleType(), lanes)
+        rows64 = _LaneBuffer(context, b, signature.args[0], args[0])
+        rows = _LaneBuffer(context, b, signature.args[1], args[1])
+        losses = _Buffer(context, b, signature.args[14], args[14])
+        first, end = args[9], args[10]
+        real = numba.from_dtype(dtype)
+        lo_v = tracer.splat(context.cast(b, args[12], signature.args[12], real))
+        hi_v = tracer.splat(context.cast(b, args[13], signature.args[13], real))
+        sum_pointer = rows64.row(ROW_SUM, wide)
+        loss_sum = cgutils.alloca_once_value(b, b.load(sum_pointer, align=8))
+        error = cgutils.alloca_once(b, wide)
 
-            hps = [Traced(tracer, b.load(rows.row(hp_row + j, narrow), align=dtype.itemsize), False)
-                   for j in range(n_hp)]  # component 0's rows: the same for all
+        hps = [Traced(tracer, b.load(rows.row(ROW_HP + j, narrow), align=dtype.itemsize), False)
+               for j in range(n_hp)]  # component 0's rows: the same for all
 
-            def emit(reading: int) -> None:
-                streams = _Streams(context, b, signature, args, reading, lanes, tracer.real)
-                prediction = _Prediction(b, lanes, partial_sums)
+        def emit(reading: int) -> None:
+            streams = _Streams(context, b, signature, args, reading, lanes, tracer.real)
+            prediction = _Prediction(b, lanes, partial_sums)
 
-                def predicted(t: ir.Value) -> None:
-                    b.store(ieee(b.fsub(streams.y64_at(t), prediction.total())), error)
+            def predicted(t: ir.Value) -> None:
+                b.store(ieee(b.fsub(streams.y64_at(t), prediction.total())), error)
 
-                prediction.start()  # step t0's from the weights in A; later steps' are fused into the update
-                def weight(i: ir.Value, part: int) -> None:
-                    w = b.load(rows.row(slots[0], narrow, i), align=dtype.itemsize)
-                    prediction.add(part, w, streams.x_at(first, i, wide=True))
+            prediction.start()  # step t0's from the weights in A; later steps' are fused into the update
+            def weight(i: ir.Value, part: int) -> None:
+                w = b.load(rows.row(ROW_W, narrow, i), align=dtype.itemsize)
+                prediction.add(part, w, streams.x_at(first, i, wide=True))
 
-                _components(b, rows.shape[0], partial_sums, weight)
-                predicted(first)
+            _components(b, rows.shape[0], partial_sums, weight)
+            predicted(first)
 
-                with cgutils.for_range(b, end, start=first) as loop:  # [t0, t1)
-                    t = loop.index
-                    e = b.load(error)
-                    squared = ieee(b.fmul(e, e))
-                    b.store(fma(b, e, e, b.load(loss_sum)), loss_sum)  # e^2 fused into the sum
-                    row = b.mul(b.sub(t, first), losses.strides[0])
-                    b.store(squared if dtype == np.float64 else b.fptrunc(squared, narrow), losses.at(row, narrow),
-                            align=dtype.itemsize)
-                    delta = Traced(tracer, e if dtype == np.float64 else b.fptrunc(e, narrow), False)
-                    # the next step's prediction, fused into the update (after the tile's last step it
-                    # reads step t again, is never used, and the next tile predicts from the weights)
-                    t_next = b.add(t, ir.Constant(_I64, 1))
-                    t_next = b.select(b.icmp_signed("<", t_next, end), t_next, t)
-                    prediction.start()
+            with cgutils.for_range(b, end, start=first) as loop:  # [t0, t1)
+                t = loop.index
+                e = b.load(error)
+                squared = ieee(b.fmul(e, e))
+                b.store(fma(b, e, e, b.load(loss_sum)), loss_sum)  # e^2 fused into the sum
+                row = b.mul(b.sub(t, first), losses.strides[0])
+                b.store(squared if dtype == np.float64 else b.fptrunc(squared, narrow), losses.at(row, narrow),
+                        align=dtype.itemsize)
+                delta = Traced(tracer, e if dtype == np.float64 else b.fptrunc(e, narrow), False)
+                # the next step's prediction, fused into the update (after the tile's last step it
+                # reads step t again, is never used, and the next tile predicts from the weights)
+                t_next = b.add(t, ir.Constant(_I64, 1))
+                t_next = b.select(b.icmp_signed("<", t_next, end), t_next, t)
+                prediction.start()
 
-                    def rule_on(component: Callable[[int], ir.Value], part: int) -> None:
-                        """The rule on a component (component(stage): the one a pipeline stage is on),
-                        its changed rows stored and its new weight added to prediction sum `part`."""
-                        def row(k: int, stage: int) -> ir.Value:
-                            return rows.row(k, narrow, component(stage))
+                def rule_on(component: Callable[[int], ir.Value], part: int) -> None:
+                    """The rule on a component (component(stage): the one a pipeline stage is on),
+                    its changed rows stored and its new weight added to prediction sum `part`."""
+                    def row(k: int, stage: int) -> ir.Value:
+                        return rows.row(k, narrow, component(stage))
 
-                        state = [Leaf(tracer, lambda stage, k=k: b.load(row(k, stage), align=dtype.itemsize))
-                                 for k in slots]
-                        x_t = Leaf(tracer, lambda stage: streams.x_at(t, component(stage)))
-                        outputs = vectorised(x_t, delta, *state, lo_v, hi_v, *hps)
-                        for k, before, after in zip(slots, state, outputs):
-                            if after is not before:
-                                stage, value = tracer.place(after)
-                                b.store(value, row(k, stage), align=dtype.itemsize)
-                        stage, w = tracer.place(outputs[0])
-                        prediction.add(part, w, streams.x_at(t_next, component(stage), wide=True))
+                    state = [Leaf(tracer, lambda stage, k=k: b.load(row(k, stage), align=dtype.itemsize))
+                             for k in STATE_ROWS]
+                    x_t = Leaf(tracer, lambda stage: streams.x_at(t, component(stage)))
+                    outputs = vectorised(x_t, delta, *state, lo_v, hi_v, *hps)
+                    for k, before, after in zip(STATE_ROWS, state, outputs):
+                        if after is not before:
+                            stage, value = tracer.place(after)
+                            b.store(value, row(k, stage), align=dtype.itemsize)
+                    stage, w = tracer.place(outputs[0])
+                    prediction.add(part, w, streams.x_at(t_next, component(stage), wide=True))
 
-                    if cuts:
-                        _pipelined(tracer, rows.shape[0], cuts, lambda component: rule_on(component, 0))
-                    else:
-                        _components(b, rows.shape[0], partial_sums, lambda i, part: rule_on(lambda stage: i, part))
-                    predicted(t_next)
+                if cuts:
+                    pipelined(tracer, rows.shape[0], cuts, lambda component: rule_on(component, 0))
+                else:
+                    _components(b, rows.shape[0], partial_sums, lambda i, part: rule_on(lambda stage: i, part))
+                predicted(t_next)
 
-            slots_read = context.cast(b, args[11], signature.args[11], nbtypes.int64)
-            with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 1))) as (one, more):
-                with one:
-                    emit(1)
-                with more:
-                    with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 2))) as (two, many):
-                        with two:
-                            emit(2)
-                        with many:
-                            emit(lanes)
-            b.store(b.load(loss_sum), sum_pointer, align=8)
-            return context.get_dummy_value()
+        slots_read = context.cast(b, args[11], signature.args[11], nbtypes.int64)
+        with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 1))) as (one, more):
+            with one:
+                emit(1)
+            with more:
+                with b.if_else(b.icmp_signed("==", slots_read, ir.Constant(_I64, 2))) as (two, many):
+                    with two:
+                        emit(2)
+                    with many:
+                        emit(lanes)
+        b.store(b.load(loss_sum), sum_pointer, align=8)
+        return context.get_dummy_value()
 
-        return (nbtypes.void(A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read, lo, hi,
-                             tile_losses), codegen)
-
-    return advance
+    return codegen

@@ -1,12 +1,12 @@
 """A linear rule as explicit SIMD code: the plain-Python rule traced into LLVM vector IR.
 
-The kernel keeps a block's runs in lanes (`kernel._run_blocks`). Left to LLVM's loop
+The kernel keeps a block's runs in lanes (`kernel._block_driver`). Left to LLVM's loop
 vectoriser, a rule inlined in a loop over the lanes compiled to about twice the vector
 instructions it needs (spills of the lane buffer's rows, runtime checks). Here the rule
 is run once, in Python, on `Traced` values: each arithmetic operation, `max`/`min`,
 `clamp` and `exp` (vexp's own algorithm, traced the same way) appends one vector
-instruction to the IR being built. `intrinsics.advance_intrinsic` wraps that as a numba
-intrinsic that applies the rule to every component of a block.
+instruction to the IR being built. `intrinsics.advance` wraps that as a numba intrinsic
+that applies the rule to every component of a block.
 
 Semantics, lane by lane: IEEE arithmetic in the written order (nothing reassociated), a
 product added or subtracted right away fused into one multiply-add by the tracer itself
@@ -55,7 +55,7 @@ def splat(builder: ir.IRBuilder, scalar: ir.Value, vector: ir.VectorType) -> ir.
 
 class Tracer:
     """Emits vector instructions of one element type into `builder`. With a `pipeline` set
-    (`intrinsics._Pipeline`), each instruction goes to the pipeline stage its depth falls in,
+    (`pipeline.Pipeline`), each instruction goes to the pipeline stage its depth falls in,
     and values that cross stages are carried by the pipeline."""
 
     def __init__(self, builder: ir.IRBuilder, dtype: np.dtype, lanes: int):

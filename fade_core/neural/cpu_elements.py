@@ -1,6 +1,6 @@
 """The per-parameter rules of the compiled CPU kernel (cpu_kernel), as scalar functions.
 
-LLVM inlines them into the row loops of cpu_kernel and vectorises those, so every rule
+LLVM inlines them into the row loops of cpu_layers and vectorises those, so every rule
 here is branch-free arithmetic in the parameters' own dtype: a float64 constant in a
 float32 run would make numba widen the whole rule to float64 (half the vector width,
 plus conversions), and torch computes a float32 run's rule in float32 too. The dtype's

@@ -14,7 +14,9 @@ fast-math flag (cpu_elements.FASTMATH), its dot products and hot multiply-adds w
 compiled it does.
 
 `run_segment` takes its arrays as named tuples (numba compiles them as structs), so a
-caller cannot pass one run array where another belongs without naming it.
+caller cannot pass one run array where another belongs without naming it. It walks a run's
+steps (forward, loss, backward) and picks each layer's pass over its weights; those passes
+(one per combination of learner parts, each fused with a product) are `cpu_layers`.
 """
 
 from __future__ import annotations
@@ -25,18 +27,19 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from fade_core.neural.cpu_arith import axpy_dot, dot, fma
-from fade_core.neural.cpu_elements import (
-    ERRORS,
-    FASTMATH,
-    adam,
-    adam_alpha_eff,
-    adam_constants,
-    fade,
-    fade_apply,
-    fade_constants,
-    fade_decay,
-    null_adam,
+from fade_core.neural.cpu_elements import ERRORS, FASTMATH, adam_constants, fade_constants, null_adam
+from fade_core.neural.cpu_layers import (
+    activate,
+    activation_backward,
+    adam_rank_one,
+    adam_rank_one_then_affine,
+    affine,
+    fade_adam_rank_one,
+    fade_sgd_rank_one,
+    sgd_l2_rank_one,
+    sgd_rank_one,
+    sgd_rank_one_then_affine,
+    update_bias,
 )
 from fade_core.neural.rules import WD_COUPLED, WD_DECOUPLED, WD_NONE
 
@@ -92,218 +95,6 @@ class Sums(NamedTuple):
     active: np.ndarray  # (R, hidden units) bool: positive pre-activation at least once
 
 
-# The loops below are separate (not inlined) functions over slices that start at 0:
-# LLVM vectorises those; with offsets computed at run time inside the big parallel
-# body it does not (measured: 5x slower). Whole layers per call (rows sliced inside): a
-# call per row cost an NRT incref/decref of each of its array arguments (atomics on the
-# pack-wide arrays' shared refcounts, which the threads then pass back and forth).
-_dense = numba.njit(fastmath=FASTMATH, error_model=ERRORS, cache=True)
-
-# Passes over the weights per step: the first layer's update is fused with the next step's
-# forward product (`*_then_affine`); every other layer's update is fused with its backward
-# product delta_in = W^T delta (`back`: each weight is loaded once, used at its value before
-# the step as algorithms.md §2 asks, then updated), and its forward product is a second
-# pass. (Fusing a layer's update with the next step's forward as well would need that
-# layer's input, which needs the layer below updated, which needs this layer's backward
-# product: one of the two fusions per layer.) `delta_in` accumulates row after row, as a
-# separate W^T delta pass does, so the sums are those of the unfused order, bit for bit.
-
-
-@_dense
-def _affine(p, w0, b0, fan_in, fan_out, inp, z):
-    """z[j] = b[j] + sum_i W[j, i] * inp[i], for the layer whose W starts at p[w0]; sums in
-    the parameters' dtype (float32 runs add in float32, as torch does), in cpu_dot's order."""
-    for j in range(fan_out):
-        z[j] = dot(p[w0 + j * fan_in : w0 + (j + 1) * fan_in], inp, fan_in) + p[b0 + j]
-
-
-@_dense
-def _sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, bound, back, delta_in):
-    """W <- W - alpha * delta inp^T, clipped to +-bound (inf: none); with `back`, also
-    delta_in = W^T delta in the same pass."""
-    if back:
-        delta_in[:] = 0
-    for j in range(fan_out):
-        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
-        dj = delta[j]
-        c = dj * -alpha
-        if back:
-            for i in range(fan_in):
-                wi = w[i]
-                delta_in[i] = fma(wi, dj, delta_in[i])
-                w[i] = min(max(fma(c, inp[i], wi), -bound), bound)
-        else:
-            for i in range(fan_in):
-                w[i] = min(max(fma(c, inp[i], w[i]), -bound), bound)
-
-
-# (Not a shrink factor, which FASTMATH's absence of 'reassoc' keeps LLVM from making of it.)
-@_dense
-def _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam, back, delta_in):
-    """W <- W - alpha * (delta inp^T + lam * W), per element as torch.optim.SGD(weight_decay)
-    computes it (d = G + lam * W; W -= alpha * d). Not a shrink factor 1 - alpha * lam: in
-    float32 that rounds to a multiple of 2^-24, so small decays vanish (alpha * lam < 3e-8) or
-    come out up to 19% too large (1e-7). `back` as in `_sgd_rank_one`."""
-    if back:
-        delta_in[:] = 0
-    for j in range(fan_out):
-        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
-        dj = delta[j]
-        if back:
-            for i in range(fan_in):
-                wi = w[i]
-                delta_in[i] = fma(wi, dj, delta_in[i])
-                w[i] = wi - alpha * (dj * inp[i] + lam * wi)
-        else:
-            for i in range(fan_in):
-                w[i] = w[i] - alpha * (dj * inp[i] + lam * w[i])
-
-
-# Weight rows (gradient dj * inp[i], FADE curvature inp[i]^2 * factor), one kernel per
-# combination the learners use: each stores to few arrays, so LLVM vectorises it (a
-# generic row with every branch and five stored arrays ran 4x slower).
-@_dense
-def _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, next_inp, z):
-    """The SGD step of `_sgd_rank_one` fused with the next step's W @ next_inp (bias not added,
-    cpu_arith.axpy_dot): one pass over W instead of two, for the first layer, whose W dominates
-    the memory traffic. With delta = 0 it is the forward pass
-    alone, so every W @ x of the first layer comes from this one function (identical rounding
-    whatever the segmenting)."""
-    for j in range(fan_out):
-        w = p[w0 + j * fan_in : w0 + (j + 1) * fan_in]
-        z[j] = axpy_dot(w, delta[j] * -alpha, inp, next_inp, fan_in)
-
-
-@_dense
-def _fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, back, delta_in, decay):
-    """FADE then SGD on the layer whose W starts at p[w0] (its gamma and trace at gm[e0],
-    tr[e0]); `back` as in `_sgd_rank_one`. A row in two passes, `fade_decay` then the rest
-    (decay: a row's buffer): one loop over both had each weight's whole dependency chain
-    (meta-update, clamp, exp, decay) in one iteration, longer than the out-of-order core
-    could overlap across iterations; the same arithmetic, so the same bits."""
-    if back:
-        delta_in[:] = 0
-    for j in range(fan_out):
-        row, e = w0 + j * fan_in, e0 + j * fan_in
-        pr, gr, tr_ = p[row : row + fan_in], gm[e : e + fan_in], tr[e : e + fan_in]
-        dj, fj = delta[j], factor[j]
-        for i in range(fan_in):
-            gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
-        if back:
-            for i in range(fan_in):
-                delta_in[i] = fma(pr[i], dj, delta_in[i])
-        for i in range(fan_in):
-            xi = inp[i]
-            tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha, fc)
-            pr[i] = fma(-alpha, dj * xi, w)
-
-
-@_dense
-def _fade_adam_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, first_step, ac,
-                        back, delta_in, decay):
-    """FADE then Adam on the layer whose W starts at p[w0] (its gamma and trace at gm[e0],
-    tr[e0]); `back` as in `_sgd_rank_one`; a row's passes as in `_fade_sgd_rank_one`."""
-    if back:
-        delta_in[:] = 0
-    for j in range(fan_out):
-        row, e = w0 + j * fan_in, e0 + j * fan_in
-        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
-        gr, tr_ = gm[e : e + fan_in], tr[e : e + fan_in]
-        dj, fj = delta[j], factor[j]
-        if back:
-            for i in range(fan_in):
-                delta_in[i] = fma(pr[i], dj, delta_in[i])
-        for i in range(fan_in):
-            gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
-        for i in range(fan_in):
-            xi = inp[i]
-            alpha_eff = adam_alpha_eff(vr[i], alpha, first_step, ac)
-            tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha_eff, fc)
-            mr[i], vr[i], pr[i] = adam(mr[i], vr[i], w, dj * xi, ac)
-
-
-@_dense
-def _adam_rank_one(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, ac, bound, back, delta_in):
-    """Adam (AdamW's decoupled decay as `shrink`) on the layer whose W starts at p[w0], then
-    clipping to +-bound (inf: none); `back` as in `_sgd_rank_one`."""
-    if back:
-        delta_in[:] = 0
-    for j in range(fan_out):
-        row = w0 + j * fan_in
-        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
-        dj = delta[j]
-        if back:
-            for i in range(fan_in):
-                delta_in[i] = fma(pr[i], dj, delta_in[i])
-        for i in range(fan_in):  # (a second loop over the row in L1: Adam's divisions bound it, not the loads)
-            mr[i], vr[i], w = adam(mr[i], vr[i], pr[i] * shrink, dj * inp[i], ac)
-            pr[i] = min(max(w, -bound), bound)
-
-
-@_dense
-def _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, ac, bound, next_inp, z):
-    """`_adam_rank_one` and the next step's W @ next_inp (bias not added) a row at a time, as
-    `_sgd_rank_one_then_affine`. With delta = 0, shrink = 1, bound = inf and `null_adam`
-    constants the step leaves W, m and v as they are, so that call is the forward pass alone
-    and every W @ x of the first layer comes from this one function (identical rounding
-    whatever the segmenting)."""
-    for j in range(fan_out):
-        row = w0 + j * fan_in
-        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
-        dj = delta[j]
-        for i in range(fan_in):
-            mr[i], vr[i], w = adam(mr[i], vr[i], pr[i] * shrink, dj * inp[i], ac)
-            pr[i] = min(max(w, -bound), bound)
-        z[j] = dot(pr, next_inp, fan_in)
-
-
-@_dense
-def _update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, wd_mode, adam_base, clip, bound, fade_on,
-                 first_step, ac):
-    """Any learner on a bias (gradient delta[j], FADE curvature factor[j]): FADE decay (if on),
-    weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step, clipping;
-    in the parameters' dtype (the decayed FADE value is stored before the base step: a float64
-    value here would make numba type w, and with it the whole step, float64 in float32 runs).
-    One loop with the rule inline: a call per element cost an NRT incref/decref of each array."""
-    for j in range(p.shape[0]):
-        grad = delta[j]
-        if fade_on:
-            alpha_eff = adam_alpha_eff(v[j], alpha, first_step, ac) if adam_base else alpha
-            gm[j], tr[j], p[j] = fade(gm[j], tr[j], p[j], grad, factor[j], alpha_eff, theta, fc)
-        w = p[j]
-        if wd_mode == WD_COUPLED:
-            grad = grad + lam * w
-        elif wd_mode == WD_DECOUPLED:
-            w = w * shrink
-        if adam_base:
-            m[j], v[j], w = adam(m[j], v[j], w, grad, ac)
-        else:
-            w = w - alpha * grad
-        if clip:
-            w = min(max(w, -bound), bound)
-        p[j] = w
-
-
-# The activation and its derivative without a branch per unit: a ReLU's sign is a coin flip
-# per unit and step, and the branches' mispredictions were a fifth of a nonlinear step's kernel time.
-@_dense
-def _activate(z, out, active, slope):
-    """out = leaky_relu(z); active |= z > 0."""
-    for j in range(z.shape[0]):
-        zj = z[j]
-        positive = zj > 0
-        out[j] = zj if positive else zj * slope
-        active[j] = active[j] or positive
-
-
-@_dense
-def _activation_backward(z, delta, slope):
-    """delta *= leaky_relu'(z) (slope where z <= 0)."""
-    for i in range(z.shape[0]):
-        d = delta[i]
-        delta[i] = d * slope if z[i] <= 0 else d
-
-
 @numba.njit(fastmath=FASTMATH, error_model=ERRORS, parallel=True, cache=True)
 def run_segment(setup, hp, state, data, sums):
     """Advance R runs by data.x.shape[0] steps: `Setup`, `RunHyperparameters`,
@@ -340,7 +131,7 @@ def run_segment(setup, hp, state, data, sums):
         head_factor = np.ones(n_out, dtype=params.dtype)
         shrink = one - a * la if wd_mode == WD_DECOUPLED else one  # AdamW's decay factor
         # A plain-SGD or any Adam first layer (not under FADE) fuses its update with the next
-        # step's forward (see _sgd_rank_one_then_affine, _adam_rank_one_then_affine);
+        # step's forward (see sgd_rank_one_then_affine, adam_rank_one_then_affine);
         # z[:sizes[1]] then holds W0 @ x_t when step t starts.
         fused_sgd = not (fade_start == 0 or adam_base or clip or wd_mode != WD_NONE)
         fused_adam = adam_base and fade_start > 0
@@ -348,12 +139,12 @@ def run_segment(setup, hp, state, data, sums):
         zero_in = np.zeros(n_in, dtype=params.dtype)
         # (starts[0], not a literal 0: a literal would compile a differently-vectorised copy)
         if fused_sgd:
-            _sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, x[0, s], z)
+            sgd_rank_one_then_affine(p, starts[0], n_in, sizes[1], zero_in, ones, one - one, x[0, s], z)
         elif fused_adam:
             null = null_adam(adam_scalars)
             adam_scalars[0] = np.inf
-            _adam_rank_one_then_affine(p, m, v, starts[0], n_in, sizes[1], zero_in, ones - ones, one, null,
-                                       adam_scalars[0], x[0, s], z)
+            adam_rank_one_then_affine(p, m, v, starts[0], n_in, sizes[1], zero_in, ones - ones, one, null,
+                                      adam_scalars[0], x[0, s], z)
         for t in range(steps):
             k = adam_steps + t + 1  # this step's Adam step number
             ac = adam_constants(a, k, adam_scalars)  # a tuple: adam_scalars is free for reuse
@@ -366,11 +157,11 @@ def run_segment(setup, hp, state, data, sums):
                     for j in range(fan_out):
                         z[j] = z[j] + p[starts[1] + j]
                 else:
-                    _affine(p, starts[2 * layer], starts[2 * layer + 1], fan_in, fan_out, acts[a_off : a_off + fan_in],
-                            z[z_off : z_off + fan_out])
+                    affine(p, starts[2 * layer], starts[2 * layer + 1], fan_in, fan_out, acts[a_off : a_off + fan_in],
+                           z[z_off : z_off + fan_out])
                 if layer < layers - 1:
-                    _activate(z[z_off : z_off + fan_out], acts[a_off + fan_in : a_off + fan_in + fan_out],
-                              active[r, z_off : z_off + fan_out], slope)
+                    activate(z[z_off : z_off + fan_out], acts[a_off + fan_in : a_off + fan_in + fan_out],
+                             active[r, z_off : z_off + fan_out], slope)
                 a_off += fan_in
                 z_off += fan_out
             # loss and the head's delta
@@ -415,28 +206,28 @@ def run_segment(setup, hp, state, data, sums):
                 fade_on = w0 >= fade_start
                 factor = head_factor if layer == layers - 1 and classification else ones[:fan_out]
                 if fade_on and not adam_base:
-                    _fade_sgd_rank_one(p, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
-                                       back, d_in, row_buffer)
+                    fade_sgd_rank_one(p, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
+                                      back, d_in, row_buffer)
                 elif fade_on:
-                    _fade_adam_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th,
-                                        fc, first, ac, back, d_in, row_buffer)
+                    fade_adam_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th,
+                                       fc, first, ac, back, d_in, row_buffer)
                 elif layer == 0 and fused_adam:
-                    _adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, bounds[0],
-                                               x[t + 1, s] if t + 1 < steps else zero_in, z)
-                elif adam_base:
-                    _adam_rank_one(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, bounds[layer], back, d_in)
-                elif layer == 0 and fused_sgd:
-                    _sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a,
+                    adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, bounds[0],
                                               x[t + 1, s] if t + 1 < steps else zero_in, z)
+                elif adam_base:
+                    adam_rank_one(p, m, v, w0, fan_in, fan_out, inp, d_layer, shrink, ac, bounds[layer], back, d_in)
+                elif layer == 0 and fused_sgd:
+                    sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, d_layer, a,
+                                             x[t + 1, s] if t + 1 < steps else zero_in, z)
                 elif wd_mode == WD_COUPLED:
-                    _sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, la, back, d_in)
+                    sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, la, back, d_in)
                 else:  # SGD, clipped after the step (+-inf without clipping)
-                    _sgd_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, bounds[layer], back, d_in)
+                    sgd_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, bounds[layer], back, d_in)
                 if back:  # through the activation below
-                    _activation_backward(z[below:z_off], d_in, slope)
-                _update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out] if adam_base else m,
-                             v[b0 : b0 + fan_out] if adam_base else v,
-                             gm[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else gm,
-                             tr[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else tr,
-                             d_layer, factor, a, la, shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac)
+                    activation_backward(z[below:z_off], d_in, slope)
+                update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out] if adam_base else m,
+                            v[b0 : b0 + fan_out] if adam_base else v,
+                            gm[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else gm,
+                            tr[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else tr,
+                            d_layer, factor, a, la, shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac)
                 z_off = below
