@@ -11,7 +11,6 @@ pickle), and hands its path in `resume_from`.
 
 from __future__ import annotations
 
-import math
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -23,7 +22,7 @@ from sweeps.packs.checkpoint_files import CHECKPOINT_FILE
 from sweeps.spec import Pack
 from sweeps.store.location import StoreLocation
 from sweeps.store.store import Store
-from tasks import get_task
+from sweeps.tune.metrics import as_report, config_totals
 
 if TYPE_CHECKING:
     from sweeps.packs import ChunkProgress
@@ -104,15 +103,7 @@ def pack_trainable(
     # The final report comes after the write, so a finished trial means written results.
     final = _summary(last) if last is not None else {}
     tune.report({**final, "restored_from_step": restored_from, "compute_seconds": outcome.wall_seconds, "written": True,
-                 "best_score": _best_score(outcome.score, get_task(pack.experiment.task).higher_is_better)})
-
-
-def _best_score(scores, higher_is_better: bool) -> float | None:
-    """The pack's best finite score (None if every run diverged): the dashboard's best score so far."""
-    finite = [float(s) for s in scores if math.isfinite(s)]
-    if not finite:
-        return None
-    return max(finite) if higher_is_better else min(finite)
+                 "config_totals": as_report(config_totals([c for c, _ in pack.pairs()], outcome.score, outcome.diverged))})
 
 
 def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str) -> bool:
