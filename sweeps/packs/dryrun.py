@@ -100,6 +100,17 @@ def load_note(cpus: int | None = None) -> str | None:
             "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
 
 
+def oversubscribed_note(declared_cpus: float, cpus: int | None = None) -> str | None:
+    """A warning when the embedded Ray is declared more CPUs (`--num-cpus`) than this machine has: Ray
+    starts that many packs at once, which share the real cores, so the estimate (one pack per real
+    core) is that much too short. None when they fit."""
+    cpus = cpus or os.cpu_count() or 1
+    if declared_cpus <= cpus:
+        return None
+    return (f"--num-cpus declares {declared_cpus:g} CPUs but this machine has {cpus}: the estimate assumes "
+            f"{declared_cpus:g} real cores; here the packs share {cpus} and the run takes longer.")
+
+
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
              gpu_slots: int = 0, embedded: bool = True, costs: CostModel | None = None,
              engine: str | None = None) -> PlanEstimate:
@@ -154,9 +165,8 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
                  + f", a worker's start per slot (~{SLOT_START_SECONDS:.0f} s) and its streams "
                  f"(~{max((sum(v.values()) for v in streams.values()), default=0):.0f} s), ~{overheads.pack_start:.1f} s of start-up "
                  f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
-    loaded = load_note() if embedded else None
-    if loaded:
-        lines.append(loaded)
+    notes = [oversubscribed_note(slots * resources.cpus), load_note()] if embedded else []
+    lines += [note for note in notes if note]
     return PlanEstimate(lines, wall)
 
 
