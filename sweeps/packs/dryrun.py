@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numba
@@ -40,10 +41,12 @@ LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
-              runs: int | None = None, engine: str | None = None) -> float:
+              runs: int | None = None, engine: str | None = None, clock: Callable[[], float] = time.perf_counter) -> float:
     """Run-steps per second of a short pack of this experiment: on one CPU thread, or on the
     GPU with `runs` runs (a GPU's rate depends on how full the pack is; the first chunk,
-    with its CUDA-graph capture, is not timed), by the engine the sweep would run it on."""
+    with its CUDA-graph capture, is not timed), by the engine the sweep would run it on.
+    `clock`: wall time (what a run will take here, now), or `time.process_time` for the CPU's own
+    rate, which other jobs on a loaded machine barely move (benchmarks/bench_learner_costs.py)."""
     family = get_task(experiment.task).family
     configs = experiment.configs()
     wanted = runs or CALIBRATION_RUNS[family]
@@ -59,12 +62,12 @@ def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype
     next(chunks)  # compiles the kernel / captures the graph
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    start = clock()
     for _ in chunks:
         pass
     if device == "cuda":
         torch.cuda.synchronize()
-    return pack.runs * (steps - steps // 4) / (time.perf_counter() - start)
+    return pack.runs * (steps - steps // 4) / (clock() - start)
 
 
 def stream_seconds(experiment: Experiment, seeds: int) -> float:
