@@ -2,7 +2,7 @@
 of each, how idle each core was, how much CPU the sweep itself used, and each pack's modelled
 seconds against its measured ones (from the store). Summary first.
 
-    python benchmarks/bench_clock.py [--steps 300000] [--repeats 1] [--num-cpus 2]
+    python benchmarks/bench_clock.py [--steps 300000] [--repeats 1] [--first old|new] [--num-cpus 2]
 
 The preset is cut to `--steps` steps (score window a quarter of it; the default makes the ~15 s of
 fixed start-up, the same for both, under 10% of the old run), written to a scratch sweep file and
@@ -146,7 +146,8 @@ def short_sweep(steps: int, folder: Path) -> Path:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=300_000, help="steps per run (the preset has 2,000,000)")
-    parser.add_argument("--repeats", type=int, default=1, help="old/new pairs, alternated (old first, then new first)")
+    parser.add_argument("--repeats", type=int, default=1, help="old/new pairs, alternated (--first first, then the other)")
+    parser.add_argument("--first", choices=("old", "new"), default="old", help="which packing runs first")
     parser.add_argument("--num-cpus", type=int, default=2)
     args = parser.parse_args()
     env = dict(os.environ)
@@ -157,7 +158,7 @@ def main() -> None:
         folder = Path(scratch)
         sweep_file = short_sweep(args.steps, folder)
         for repeat in range(args.repeats):
-            for name, extra in (OLD, NEW) if repeat % 2 == 0 else (NEW, OLD):
+            for name, extra in (OLD, NEW) if (repeat % 2 == 0) == (args.first == "old") else (NEW, OLD):
                 store = folder / f"store-{repeat}-{len(rows)}"
                 print(f"running {name}, repeat {repeat + 1} ...", file=sys.stderr, flush=True)
                 sample = run_sweep([str(sweep_file), "--storage", str(store), "--no-report",
