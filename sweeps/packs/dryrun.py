@@ -10,7 +10,8 @@ each slot a worker's start (its imports, kernels loaded from numba's cache) and 
 sweep's streams (each once: `stream_seconds`).
 The constants were measured on the 2-core machine when quiet (load average below 1), the
 minimum of repeats: `python benchmarks/bench_dryrun.py` prints estimate and real side by side.
-On a loaded machine every part is slower: the estimate then says so (`load_note`).
+On a loaded machine every part is slower: the estimate then says so (`load_note`); so it
+does when the embedded Ray is declared more CPUs than the machine has (`oversubscribed_note`).
 """
 
 from __future__ import annotations
