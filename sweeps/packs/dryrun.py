@@ -37,7 +37,7 @@ COMMAND_SECONDS = 4.0  # the command's imports, the store's checks, Tune's exper
 RAY_START_SECONDS = 6.0  # starting the embedded Ray and its dashboard
 SLOT_START_SECONDS = 2.0  # a slot's first pack: the worker imports torch and numba, loads its kernels
 STREAM_CALIBRATION_STEPS = 20_000  # steps of one stream drawn to time a task's streams
-UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses (nor this one minus one), so the draw is not served from the BlockCache
+UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, so the draw is not served from the BlockCache
 LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
@@ -77,16 +77,10 @@ def stream_seconds(experiment: Experiment, seeds: int) -> float:
     A pack draws each of its seeds' streams once for all its configs, and a worker's BlockCache
     keeps them for the packs that follow, so each slot draws each stream about once: a cost per
     slot, not per run (a 1-config pack of 10 linear seeds spends more on its streams than on its
-    runs). Timed on STREAM_CALIBRATION_STEPS steps of a seed no sweep uses (nothing cached), after a
-    one-step draw of another such seed (untimed: a process's first draw costs ~0.25 CPU-s more than the
-    next, which scaled up from 20,000 steps to nonlinear-sensitivity's 5 x 2M made ~125 s of streams
-    that a worker never spends)."""
+    runs). Timed on STREAM_CALIBRATION_STEPS steps of a seed no sweep uses (nothing cached)."""
     steps = experiment.settings.steps
     n = min(steps, STREAM_CALIBRATION_STEPS)
-    task = get_task(experiment.task)
-    task.make_stream(experiment.settings, UNCACHED_SEED - 1).chunk(0, 1)  # first-use costs (a compiled generator's
-    # load, lazy imports) are paid once per worker, not per step: kept out of the timed draw, which is scaled up
-    stream = task.make_stream(experiment.settings, UNCACHED_SEED)
+    stream = get_task(experiment.task).make_stream(experiment.settings, UNCACHED_SEED)
     start = time.perf_counter()
     stream.chunk(0, n)
     return seeds * steps * (time.perf_counter() - start) / n
