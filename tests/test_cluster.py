@@ -319,3 +319,18 @@ def test_a_node_death_is_one_line_of_output(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out.strip().splitlines()
     assert len(out) == 2 and "Raylet is terminated. Termination is unexpected." in out[0], out
     assert "raylet.out on that node" in out[0] and "a worker's line" in out[1]
+
+
+def test_dry_run_on_16_declared_cpus_plans_a_pack_per_cpu(tmp_path):
+    """On a loopback two-node cluster of 16 declared CPUs (8 a node), nonlinear-sensitivity's dry run
+    plans at least 16 packs: every CPU gets work (9fdfec8 planned 2 packs whatever the cluster)."""
+    local = start_local_cluster(worker_nodes=1, cpus_per_node=8, port=6393, dashboard_port=8278, token_path=tmp_path / "auth_token",
+                                temp_dir=Path(tempfile.mkdtemp(prefix="fade-ray-")), ports_from=30000)  # beside two_nodes
+    try:
+        dry = _cli("run", "nonlinear-sensitivity", "--dry-run", "--address", local.address, env={**os.environ, **local.env})
+        out, _ = dry.communicate(timeout=300)
+    finally:
+        stop_local_cluster(local.temp_dir)
+    assert dry.returncode == 0, out
+    plan = re.search(r"Plan for sweep nonlinear-sensitivity: (\d+) packs, .*; (\d+) CPU packs at once", out)
+    assert plan and int(plan.group(2)) == 16 and int(plan.group(1)) >= 16, out

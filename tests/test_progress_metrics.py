@@ -1,6 +1,7 @@
-"""The sweep's progress reaches Ray's dashboard: gauges per experiment (run-steps, packs, best score
-so far by the task's direction) and per sweep (rate, fraction), set from the status `status` reads;
-the run says how to sign in to the dashboard. No Ray is started: the gauges are recorded."""
+"""The sweep's progress reaches Ray's dashboard: gauges per experiment (run-steps, packs, the best
+configuration's mean so far by the best table's rule) and per sweep (rate, fraction), set from the
+status `status` reads, a resumed sweep's earlier packs included; the run says how to sign in to the
+dashboard. No Ray is started: the gauges are recorded."""
 
 import math
 
@@ -10,7 +11,6 @@ from sweeps.spec import parse_sweep, plan_packs
 from sweeps.store.status import SweepStatus, TrialStatus, progress_line
 from sweeps.tune import metrics
 from sweeps.tune.driver import dashboard_notice
-from sweeps.tune.trainable import _best_score
 
 SWEEP = {
     "name": "gauged",
@@ -70,21 +70,99 @@ def test_gauges_per_experiment_from_the_status(gauges):
     assert "packs 1 done, 1 running, 0 failed, 2 pending" in progress_line(status)  # the log line: same numbers
 
 
-def test_best_score_so_far_follows_the_tasks_direction(gauges):
+def _written(gauge, pack, scores, diverged=None):
+    """The driver's side of a written pack: the totals its trial reports (as Tune hands them back)."""
+    ids = [c for c, _ in pack.pairs()]
+    report = metrics.as_report(metrics.config_totals(ids, scores, diverged or [False] * len(ids)))
+    gauge.runs_written(metrics.from_report(report))
+
+
+def test_best_score_is_the_best_configurations_mean_over_its_finished_seeds(gauges):
     gauge, packs = gauges
     label = packs[0].experiment.label
-    same = [p for p in packs if p.experiment.label == label]
-    gauge.pack_written(same[0].pack_id, 0.5)
-    gauge.pack_written(same[1].pack_id, 0.7)  # MSE: lower is better, 0.5 stays
-    assert _value("fade_sweep_best_score", label) == 0.5
-    gauge.pack_written(same[1].pack_id, None)  # every run of a pack diverged: nothing to show
-    assert _value("fade_sweep_best_score", label) == 0.5
-    assert _best_score([math.inf, 0.3, math.nan, 0.4], higher_is_better=False) == 0.3
-    assert _best_score([0.3, 0.9, math.nan], higher_is_better=True) == 0.9
-    assert _best_score([math.nan, math.inf], higher_is_better=False) is None
+    first, second = [p for p in packs if p.experiment.label == label]  # one config x 2 seeds each
+    _written(gauge, first, [0.1, 0.9])  # mean 0.5: the best single run (0.1) is not the best configuration
+    assert _value("fade_sweep_best_score", label) == pytest.approx(0.5)
+    _written(gauge, second, [0.3, 0.5])  # mean 0.4: MSE, lower is better
+    assert _value("fade_sweep_best_score", label) == pytest.approx(0.4)
+    assert gauge.best(label) == pytest.approx(0.4)
+
+
+def test_a_config_with_a_diverged_or_non_finite_seed_is_never_the_best(gauges):
+    gauge, packs = gauges
+    label = packs[0].experiment.label
+    first, second = [p for p in packs if p.experiment.label == label]
+    _written(gauge, first, [0.6, 0.8])
+    _written(gauge, second, [0.01, 0.02], diverged=[False, True])  # far lower, but one seed diverged
+    assert _value("fade_sweep_best_score", label) == pytest.approx(0.7)
+    other = [p for p in packs if p.experiment.label != label]
+    _written(gauge, other[0], [math.nan, 0.1])  # not flagged diverged, yet not finite: no best for it yet
+    assert gauge.best(other[0].experiment.label) is None
+    assert ("experiment", other[0].experiment.label) not in {k for t in _Recorded.made["fade_sweep_best_score"].values for k in t}
+
+
+def test_seeds_of_one_config_across_packs_are_averaged_together(monkeypatch):
+    monkeypatch.setattr(metrics, "Gauge", _Recorded)
+    sweep = parse_sweep({**SWEEP, "variants": [{"task_settings": {"noise": 0.0}}]}, "test")
+    packs = plan_packs(sweep, 1, runs_per_pack=1)  # every (config, seed) a pack of its own
+    gauge = metrics.SweepGauges("gauged", packs)
+    label = packs[0].experiment.label
+    by_config = {}
+    for pack in packs:
+        by_config.setdefault(pack.configs[0].config_id, []).append(pack)
+    (a1, a2), (b1, b2) = by_config.values()
+    _written(gauge, a1, [0.2])
+    _written(gauge, b1, [0.3])
+    _written(gauge, a2, [0.6])  # config a: mean 0.4 over its two seeds
+    assert gauge.best(label) == pytest.approx(0.3)  # config b has one seed so far: its mean is 0.3
+    _written(gauge, b2, [0.7])  # b: 0.5; a: 0.4
+    assert _value("fade_sweep_best_score", label) == pytest.approx(0.4)
+
+
+def test_a_resumed_sweep_starts_its_gauges_from_the_store(monkeypatch):
+    """Packs finished before a --resume count in every per-experiment gauge from the start."""
+    monkeypatch.setattr(metrics, "Gauge", _Recorded)
+    _Recorded.made = {}
+    packs = plan_packs(parse_sweep(SWEEP, "test"), 1, runs_per_pack=2)
+    earlier, now = packs[:1], packs[1:]
+    ids = [c for c, _ in earlier[0].pairs()]
+    start = metrics.GaugeStart({c.config_id: p.experiment.label for p in packs for c in p.configs},
+                               metrics.config_totals(ids, [0.25, 0.75], [False, False]))
+    gauge = metrics.SweepGauges("gauged", [*earlier, *now], start)
+    label = earlier[0].experiment.label
+    assert _value("fade_sweep_best_score", label) == pytest.approx(0.5)
+    status = SweepStatus("gauged", "running", 100.0, 110.0, sum(p.run_steps for p in packs),
+                         {p.pack_id: TrialStatus(p.pack_id, "pending", 0, p.run_steps) for p in now},
+                         run_steps_at_start=earlier[0].run_steps)
+    status.trials[earlier[0].pack_id] = TrialStatus(earlier[0].pack_id, "done", earlier[0].run_steps, earlier[0].run_steps)
+    gauge.update(status)
+    assert _value("fade_sweep_packs_done", label) == 1
+    assert _value("fade_sweep_run_steps_done", label) == earlier[0].run_steps
 
 
 def test_the_run_says_how_to_sign_in_to_the_dashboard():
     text = "\n".join(dashboard_notice("http://127.0.0.1:8265"))
     assert "http://127.0.0.1:8265" in text and "ray get-auth-token" in text
     assert "fade_sweep_" in text and "Tune trials" in text
+
+
+def test_gauge_start_reads_the_stores_runs(tmp_path):
+    """gauge_start: the store's committed scores as totals per configuration, each labelled by its experiment."""
+    import numpy as np
+
+    from sweeps.packs import PackOutcome
+    from sweeps.store import Store, StoreLocation
+    from sweeps.store.record import check_and_record
+
+    sweep = parse_sweep(SWEEP, "test")
+    check_and_record(StoreLocation.parse(tmp_path / "db"), sweep, "float32")
+    store = Store.open(tmp_path / "db")
+    assert metrics.gauge_start(sweep, store, "tuning").finished == {}  # nothing written: nothing read
+    pack = plan_packs(sweep, 1, runs_per_pack=2)[0]  # 1 config x 2 seeds
+    curves = {"mse": np.zeros((2, 2)), **{k: None for k in ("decay_relevant", "decay_irrelevant", "step_size_relevant",
+                                                             "step_size_irrelevant")}}
+    store.write_pack(pack, PackOutcome(np.array([0.2, 0.4]), np.array([False, True]), np.array([500, 1000]), curves, 1.0))
+    start = metrics.gauge_start(sweep, Store.open(tmp_path / "db"), "tuning")
+    config = pack.configs[0].config_id
+    assert start.labels[config] == pack.experiment.label and len(start.labels) == 4
+    assert start.finished == {config: metrics.SeedTotals(0.2, 2, 1)}

@@ -66,3 +66,16 @@ def test_dry_run_says_when_the_machine_is_loaded(monkeypatch):
     monkeypatch.setattr(dryrun.os, "getloadavg", lambda: (17.9, 12.0, 8.0))
     note = dryrun.load_note(2)
     assert note and "loaded (load average 17.9 on 2 CPUs)" in note
+
+
+def test_dry_run_warns_when_num_cpus_exceeds_the_machine(monkeypatch, capsys):
+    """16 declared CPUs on a 2-core machine (embedded Ray): one line says the estimate assumes 16 real cores."""
+    from sweeps.packs import dryrun
+
+    monkeypatch.setattr(dryrun.os, "cpu_count", lambda: 2)
+    assert dryrun.oversubscribed_note(2) is None and dryrun.oversubscribed_note(1.5) is None
+    assert main(["run", "linear-demo", "--dry-run", "--num-cpus", "16"]) == 0
+    out = capsys.readouterr().out
+    warned = [line for line in out.splitlines() if "declares" in line]
+    assert len(warned) == 1 and "--num-cpus declares 16 CPUs but this machine has 2" in warned[0], out
+    assert "assumes 16 real cores" in warned[0]

@@ -10,7 +10,8 @@ each slot a worker's start (its imports, kernels loaded from numba's cache) and 
 sweep's streams (each once: `stream_seconds`).
 The constants were measured on the 2-core machine when quiet (load average below 1), the
 minimum of repeats: `python benchmarks/bench_dryrun.py` prints estimate and real side by side.
-On a loaded machine every part is slower: the estimate then says so (`load_note`).
+On a loaded machine every part is slower: the estimate then says so (`load_note`); so it
+does when the embedded Ray is declared more CPUs than the machine has (`oversubscribed_note`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numba
@@ -40,10 +42,12 @@ LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
-              runs: int | None = None, engine: str | None = None) -> float:
+              runs: int | None = None, engine: str | None = None, clock: Callable[[], float] = time.perf_counter) -> float:
     """Run-steps per second of a short pack of this experiment: on one CPU thread, or on the
     GPU with `runs` runs (a GPU's rate depends on how full the pack is; the first chunk,
-    with its CUDA-graph capture, is not timed), by the engine the sweep would run it on."""
+    with its CUDA-graph capture, is not timed), by the engine the sweep would run it on.
+    `clock`: wall time (what a run will take here, now), or `time.process_time` for the CPU's own
+    rate, which other jobs on a loaded machine barely move (benchmarks/bench_learner_costs.py)."""
     family = get_task(experiment.task).family
     configs = experiment.configs()
     wanted = runs or CALIBRATION_RUNS[family]
@@ -59,12 +63,12 @@ def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype
     next(chunks)  # compiles the kernel / captures the graph
     if device == "cuda":
         torch.cuda.synchronize()
-    start = time.perf_counter()
+    start = clock()
     for _ in chunks:
         pass
     if device == "cuda":
         torch.cuda.synchronize()
-    return pack.runs * (steps - steps // 4) / (time.perf_counter() - start)
+    return pack.runs * (steps - steps // 4) / (clock() - start)
 
 
 def stream_seconds(experiment: Experiment, seeds: int) -> float:
@@ -98,6 +102,17 @@ def load_note(cpus: int | None = None) -> str | None:
         return None
     return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the calibration ran and the run will "
             "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
+
+
+def oversubscribed_note(declared_cpus: float, cpus: int | None = None) -> str | None:
+    """A warning when the embedded Ray is declared more CPUs (`--num-cpus`) than this machine has: Ray
+    starts that many packs at once, which share the real cores, so the estimate (one pack per real
+    core) is that much too short. None when they fit."""
+    cpus = cpus or os.cpu_count() or 1
+    if declared_cpus <= cpus:
+        return None
+    return (f"--num-cpus declares {declared_cpus:g} CPUs but this machine has {cpus}: the estimate assumes "
+            f"{declared_cpus:g} real cores; here the packs share {cpus} and the run takes longer.")
 
 
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
@@ -154,9 +169,8 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
                  + f", a worker's start per slot (~{SLOT_START_SECONDS:.0f} s) and its streams "
                  f"(~{max((sum(v.values()) for v in streams.values()), default=0):.0f} s), ~{overheads.pack_start:.1f} s of start-up "
                  f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
-    loaded = load_note() if embedded else None
-    if loaded:
-        lines.append(loaded)
+    notes = [oversubscribed_note(slots * resources.cpus), load_note()] if embedded else []
+    lines += [note for note in notes if note]
     return PlanEstimate(lines, wall)
 
 

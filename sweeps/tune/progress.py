@@ -32,7 +32,7 @@ from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, T
 
 from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate, progress_line
 from sweeps.spec import Pack
-from sweeps.tune.metrics import SweepGauges
+from sweeps.tune.metrics import GaugeStart, SweepGauges, from_report
 
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
 LINE_EVERY_SECONDS = 60.0  # a progress line at least this often where no bar is drawn
@@ -100,9 +100,10 @@ class SweepProgress(Callback):
     """A Tune callback following every trial (= pack) of a sweep."""
 
     def __init__(self, sweep_name: str, packs: list[Pack], results_dir: Path, show: bool = True, finished: list[Pack] = (),
-                 lines: Callable[[str], None] | None = None):
+                 lines: Callable[[str], None] | None = None, gauges: GaugeStart | None = None):
         """`packs`: this run's trials; `finished`: packs that earlier runs of the sweep finished (shown as done);
-        `lines`: where progress lines go instead of the bar (stdout is not a terminal)."""
+        `lines`: where progress lines go instead of the bar (stdout is not a terminal); `gauges`: what the
+        dashboard's gauges start from (the store's runs of a resumed sweep)."""
         self.results_dir = results_dir
         self.show = show and lines is None
         self._lines = lines
@@ -118,7 +119,8 @@ class SweepProgress(Callback):
             trials=trials,
             run_steps_at_start=sum(p.run_steps for p in finished),
         )
-        self._packs = packs
+        self._packs = [*finished, *packs]
+        self._gauge_start = gauges
         self._gauges: SweepGauges | None = None  # made in `setup`, in the driver (Ray is up there)
         self._written_at = 0.0
         self._ended_at: float | None = None  # when Tune's experiment ended: the packs' clock stops there
@@ -126,10 +128,10 @@ class SweepProgress(Callback):
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks with the experiment state; the live display and the line writer stay behind.
-        return {**self.__dict__, "_progress": None, "_lines": None, "_gauges": None}
+        return {**self.__dict__, "_progress": None, "_lines": None, "_gauges": None, "_gauge_start": None}
 
     def setup(self, **info) -> None:
-        self._gauges = SweepGauges(self.status.sweep, self._packs)
+        self._gauges = SweepGauges(self.status.sweep, self._packs, self._gauge_start)
         self.status.started_at = time.time()
         self.status.driver_pid, self.status.host = os.getpid(), socket.gethostname()
         if self.show:
@@ -165,7 +167,7 @@ class SweepProgress(Callback):
         if result.get("written"):
             entry.state, entry.run_steps_done = "done", entry.run_steps_total
             if self._gauges is not None:
-                self._gauges.pack_written(entry.pack_id, result.get("best_score"))
+                self._gauges.runs_written(from_report(result.get("config_totals", [])))
             self._refresh(force=True, line=True)  # a pack done: a progress line
             return
         self._refresh()

@@ -13,7 +13,6 @@ TF32, the engine) is the run's `ExecutionOptions`, handed over whole.
 from __future__ import annotations
 
 import logging
-import math
 import tempfile
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,7 +25,7 @@ from sweeps.spec import Pack
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import CheckpointRecord, write_record
 from sweeps.store.store import Store
-from tasks import get_task
+from sweeps.tune.metrics import as_report, config_totals
 
 if TYPE_CHECKING:
     from sweeps.packs import ChunkProgress
@@ -112,15 +111,7 @@ def pack_trainable(
     # The final report comes after the write, so a finished trial means written results.
     final = _summary(last) if last is not None else {}
     tune.report({**final, "restored_from_step": restored_from, "compute_seconds": outcome.wall_seconds, "written": True,
-                 "best_score": _best_score(outcome.score, get_task(pack.experiment.task).higher_is_better)})
-
-
-def _best_score(scores, higher_is_better: bool) -> float | None:
-    """The pack's best finite score (None if every run diverged): the dashboard's best score so far."""
-    finite = [float(s) for s in scores if math.isfinite(s)]
-    if not finite:
-        return None
-    return max(finite) if higher_is_better else min(finite)
+                 "config_totals": as_report(config_totals([c for c, _ in pack.pairs()], outcome.score, outcome.diverged))})
 
 
 def _load_earlier_checkpoint(runner, location: StoreLocation, directory: str) -> bool:
