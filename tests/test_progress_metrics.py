@@ -8,7 +8,8 @@ import math
 import pytest
 
 from sweeps.spec import parse_sweep, plan_packs
-from sweeps.store.status import SweepStatus, TrialStatus, progress_line
+from sweeps.cli.text import progress_line
+from sweeps.store.status import SweepStatus, TrialStatus
 from sweeps.tune import metrics
 from sweeps.tune.driver import dashboard_notice
 

@@ -147,7 +147,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
     by_id = {p.pack_id: p for p in packs}
     stage = packs[0].stage
     label = sweep.name if stage == TUNING else f"{sweep.name} ({stage})"
-    progress = SweepProgress(label, packs, results_dir, options.show_progress, finished=earlier, lines=options.line_writer(),
+    progress = SweepProgress(label, packs, results_dir, finished=earlier, display=options.display,
                              gauges=gauge_start(sweep, store, stage))
     grid = None
     try:
