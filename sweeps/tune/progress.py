@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Callable
 
 from ray.tune import Callback
 
-from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus
 from sweeps.spec import Pack
 from sweeps.store.location import StoreLocation
+from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus
 from sweeps.tune.metrics import GaugeStart, SweepGauges, from_report
 
 if TYPE_CHECKING:
@@ -94,6 +94,7 @@ class SweepProgress(Callback):
             run_steps_at_start=sum(p.run_steps for p in finished),
         )
         self._packs = [*finished, *packs]
+        self._runs = {p.pack_id: p.runs for p in self._packs}  # a restored step is that many run-steps
         self._gauge_start = gauges
         self._gauges: SweepGauges | None = None  # made in `setup`, in the driver (Ray is up there)
         self._written_at = 0.0
@@ -125,6 +126,7 @@ class SweepProgress(Callback):
         entry.node_id = result.get("node_id", entry.node_id)
         entry.pid = result.get("pid", entry.pid)
         entry.restored_from_step = max(entry.restored_from_step, result.get("restored_from_step", 0))
+        entry.restored_run_steps = entry.restored_from_step * self._runs[entry.pack_id]
         if result.get("written"):
             entry.state, entry.run_steps_done = "done", entry.run_steps_total
             if self._gauges is not None:

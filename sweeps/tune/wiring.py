@@ -21,8 +21,8 @@ from sweeps.spec import TUNING, Pack, PackResources, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
 from sweeps.store.store import Store
-from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.metrics import gauge_start
+from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
 from sweeps.tune.resume import TUNE_PREFIX, packs_record
 from sweeps.tune.trainable import pack_trainable
