@@ -22,7 +22,7 @@ TINY = {"name": "tiny", "task": "linear_tracking", "task_settings": {"steps": 20
 
 def main() -> None:
     with tempfile.TemporaryDirectory() as storage:
-        run_sweep(parse_sweep(TINY, "tiny"), storage, options=ExecutionOptions(num_cpus=2, show_progress=False))
+        run_sweep(parse_sweep(TINY, "tiny"), storage, options=ExecutionOptions(num_cpus=2))
     port = next(n for n in ray.nodes() if n["Alive"])["MetricsExportPort"]
     for _ in range(12):
         time.sleep(5)

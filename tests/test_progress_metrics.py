@@ -7,8 +7,9 @@ import math
 
 import pytest
 
+from sweeps.cli.text import progress_line
 from sweeps.spec import parse_sweep, plan_packs
-from sweeps.store.status import SweepStatus, TrialStatus, progress_line
+from sweeps.store.status import SweepStatus, TrialStatus
 from sweeps.tune import metrics
 from sweeps.tune.driver import dashboard_notice
 
@@ -166,3 +167,36 @@ def test_gauge_start_reads_the_stores_runs(tmp_path):
     config = pack.configs[0].config_id
     assert start.labels[config] == pack.experiment.label and len(start.labels) == 4
     assert start.finished == {config: metrics.SeedTotals(0.2, 2, 1)}
+
+
+def test_run_steps_a_checkpoint_restored_are_not_this_runs_work():
+    """A resumed pack continues from its checkpoint: the steps it restored were done by an earlier run, so the
+    rate (the progress display's, `status`'s) and the Done line count only what this run did."""
+    from types import SimpleNamespace
+
+    from sweeps.cli.text import done_line
+
+    trials = {"a": TrialStatus("a", "done", 1000, 1000, restored_from_step=60, restored_run_steps=600),
+              "b": TrialStatus("b", "done", 1000, 1000)}
+    status = SweepStatus("resumed", "finished", 100.0, 110.0, 3000, trials | {"c": TrialStatus("c", "done", 1000, 1000)},
+                         run_steps_at_start=1000)  # pack c: finished by an earlier run
+    assert status.run_steps_this_run == 1400 and status.rate == pytest.approx(140.0)
+    run = SimpleNamespace(packs=2, run_steps=2000, wall_seconds=15.0, ray_start_seconds=5.0, slots=2, nodes={"n"})
+    assert done_line(run, status).startswith("Done: 2 packs, 1.400e+03 run-steps in 15.0 s wall")
+    assert "140.0K" not in done_line(run, status) and "0.1K run-steps/s" in done_line(run, status)
+
+
+def test_the_callback_counts_a_restored_checkpoint_in_run_steps_of_its_pack(tmp_path):
+    """`restored_from_step` is per run: the callback turns it into the pack's run-steps (steps x runs)."""
+    from types import SimpleNamespace
+
+    from sweeps.store.location import StoreLocation
+    from sweeps.tune.progress import SweepProgress
+
+    packs = plan_packs(parse_sweep(SWEEP, "test"), 1, runs_per_pack=2)
+    progress = SweepProgress("s", packs, StoreLocation.parse(tmp_path))
+    pack = packs[0]
+    progress.on_trial_result(0, [], SimpleNamespace(config={"pack_id": pack.pack_id}),
+                             {"run_steps_done": 70 * pack.runs, "restored_from_step": 60})
+    assert progress.status.trials[pack.pack_id].restored_run_steps == 60 * pack.runs == 120
+    assert progress.status.run_steps_this_run == 10 * pack.runs

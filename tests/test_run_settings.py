@@ -87,6 +87,6 @@ def test_a_run_returns_its_results_as_a_store_location(tmp_path, monkeypatch):
                 "optimizers": {"sgd": {"alpha": 0.1}}}
     from sweeps.spec import parse_sweep
 
-    outcome = driver.run_sweep(parse_sweep(document, "test"), str(tmp_path), options=ExecutionOptions(show_progress=False))
+    outcome = driver.run_sweep(parse_sweep(document, "test"), str(tmp_path), options=ExecutionOptions())
     assert isinstance(outcome.results_dir, StoreLocation) and outcome.results_dir.local_path == tmp_path / "tiny"
     assert str(outcome.results_dir / "report.html") == str(tmp_path / "tiny" / "report.html")

@@ -27,8 +27,8 @@ import sweeps
 import tasks
 from cluster.connect import check_reachable
 from cluster.errors import ClusterError
-from sweeps.store.location import StoreLocation, is_uri
 from sweeps.spec import Sweep
+from sweeps.store.location import StoreLocation, is_uri
 
 
 def client(address: str | None) -> JobSubmissionClient:

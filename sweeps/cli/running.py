@@ -139,15 +139,17 @@ def _execution_options(args: argparse.Namespace, sweep) -> ExecutionOptions:
     """The run's options, built once from the parsed flags: each flag fills the field of its name (a flag
     a command lacks, such as `confirm`'s --dtype, keeps the field's default); the pack resources are the
     flags' over the sweep file's. Progress and notices go to stdout as they happen (a log file too)."""
+    from sweeps.cli.progress import progress_display
     from sweeps.tune.options import ExecutionOptions
 
     flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(ExecutionOptions) if hasattr(args, f.name)}
-    return ExecutionOptions(**flags, resources=_resources(args, sweep), notify=functools.partial(print, flush=True))
+    return ExecutionOptions(**flags, resources=_resources(args, sweep), notify=functools.partial(print, flush=True),
+                            display=progress_display)
 
 
 def _summary(outcome, nothing: str) -> None:
     """What a run or confirm did: resumed runs and packs, then the Done line (or that nothing ran)."""
-    from sweeps.tune.progress import done_line
+    from sweeps.cli.text import done_line
 
     if outcome.skipped_runs:
         print(f"Resumed: {outcome.skipped_runs:,} runs were already in the store and were not re-run.")
@@ -183,7 +185,8 @@ def cmd_confirm(args: argparse.Namespace) -> None:
 
 
 def _dry_run(sweep, options: ExecutionOptions) -> None:
-    from sweeps.packs.dryrun import describe_plan
+    from sweeps.cli.text import plan_text
+    from sweeps.packs.dryrun import estimate
 
     resources = options.resources
     cpu_only = resources.for_task(runs_on_gpu=False)
@@ -204,8 +207,9 @@ def _dry_run(sweep, options: ExecutionOptions) -> None:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
     costs = CostModel(chunk_steps=options.chunk_steps, checkpoint_every=options.checkpoint_every,
                       threads=max(1.0, resources.cpus))
-    print(describe_plan(sweep, slots, resources, options.runs_per_pack, options.dtype, gpu_slots, not options.address,
-                        costs, options.engine))
+    plan = estimate(sweep, slots, resources, options.runs_per_pack, options.dtype, gpu_slots, not options.address,
+                    costs, options.engine)
+    print(plan_text(sweep, resources, plan))
 
 
 def _refuse_if_being_written(storage: str, name: str) -> None:

@@ -1,9 +1,11 @@
-"""What the command line says about a store, as text: the library returns data and notices, this
-module words them and the commands print them.
+"""What the command line says, as text: the library returns data and notices, this module words
+them and the commands print them.
 
-`format_status` (`fade-sweep status`), `format_verification` (`fade-sweep verify`), and
-`show_notices`, which puts the library's notices (the `sweeps` logger: a stale writer lock taken
-over, a lease lost, stored runs outside the current sweep) on stderr as one line each.
+`format_status` (`fade-sweep status`), `progress_line` (a run's progress where no bar is drawn:
+the same numbers), `done_line` (a run's closing line), `plan_text` (`run --dry-run`),
+`format_verification` (`fade-sweep verify`), `format_rate` (one throughput wording for all of
+them), and `show_notices`, which puts the library's notices (the `sweeps` logger: a stale writer
+lock taken over, a lease lost, stored runs outside the current sweep) on stderr as one line each.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from sweeps.store.records import SweepStatus
-from sweeps.store.status import driver_gone, packs_text, run_steps_text
+from sweeps.store.status import driver_gone
 
-if TYPE_CHECKING:  # verify loads pyarrow: `status` reads records only
+if TYPE_CHECKING:  # verify loads pyarrow, the dry run torch: `status` reads records only
+    from sweeps.packs.dryrun import PlanEstimate
+    from sweeps.spec import PackResources, Sweep
     from sweeps.store.verify import Verification
+    from sweeps.tune.options import SweepRun
 
 NOTICES = "sweeps"  # the logger the library's notices go to (its modules' loggers are below it)
 
@@ -36,6 +41,69 @@ def show_notices() -> None:
     logger = logging.getLogger(NOTICES)
     if not any(isinstance(h, _Stderr) for h in logger.handlers):
         logger.addHandler(_Stderr(logging.INFO))
+
+
+def format_rate(run_steps_per_second: float) -> str:
+    """12.3K or 4.56M run-steps/s: linear sweeps run millions per second, neural ones thousands."""
+    if run_steps_per_second >= 1e6:
+        return f"{run_steps_per_second / 1e6:.2f}M run-steps/s"
+    return f"{run_steps_per_second / 1e3:.1f}K run-steps/s"
+
+
+def packs_text(status: SweepStatus) -> str:
+    return (f"{status.count('done')} done, {status.count('running')} running, {status.count('failed')} failed, "
+            f"{status.count('pending')} pending")
+
+
+def run_steps_text(status: SweepStatus, live: bool) -> str:
+    """Run-steps done of the total, %, the rate and (while running) the ETA: one text for `status` and the
+    progress lines."""
+    remaining = status.run_steps_total - status.run_steps_done
+    eta = remaining / status.rate if live and status.rate > 0 and status.state == "running" else None
+    return (f"{status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
+            f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {format_rate(status.rate)}"
+            + (f", ETA {eta:.0f} s" if eta is not None else ""))
+
+
+def progress_line(status: SweepStatus) -> str:
+    """One line of a run's progress where no progress bar is drawn (a log file, a job's output):
+    the numbers `fade-sweep status` shows, from the same status."""
+    elapsed = status.updated_at - status.started_at
+    return f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"
+
+
+def done_line(run: SweepRun, status: SweepStatus | None) -> str:
+    """The closing line of a run: what ran, the wall time split into Ray's start and the packs' time,
+    and the throughput as the progress display and `status` show it (from `status` when there is one)."""
+    packs_seconds = (run.wall_seconds - run.ray_start_seconds) if status is None else status.updated_at - status.started_at
+    steps = run.run_steps if status is None else status.run_steps_this_run  # not what a checkpoint restored
+    rate = steps / packs_seconds if packs_seconds else 0.0
+    split = f"Ray start {run.ray_start_seconds:.1f} s" + (f", packs {packs_seconds:.1f} s" if packs_seconds else "")
+    packs = f"{run.packs} pack{'' if run.packs == 1 else 's'}"
+    return (f"Done: {packs}, {steps:.3e} run-steps in {run.wall_seconds:.1f} s wall ({split}); "
+            f"{format_rate(rate)} while packs ran, {run.slots} packs at once on {len(run.nodes)} node(s)")
+
+
+def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate) -> str:
+    """What `run --dry-run` prints: the plan, one line per experiment, then the estimate and its warnings."""
+    gpu = resources.gpus > 0
+    lines = [
+        f"Plan for sweep {sweep.name}: {plan.packs} packs, {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps; "
+        f"each pack asks for {resources.cpus:g} CPU" + (f", neural packs also {resources.gpus:g} GPU" if gpu else "")
+        + f"; {plan.slots} CPU packs at once" + (f", {plan.gpu_slots} GPU packs at once" if gpu else ""),
+        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'time':>9}",
+    ]
+    lines += [f"{r.task:<16} {r.settings:<24} {r.optimizer:<10} {r.packs:>5} {r.runs_per_pack:>10} {r.run_steps:>10.2e} "
+              f"{format_rate(r.rate) + ' ' + r.device:>22} {r.run_steps / r.rate:>8.0f}s" for r in plan.rows]
+    wall = plan.wall_seconds
+    note = (" GPU packs were calibrated on the CPU (no GPU on this machine): run the dry run where the GPUs are for "
+            "their GPU time." if plan.gpu_on_cpu else "")
+    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): the command (~{plan.command_seconds:.0f} s)"
+                 + (f", Ray's start (~{plan.ray_seconds:.0f} s)" if plan.ray_seconds else "")
+                 + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s) and its streams "
+                 f"(~{plan.stream_seconds:.0f} s), ~{plan.pack_start_seconds:.1f} s of start-up "
+                 f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
+    return "\n".join([*lines, *plan.notes])
 
 
 def format_status(status: SweepStatus, finished_packs: int, resume: str = "fade-sweep run ... --resume") -> str:

@@ -28,7 +28,7 @@ import torch
 from fade_core.engines import default_engine
 from sweeps.packs import make_runner
 from sweeps.spec import CostModel, Experiment, Pack, PackResources, Sweep, make_config, plan_packs
-from sweeps.spec.plan import format_rate, makespan
+from sweeps.spec.plan import makespan
 from tasks import get_task
 
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
@@ -87,9 +87,35 @@ def stream_seconds(experiment: Experiment, seeds: int) -> float:
 
 
 @dataclass(frozen=True)
+class PlanRow:
+    """One experiment of the plan: its packs and the rate it was calibrated at."""
+
+    task: str
+    settings: str  # the task settings the experiment changes
+    optimizer: str
+    packs: int
+    runs_per_pack: int  # the largest pack's
+    run_steps: int
+    rate: float  # calibrated run-steps per second of one pack
+    device: str  # "CPU" or "GPU": where it was calibrated
+
+
+@dataclass(frozen=True)
 class PlanEstimate:
-    lines: list[str]  # the plan, one line per experiment, and the estimate
+    """The plan and what its wall time is made of (the command line words it: sweeps.cli.plan)."""
+
+    packs: int
+    slots: int  # CPU packs at once
+    gpu_slots: int  # GPU packs at once
+    rows: list[PlanRow]
     wall_seconds: float
+    command_seconds: float
+    ray_seconds: float  # Ray's start (0: attaching to a cluster)
+    slot_start_seconds: float  # a worker's start per slot
+    stream_seconds: float  # the streams a slot draws
+    pack_start_seconds: float  # start-up per pack
+    gpu_on_cpu: bool  # GPU packs calibrated on this GPU-less machine
+    notes: list[str]  # warnings: the machine is loaded, more CPUs declared than it has
 
 
 def load_note(cpus: int | None = None) -> str | None:
@@ -128,12 +154,7 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
     by_experiment: dict[Experiment, list[Pack]] = defaultdict(list)
     for pack in packs:
         by_experiment[pack.experiment].append(pack)
-    lines = [
-        f"Plan for sweep {sweep.name}: {len(packs)} packs, {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps; "
-        f"each pack asks for {resources.cpus:g} CPU" + (f", neural packs also {resources.gpus:g} GPU" if gpu else "")
-        + f"; {slots} CPU packs at once" + (f", {gpu_slots} GPU packs at once" if gpu else ""),
-        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'time':>9}",
-    ]
+    rows = []
     seconds: dict[str, list[float]] = {"cpu": [], "cuda": []}  # per pack, overheads included
     streams: dict[str, dict[tuple[str, str], float]] = {"cpu": {}, "cuda": {}}  # per slot: each stream drawn once
     seeds = sweep.seeds[: min(len(sweep.seeds), 5)]
@@ -153,29 +174,14 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         drawn = (experiment.task, repr(experiment.settings))
         if drawn not in streams[pool]:
             streams[pool][drawn] = stream_seconds(experiment, len(sweep.seeds))
-        steps = sum(p.run_steps for p in group)
-        lines.append(
-            f"{experiment.task:<16} {experiment.changed_settings:<24} {experiment.optimizer:<10} {len(group):>5} "
-            f"{max(p.runs for p in group):>10} {steps:>10.2e} {format_rate(rate) + ' ' + kind:>22} {steps / rate:>8.0f}s"
-        )
+        rows.append(PlanRow(experiment.task, experiment.changed_settings, experiment.optimizer, len(group),
+                            max(p.runs for p in group), sum(p.run_steps for p in group), rate, kind))
     ray = RAY_START_SECONDS if embedded else 0.0
     spans = [makespan(seconds[d], n) + SLOT_START_SECONDS + sum(streams[d].values())
              for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
     wall = COMMAND_SECONDS + ray + max(spans, default=0.0)
-    overheads = table.overheads
-    note = " GPU packs were calibrated on the CPU (no GPU on this machine): run the dry run where the GPUs are for their GPU time." if uncalibrated else ""
-    lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): the command (~{COMMAND_SECONDS:.0f} s)"
-                 + (f", Ray's start (~{ray:.0f} s)" if ray else "")
-                 + f", a worker's start per slot (~{SLOT_START_SECONDS:.0f} s) and its streams "
-                 f"(~{max((sum(v.values()) for v in streams.values()), default=0):.0f} s), ~{overheads.pack_start:.1f} s of start-up "
-                 f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
     notes = [oversubscribed_note(slots * resources.cpus), load_note()] if embedded else []
-    lines += [note for note in notes if note]
-    return PlanEstimate(lines, wall)
+    return PlanEstimate(len(packs), slots, gpu_slots, rows, wall, COMMAND_SECONDS, ray, SLOT_START_SECONDS,
+                        max((sum(v.values()) for v in streams.values()), default=0.0), table.overheads.pack_start,
+                        uncalibrated, [note for note in notes if note])
 
-
-def describe_plan(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
-                  gpu_slots: int = 0, embedded: bool = True, costs: CostModel | None = None,
-                  engine: str | None = None) -> str:
-    """The plan and its estimated wall time, as `fade-sweep run --dry-run` prints it."""
-    return "\n".join(estimate(sweep, slots, resources, runs_per_pack, dtype, gpu_slots, embedded, costs, engine).lines)

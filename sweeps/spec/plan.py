@@ -224,9 +224,3 @@ def makespan(pack_seconds: list[float], slots: int) -> float:
         heapq.heapreplace(loads, loads[0] + seconds)
     return max(loads)
 
-
-def format_rate(run_steps_per_second: float) -> str:
-    """12.3K or 4.56M run-steps/s: linear sweeps run millions per second, neural ones thousands."""
-    if run_steps_per_second >= 1e6:
-        return f"{run_steps_per_second / 1e6:.2f}M run-steps/s"
-    return f"{run_steps_per_second / 1e3:.1f}K run-steps/s"

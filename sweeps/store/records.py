@@ -149,6 +149,7 @@ class TrialStatus:
     node_id: str | None = None
     pid: int | None = None
     restored_from_step: int = 0  # > 0 when the trial continued from a checkpoint
+    restored_run_steps: int = 0  # the run-steps that checkpoint held: done by an earlier run, not this one
 
 
 @dataclass
@@ -191,10 +192,17 @@ class SweepStatus:
         return sum(t.state == state for t in self.trials.values())
 
     @property
+    def run_steps_this_run(self) -> int:
+        """The run-steps this run of the sweep did: not those of packs earlier runs finished, nor those a
+        checkpoint restored (a resumed pack continues where it stopped)."""
+        restored = sum(t.restored_run_steps for t in self.trials.values())
+        return max(0, self.run_steps_done - self.run_steps_at_start - restored)
+
+    @property
     def rate(self) -> float:
-        """Run-steps per second since this run of the sweep started."""
+        """Run-steps per second of this run (`run_steps_this_run`) since it started."""
         elapsed = self.updated_at - self.started_at
-        return max(0, self.run_steps_done - self.run_steps_at_start) / elapsed if elapsed > 0 else 0.0
+        return self.run_steps_this_run / elapsed if elapsed > 0 else 0.0
 
     @property
     def nodes(self) -> set[str]:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import socket
 import time
 
-from sweeps.spec.plan import format_rate
 from sweeps.store.holder import pid_alive
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import STATUS_FILE, SweepStatus, TrialStatus, read_record
@@ -27,8 +26,7 @@ from sweeps.store.records import STATUS_FILE, SweepStatus, TrialStatus, read_rec
 HEARTBEAT_SECONDS = 1.0  # how often a live driver refreshes updated_at (at least every few seconds)
 STALE_SECONDS = 30.0  # a heartbeat older than this, from a driver on another host, means it is gone
 
-__all__ = ["STATUS_FILE", "SweepStatus", "TrialStatus", "driver_gone", "packs_text", "progress_line", "read_status",
-           "run_steps_text"]
+__all__ = ["STATUS_FILE", "SweepStatus", "TrialStatus", "driver_gone", "read_status"]
 
 
 def read_status(location: StoreLocation) -> SweepStatus | None:
@@ -48,24 +46,3 @@ def driver_gone(status: SweepStatus, now: float | None = None) -> bool:
         return not pid_alive(status.driver_pid)
     return status.host is not None and age > STALE_SECONDS
 
-
-def packs_text(status: SweepStatus) -> str:
-    return (f"{status.count('done')} done, {status.count('running')} running, {status.count('failed')} failed, "
-            f"{status.count('pending')} pending")
-
-
-def run_steps_text(status: SweepStatus, live: bool) -> str:
-    """Run-steps done of the total, %, the rate and (while running) the ETA: one text for `status` (the command
-    line's) and the progress lines (the driver's Tune callback, below the command line: so it is here)."""
-    remaining = status.run_steps_total - status.run_steps_done
-    eta = remaining / status.rate if live and status.rate > 0 and status.state == "running" else None
-    return (f"{status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
-            f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {format_rate(status.rate)}"
-            + (f", ETA {eta:.0f} s" if eta is not None else ""))
-
-
-def progress_line(status: SweepStatus) -> str:
-    """One line of a run's progress where no progress bar is drawn (a log file, a job's output):
-    the numbers `fade-sweep status` shows, from the same status."""
-    elapsed = status.updated_at - status.started_at
-    return f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"

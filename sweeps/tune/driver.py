@@ -75,7 +75,7 @@ def _connect(store: Store, options: ExecutionOptions, resources: PackResources) 
     started = time.perf_counter()
     dashboard_url = connect(options.address, options.num_cpus)
     ray_start = time.perf_counter() - started
-    if options.show_progress and dashboard_url:
+    if options.display is not None and dashboard_url:  # a run a person follows: how to open its dashboard
         for line in dashboard_notice(dashboard_url):
             options.notice(line)
     # some node must take a GPU pack (ClusterError otherwise); GPU packs at once size the GPU packs

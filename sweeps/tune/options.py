@@ -3,13 +3,13 @@ command line to every trial), what a run did, an interrupt."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from sweeps.spec import PackResources
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 from sweeps.store.location import StoreLocation
+from sweeps.store.records import SweepStatus
 
 if TYPE_CHECKING:
     from sweeps.store.store import Store
@@ -23,6 +23,17 @@ class SweepInterrupted(KeyboardInterrupt):
     def __init__(self, packs_done: int, packs_total: int, results_dir: StoreLocation):
         super().__init__(f"interrupted: {packs_done} of {packs_total} packs done")
         self.packs_done, self.packs_total, self.results_dir = packs_done, packs_total, results_dir
+
+
+class ProgressDisplay(Protocol):
+    """Where a run's progress reaches a person: the command line's bar, or its log lines
+    (sweeps.cli.progress). The driver's Tune callback feeds it the run's status; it decides what to show."""
+
+    def update(self, status: SweepStatus, milestone: bool) -> None:
+        """The status now; `milestone`: a pack was written or the run ended (a log line is due)."""
+
+    def close(self) -> None:
+        """The run is over: stop drawing."""
 
 
 @dataclass(frozen=True)
@@ -42,20 +53,14 @@ class ExecutionOptions:
     resources: PackResources | None = None  # None: the sweep file's
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     max_failures: int = 3  # retries of a failed trial, each from its last checkpoint
-    show_progress: bool = True
-    progress_lines: bool | None = None  # progress as lines to `notify`, not a bar; None: when stdout is not a terminal
     tf32: bool = False  # let float32 matrix products on GPUs use TF32 (faster, ~1e-3 relative error)
     engine: str | None = None  # every pack's engine (fade_core.engines); None: the sweep file's, else the default
     notify: Callable[[str], None] | None = None  # one line per notice (dashboard URL, orphans removed, ...)
+    display: Callable[[SweepStatus], ProgressDisplay] | None = None  # one per Tune experiment; None: progress not shown
 
     def notice(self, line: str) -> None:
         if self.notify is not None:
             self.notify(line)
-
-    def line_writer(self) -> Callable[[str], None] | None:
-        """Where progress lines go when there is no terminal to draw a bar on (None: draw the bar, or nothing)."""
-        lines = self.progress_lines if self.progress_lines is not None else not sys.stdout.isatty()
-        return self.notify if self.show_progress and lines else None
 
 
 @dataclass(frozen=True)

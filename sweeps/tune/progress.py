@@ -1,15 +1,12 @@
-"""Driver-side progress of a sweep: a rich progress bar and the status.json file that
-`fade-sweep status` reads, plus `quiet_tune`, which keeps Ray's and Tune's banners out of a run.
+"""Driver-side progress of a sweep: the status.json file that `fade-sweep status` reads, the
+dashboard's gauges, and what a person sees (the command line's `ProgressDisplay`: a bar on a
+terminal, log lines elsewhere, sweeps.cli.progress), plus `quiet_tune`, which keeps Ray's and
+Tune's banners out of a run.
 
-The bar shows the share of the sweep's run-steps done, packs done, the throughput, the
-elapsed time and the ETA. The throughput is ONE number everywhere (bar, the closing "Done"
-line, `fade-sweep status`): `SweepStatus.rate`, the run-steps this run has done divided by
-the wall seconds since its packs started (Ray's start is reported apart).
-
-Where no bar can be drawn (stdout is not a terminal: a log file, nohup, a Ray Job, CI), the
-callback writes progress lines instead (`notify`): one when a pack is written and at least
-every LINE_EVERY_SECONDS, with the numbers `fade-sweep status` shows (`status.progress_line`),
-and a last one at the end, whose rate is the "Done" line's; never one per step or chunk.
+The throughput is ONE number everywhere (the display, the closing "Done" line, `fade-sweep
+status`): `SweepStatus.rate`, the run-steps this run has done divided by the wall seconds since
+its packs started (Ray's start is reported apart). The display gets the status at every refresh
+and a milestone when a pack is written and when the run ends; the numbers are its to word.
 
 The same numbers go to Ray's metrics (`metrics.SweepGauges`), for the dashboard.
 
@@ -24,18 +21,19 @@ import logging
 import os
 import socket
 import time
-from pathlib import Path
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable
 
 from ray.tune import Callback
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus, format_rate, progress_line
 from sweeps.spec import Pack
+from sweeps.store.location import StoreLocation
+from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus
 from sweeps.tune.metrics import GaugeStart, SweepGauges, from_report
 
+if TYPE_CHECKING:
+    from sweeps.tune.options import ProgressDisplay
+
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
-LINE_EVERY_SECONDS = 60.0  # a progress line at least this often where no bar is drawn
 TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 TUNE_LOGGER = "ray.tune.tune"  # tune.run's module logger: its SIGINT handler warns there
 
@@ -74,40 +72,16 @@ def quiet_tune() -> None:
             logger.addFilter(drop())
 
 
-class RunSummary(Protocol):
-    """What `done_line` reads of the driver's SweepRun (not imported: the driver imports this module)."""
-
-    packs: int
-    run_steps: int
-    wall_seconds: float
-    ray_start_seconds: float
-    slots: int
-    nodes: frozenset[str]
-
-
-def done_line(run: RunSummary, status: SweepStatus | None) -> str:
-    """The closing line of a run (`run`: the driver's SweepRun): what ran, the wall time split
-    into Ray's start and the packs' time, and the throughput as the bar and `status` show it."""
-    packs_seconds = (run.wall_seconds - run.ray_start_seconds) if status is None else status.updated_at - status.started_at
-    rate = run.run_steps / packs_seconds if packs_seconds else 0.0
-    split = f"Ray start {run.ray_start_seconds:.1f} s" + (f", packs {packs_seconds:.1f} s" if packs_seconds else "")
-    packs = f"{run.packs} pack{'' if run.packs == 1 else 's'}"
-    return (f"Done: {packs}, {run.run_steps:.3e} run-steps in {run.wall_seconds:.1f} s wall ({split}); "
-            f"{format_rate(rate)} while packs ran, {run.slots} packs at once on {len(run.nodes)} node(s)")
-
-
 class SweepProgress(Callback):
     """A Tune callback following every trial (= pack) of a sweep."""
 
-    def __init__(self, sweep_name: str, packs: list[Pack], results_dir: Path, show: bool = True, finished: list[Pack] = (),
-                 lines: Callable[[str], None] | None = None, gauges: GaugeStart | None = None):
+    def __init__(self, sweep_name: str, packs: list[Pack], results_dir: StoreLocation, finished: list[Pack] = (),
+                 display: Callable[[SweepStatus], ProgressDisplay] | None = None, gauges: GaugeStart | None = None):
         """`packs`: this run's trials; `finished`: packs that earlier runs of the sweep finished (shown as done);
-        `lines`: where progress lines go instead of the bar (stdout is not a terminal); `gauges`: what the
-        dashboard's gauges start from (the store's runs of a resumed sweep)."""
+        `display`: makes what a person sees of the run (None: nothing); `gauges`: what the dashboard's gauges
+        start from (the store's runs of a resumed sweep)."""
         self.results_dir = results_dir
-        self.show = show and lines is None
-        self._lines = lines
-        self._line_at = 0.0  # when the last progress line was written
+        self._make_display = display
         trials = {p.pack_id: TrialStatus(p.pack_id, "done", p.run_steps, p.run_steps) for p in finished}
         trials.update({p.pack_id: TrialStatus(p.pack_id, "pending", 0, p.run_steps) for p in packs})
         self.status = SweepStatus(
@@ -120,35 +94,23 @@ class SweepProgress(Callback):
             run_steps_at_start=sum(p.run_steps for p in finished),
         )
         self._packs = [*finished, *packs]
+        self._runs = {p.pack_id: p.runs for p in self._packs}  # a restored step is that many run-steps
         self._gauge_start = gauges
         self._gauges: SweepGauges | None = None  # made in `setup`, in the driver (Ray is up there)
         self._written_at = 0.0
         self._ended_at: float | None = None  # when Tune's experiment ended: the packs' clock stops there
-        self._progress: Progress | None = None
+        self._display: ProgressDisplay | None = None  # made in `setup`, in the driver
 
     def __getstate__(self) -> dict:
-        # Tune pickles its callbacks with the experiment state; the live display and the line writer stay behind.
-        return {**self.__dict__, "_progress": None, "_lines": None, "_gauges": None, "_gauge_start": None}
+        # Tune pickles its callbacks with the experiment state; the display and its maker stay behind.
+        return {**self.__dict__, "_display": None, "_make_display": None, "_gauges": None, "_gauge_start": None}
 
     def setup(self, **info) -> None:
         self._gauges = SweepGauges(self.status.sweep, self._packs, self._gauge_start)
         self.status.started_at = time.time()
         self.status.driver_pid, self.status.host = os.getpid(), socket.gethostname()
-        if self.show:
-            self._progress = Progress(
-                TextColumn("[bold]sweep"),
-                BarColumn(),
-                TaskProgressColumn(),  # of the sweep's run-steps
-                TextColumn("packs {task.fields[packs]}"),
-                TextColumn("{task.fields[rate]}"),
-                TextColumn("elapsed"),
-                TimeElapsedColumn(),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-            )
-            self._task = self._progress.add_task("sweep", total=self.status.run_steps_total, completed=self.status.run_steps_done,
-                                                 packs="", rate="")
-            self._progress.start()
+        if self._make_display is not None:
+            self._display = self._make_display(self.status)
         self._refresh(force=True)
 
     def _trial(self, trial) -> TrialStatus:
@@ -164,11 +126,12 @@ class SweepProgress(Callback):
         entry.node_id = result.get("node_id", entry.node_id)
         entry.pid = result.get("pid", entry.pid)
         entry.restored_from_step = max(entry.restored_from_step, result.get("restored_from_step", 0))
+        entry.restored_run_steps = entry.restored_from_step * self._runs[entry.pack_id]
         if result.get("written"):
             entry.state, entry.run_steps_done = "done", entry.run_steps_total
             if self._gauges is not None:
                 self._gauges.runs_written(from_report(result.get("config_totals", [])))
-            self._refresh(force=True, line=True)  # a pack done: a progress line
+            self._refresh(force=True, milestone=True)  # a pack done: a progress line
             return
         self._refresh()
 
@@ -200,10 +163,10 @@ class SweepProgress(Callback):
             elif entry.state in ("running", "done"):
                 entry.state = "pending"  # stopped; it continues from its checkpoint on --resume
         self.status.state = state
-        self._refresh(force=True, line=True)  # the last line: its rate is the Done line's
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
+        self._refresh(force=True, milestone=True)  # the last line: its rate is the Done line's
+        if self._display is not None:
+            self._display.close()
+            self._display = None
 
     def on_experiment_end(self, trials, **info) -> None:
         # Provisional: the driver's `finish` has the last word, from the store.
@@ -212,27 +175,16 @@ class SweepProgress(Callback):
         unfinished = self.status.count("done") < len(self.status.trials)
         self.status.state = "failed" if failed else "interrupted" if unfinished else "finished"
         self._refresh(force=True)
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
 
-    def _refresh(self, force: bool = False, line: bool = False) -> None:
+    def _refresh(self, force: bool = False, milestone: bool = False) -> None:
         now = time.time()
-        # After the experiment's end the rate's clock stays there, so the bar, the Done line
+        # After the experiment's end the rate's clock stays there, so the display, the Done line
         # and `fade-sweep status` show one throughput.
         self.status.updated_at = self._ended_at or now
-        if self._progress is not None:
-            self._progress.update(
-                self._task,
-                completed=self.status.run_steps_done,
-                packs=f"{self.status.count('done')}/{len(self.status.trials)}",
-                rate=format_rate(self.status.rate),
-            )
+        if self._display is not None:
+            self._display.update(self.status, milestone)
         if force or now - self._written_at >= WRITE_EVERY_SECONDS:
             self.status.write(self.results_dir)
             self._written_at = now
             if self._gauges is not None:
                 self._gauges.update(self.status)
-        if self._lines is not None and (line or now - self._line_at >= LINE_EVERY_SECONDS):
-            self._line_at = now
-            self._lines(progress_line(self.status))

@@ -15,7 +15,15 @@ from typing import Callable
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
 from sweeps.spec import TUNING, Config, Experiment, Pack, Sweep
 from sweeps.store.location import StoreLocation
-from sweeps.store.records import PACKS_FILE, CheckpointRecord, PackConfig, PackEntry, PacksRecord, RecordError, read_record
+from sweeps.store.records import (
+    PACKS_FILE,
+    CheckpointRecord,
+    PackConfig,
+    PackEntry,
+    PacksRecord,
+    RecordError,
+    read_record,
+)
 from sweeps.store.store import Store
 
 TUNE_PREFIX = "tune-"

@@ -21,8 +21,8 @@ from sweeps.spec import TUNING, Pack, PackResources, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
 from sweeps.store.store import Store
-from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.metrics import gauge_start
+from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
 from sweeps.tune.resume import TUNE_PREFIX, packs_record
 from sweeps.tune.trainable import pack_trainable
@@ -147,7 +147,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
     by_id = {p.pack_id: p for p in packs}
     stage = packs[0].stage
     label = sweep.name if stage == TUNING else f"{sweep.name} ({stage})"
-    progress = SweepProgress(label, packs, results_dir, options.show_progress, finished=earlier, lines=options.line_writer(),
+    progress = SweepProgress(label, packs, results_dir, finished=earlier, display=options.display,
                              gauges=gauge_start(sweep, store, stage))
     grid = None
     try:
