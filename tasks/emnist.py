@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from fade_core.architecture import Architecture
-from tasks.stream import BLOCK, CounterStream, counter_rng
+from tasks.stream import BLOCK, CounterStream, check_settings, counter_rng
 
 if TYPE_CHECKING:  # torch is imported where tensors are made: the task registry is read by light commands
     import torch
@@ -64,8 +64,7 @@ class EmnistSettings:
         object.__setattr__(self, "data_dir", str(Path(directory).expanduser().absolute()) if directory else "")
 
     def check(self) -> None:
-        if min(self.steps, self.period, self.bin) <= 0:
-            raise ValueError("EMNIST tasks need positive steps, period and bin")
+        check_settings("EMNIST", steps=self.steps, period=self.period, bin=self.bin)
         if self.split not in SPLITS_WITH_47_CLASSES:
             raise ValueError(f"EMNIST split {self.split!r} does not have the task's 47 classes; use one of {', '.join(SPLITS_WITH_47_CLASSES)}")
         if not 0 <= self.stable_classes <= CLASSES - 2:

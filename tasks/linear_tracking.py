@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.stream import BLOCK, CounterStream, counter_rng
+from tasks.stream import BLOCK, CounterStream, check_settings, counter_rng
 
 DIM = 20
 RELEVANT = 5
@@ -30,8 +30,9 @@ class LinearTrackingSettings:
     bin: int = 1_000  # steps per logged bin
 
     def check(self) -> None:
-        if self.noise < 0 or self.steps <= 0 or self.period <= 0 or self.bin <= 0:
-            raise ValueError("linear_tracking needs noise >= 0 and positive steps, period and bin")
+        if self.noise < 0:
+            raise ValueError(f"linear_tracking: noise must be >= 0, got {self.noise:g}")
+        check_settings("linear_tracking", steps=self.steps, period=self.period, bin=self.bin)
         if self.bin < self.steps and self.steps % self.bin:  # the last bin would be shorter, unlike the others
             near = range(self.bin - 1, max(self.bin - 10_000, 0), -1)  # a bounded search: steps may be huge
             fits = next((b for b in near if self.steps % b == 0), None)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fade_core.architecture import Architecture
-from tasks.stream import BLOCK, CounterStream, counter_rng
+from tasks.stream import BLOCK, CounterStream, check_settings, counter_rng
 
 INPUTS, HIDDEN, OUTPUTS = 32, 256, 20
 GROUP_SIZES = {"stable": 6, "fast": 7, "slow": 7}
@@ -38,8 +38,8 @@ class NonlinearTrackingSettings:
     bin: int = 10_000  # steps per logged bin
 
     def check(self) -> None:
-        if min(self.steps, self.score_window, self.period, self.slow_multiplier, self.bin) <= 0:
-            raise ValueError("nonlinear_tracking needs positive steps, score_window, period, slow_multiplier and bin")
+        check_settings("nonlinear_tracking", steps=self.steps, bin=self.bin, score_window=self.score_window, period=self.period,
+                       slow_multiplier=self.slow_multiplier)
         if self.score_window > self.steps:
             raise ValueError(
                 f"nonlinear_tracking: score_window {self.score_window} exceeds steps {self.steps}; "

@@ -40,6 +40,14 @@ class Chunk(NamedTuple):
     y: torch.Tensor
 
 
+def check_settings(task: str, **positive: float) -> None:
+    """The check every task's settings share: each one named is above zero, a problem one line naming the
+    key and its value."""
+    for key, value in positive.items():
+        if value <= 0:
+            raise ValueError(f"{task}: {key} must be positive, got {value}")
+
+
 def counter_rng(seed: int, purpose: int, index: int = 0) -> np.random.Generator:
     """The generator of draw `index` for `purpose` of `seed`: independent of every other one."""
     return np.random.default_rng(np.random.SeedSequence([seed, purpose, index]))

@@ -21,7 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # Bad files the schema cannot see: what is wrong depends on the task (or on two keys at once).
 TASK_DEPENDENT = {
     "optimizers.adam",  # adam is a neural optimizer; the file's task is linear
-    "task_settings: linear_tracking needs noise >= 0",  # the task's own check of its settings
+    "task_settings: linear_tracking: noise must be >= 0",  # the task's own checks of its settings
+    "task_settings: linear_tracking: period must be positive",
     "task_settings: linear_tracking: bin 300 does not divide steps 2000",
     "resources.gpus_per_pack: linear_tracking runs on CPUs only",
     "optimizers.sgd_wd.lambda: 1.5 is out of range",  # lambda <= 1 holds for the linear learners only

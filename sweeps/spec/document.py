@@ -84,10 +84,11 @@ def _distinct(values: list) -> list:
     return values
 
 
+MAX_SEED = 2**63 - 1  # a seed is a signed 64-bit integer where it seeds a generator (torch's, a stream's)
 Seeds = Annotated[
-    Annotated[int, Field(gt=0)] | Annotated[list[Annotated[int, Field(ge=0)]], AfterValidator(_distinct),
+    Annotated[int, Field(gt=0)] | Annotated[list[Annotated[int, Field(ge=0, le=MAX_SEED)]], AfterValidator(_distinct),
                                             Field(min_length=1, json_schema_extra={"uniqueItems": True})],
-    problem("must be a positive int n (seeds 0..n-1) or a list of distinct ints >= 0, got {value}"),
+    problem("must be a positive int n (seeds 0..n-1) or a list of distinct ints in 0..2**63-1, got {value}"),
     Field(description="an int n (seeds 0..n-1) or a list of distinct seeds"),
 ]
 Task = Annotated[Literal[tuple(TASKS)], problem(f"unknown task {{value}}; choose one of {', '.join(TASKS)}"),
