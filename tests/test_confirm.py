@@ -264,3 +264,8 @@ def test_a_method_whose_every_configuration_diverged_is_named_not_dropped():
     assert unconfirmable(tuning) == [
         "sgd on linear_tracking (noise=1.0): not confirmed, every configuration diverged on the tuning seeds"]
     assert unconfirmable(_stage_frame({"idbd": [1.44, 1.47, 1.46]}, 0)) == []
+    from sweeps.analysis.confirm import confirmation_table, confirmation_text
+
+    table = confirmation_table(tuning, _stage_frame({"idbd": [1.45, 1.46, 1.44]}, 3))
+    for fmt in ("md", "html", "latex"):  # the table of the confirmed methods says which one it lacks
+        assert "sgd on linear" in confirmation_text(table, fmt, unconfirmed=unconfirmable(tuning)), fmt

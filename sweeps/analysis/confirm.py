@@ -15,6 +15,9 @@ Functions of frames (scores of one stage each), never of paths.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Sequence
+
 import polars as pl
 
 from sweeps.analysis import queries, tables
@@ -103,8 +106,9 @@ def _gap_cause() -> pl.Expr:
     )
 
 
-def confirmation_grids(table: pl.DataFrame, stat: str, seeds_note: str = "") -> list:
-    """The confirmation table as renderable grids (tables.render), one per setting."""
+def confirmation_grids(table: pl.DataFrame, stat: str, seeds_note: str = "", unconfirmed: Sequence[str] = ()) -> list:
+    """The confirmation table as renderable grids (tables.render), one per setting; `unconfirmed` (the lines of
+    `unconfirmable`) are footnotes of the first, so a method the best table lists is never missing without a word."""
     variant = [c for c in table.columns if c not in (*CONFIRM_COLUMNS, "optimizer", "config_id", "stat",
                                                         *queries.HYPERPARAMETER_COLUMNS)]
     name = tables.STAT_NAMES[stat]
@@ -141,14 +145,18 @@ def confirmation_grids(table: pl.DataFrame, stat: str, seeds_note: str = "") -> 
             ("rank", "method", "selected hyperparameters", f"tuning {name}", f"confirmation {name}", "95% CI", "gap",
              "gap cause"),
             rows, marked, footnotes=tuple(footnotes)))
+    if grids and unconfirmed:
+        grids[0] = dataclasses.replace(grids[0], footnotes=(*grids[0].footnotes, *unconfirmed))
     return grids
 
 
-def confirmation_text(table: pl.DataFrame, fmt: str, stat: str = "mean", seeds_note: str = "") -> str:
-    """The confirmation table rendered (md, latex, html) or as CSV."""
+def confirmation_text(table: pl.DataFrame, fmt: str, stat: str = "mean", seeds_note: str = "",
+                      unconfirmed: Sequence[str] = ()) -> str:
+    """The confirmation table rendered (md, latex, html), with the methods it could not confirm in a
+    footnote, or as CSV (the confirmed configurations' rows)."""
     if fmt == "csv":
         return tables.csv_text(table)
-    return tables.render(confirmation_grids(table, stat, seeds_note), fmt)
+    return tables.render(confirmation_grids(table, stat, seeds_note, unconfirmed), fmt)
 
 
 def confirmation_section(tuning: pl.LazyFrame | pl.DataFrame, confirmation: pl.LazyFrame | pl.DataFrame | None,
@@ -162,7 +170,8 @@ def confirmation_section(tuning: pl.LazyFrame | pl.DataFrame, confirmation: pl.L
                       "RESULTS_DIR --seeds N` re-runs each selected configuration on fresh seeds.</p>"))
         runs = selected_runs(tuning, selected_configs(tuning, stat))
     else:
-        parts.append(("Confirmation on fresh seeds", confirmation_text(confirmation_table(tuning, confirmation, stat), "html", stat)))
+        parts.append(("Confirmation on fresh seeds", confirmation_text(confirmation_table(tuning, confirmation, stat), "html",
+                                                                       stat, unconfirmed=unconfirmable(tuning, stat))))
         runs = _frame(confirmation).collect()
     robust = robustness_table(tuning)
     parts.append(("Robustness across settings", robustness_text(robust, "html") if robust.height else

@@ -69,7 +69,7 @@ def cmd_report(args: argparse.Namespace) -> int | None:
 
 def stage_text(store, kind: str, fmt: str, stat: str) -> str:
     """`table --kind confirm | robustness`: the tuning frame (and the confirmation frame) to the tables."""
-    from sweeps.analysis.confirm import confirmation_table, confirmation_text
+    from sweeps.analysis.confirm import confirmation_table, confirmation_text, unconfirmable
     from sweeps.analysis.robustness import robustness_table, robustness_text
     from sweeps.spec import CONFIRMATION
     from sweeps.store import RecordError
@@ -88,7 +88,8 @@ def stage_text(store, kind: str, fmt: str, stat: str) -> str:
     if record is None or not store.selection(stage=CONFIRMATION).runs:
         raise UserError(f"{store.location}: no confirmation runs; run `fade-sweep confirm {store.location} --seeds N` first")
     table = confirmation_table(tuning, store.scan("scores", stage=CONFIRMATION), stat)
-    return confirmation_text(table, fmt, stat, f"; seeds {_seed_span(record.seeds)}, selected by the {record.stat}")
+    return confirmation_text(table, fmt, stat, f"; seeds {_seed_span(record.seeds)}, selected by the {record.stat}",
+                             unconfirmable(tuning, record.stat))
 
 
 def _seed_span(seeds: tuple[int, ...]) -> str:

@@ -121,6 +121,10 @@ def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], res
     # Again at the end: a Ray worker of a killed earlier writer may have written data files after the
     # first tidy (its commit was refused: see commit.write_pack); by now it is gone.
     _tidy(store, options)
+    started_over = len(resumed) - len(phase.restored) if phase else 0
+    if started_over > 0:  # the worker's reason is in its log (Ray keeps workers' output out of the driver's)
+        options.notice(f"{started_over} interrupted pack{'s' if started_over > 1 else ''} could not continue from "
+                       "a checkpoint (unreadable, or another pack's) and started over; results are the same")
     return SweepRun(
         results_dir=store.location,
         packs=phase.packs if phase else 0,
@@ -132,7 +136,7 @@ def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], res
         slots=cluster.slots,
         nodes=phase.nodes if phase else frozenset(),
         dashboard_url=cluster.dashboard_url,
-        resumed_packs=len(resumed),
+        resumed_packs=len(phase.restored) if phase else 0,
         store=store.reopened(),
     )
 

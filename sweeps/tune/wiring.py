@@ -134,6 +134,7 @@ class Phase:
     run_steps: int
     compute_seconds: float
     nodes: frozenset[str]
+    restored: frozenset[str]  # packs that continued from a checkpoint (a resumed pack whose checkpoint failed starts over)
 
 
 def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], store: Store,
@@ -175,4 +176,5 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
         )
     progress.finish("finished", written)
     compute = sum(r.metrics.get("compute_seconds", 0.0) for r in grid if r.metrics)
-    return Phase(len(packs), sum(p.run_steps for p in packs), compute, frozenset(progress.status.nodes))
+    restored = frozenset(pid for pid, t in progress.status.trials.items() if t.restored_from_step > 0)
+    return Phase(len(packs), sum(p.run_steps for p in packs), compute, frozenset(progress.status.nodes), restored)
