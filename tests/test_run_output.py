@@ -79,3 +79,20 @@ def test_dry_run_warns_when_num_cpus_exceeds_the_machine(monkeypatch, capsys):
     warned = [line for line in out.splitlines() if "declares" in line]
     assert len(warned) == 1 and "--num-cpus declares 16 CPUs but this machine has 2" in warned[0], out
     assert "assumes 16 real cores" in warned[0]
+
+
+def test_a_resumed_dry_run_plans_only_what_the_store_lacks(tmp_path, capsys):
+    """`--resume --dry-run` plans the runs a resume would run: those the store lacks, or says nothing is left."""
+    from tests.helpers import write_known_store
+
+    document = {"name": "dr", "task": "linear_tracking", "task_settings": {"steps": 2000, "bin": 1000}, "seeds": 3,
+                "optimizers": {"sgd": {"alpha": [0.1, 0.2]}}}
+    sweep_file = tmp_path / "dr.yaml"
+    sweep_file.write_text(yaml.safe_dump(document))
+    write_known_store(tmp_path / "dr", document, {("sgd", (0.1,)): [1.0, 1.1, 1.2]})  # alpha 0.2: not run yet
+    assert main(["run", str(sweep_file), "--storage", str(tmp_path), "--resume", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert " packs, 3 runs, 6.000e+03 run-steps (3 runs already in the store);" in out, out
+    write_known_store(tmp_path / "dr", document, {("sgd", (0.2,)): [1.0, 1.1, 1.2]})
+    assert main(["run", str(sweep_file), "--storage", str(tmp_path), "--resume", "--dry-run"]) == 0
+    assert "Nothing to run: every (config, seed) already has a score." in capsys.readouterr().out

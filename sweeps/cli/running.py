@@ -57,7 +57,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     if args.dry_run:
         if sweep.race is not None:  # what runs first; the later rounds depend on its scores
             print(race_plan_line(sweep))
-        _dry_run(_first_round(sweep), options)
+        done = store.finished_runs() if args.resume else set()  # a resume runs only what the store lacks
+        _dry_run(_first_round(sweep), options, done)
         if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
             steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
             print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
@@ -184,7 +185,7 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     print(stage_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
 
 
-def _dry_run(sweep, options: ExecutionOptions) -> None:
+def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = frozenset()) -> None:
     from sweeps.cli.text import plan_text
     from sweeps.packs.dryrun import estimate
 
@@ -207,9 +208,12 @@ def _dry_run(sweep, options: ExecutionOptions) -> None:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
     costs = CostModel(chunk_steps=options.chunk_steps, checkpoint_every=options.checkpoint_every,
                       threads=max(1.0, resources.cpus))
+    if set(sweep.pairs) <= set(done):
+        print("Nothing to run: every (config, seed) already has a score.")
+        return
     plan = estimate(sweep, slots, resources, options.runs_per_pack, options.dtype, gpu_slots, not options.address,
-                    costs, options.engine)
-    print(plan_text(sweep, resources, plan))
+                    costs, options.engine, done)
+    print(plan_text(sweep, resources, plan, len(done & set(sweep.pairs))))
 
 
 def _refuse_if_being_written(storage: str, name: str) -> None:

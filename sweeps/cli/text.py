@@ -84,11 +84,15 @@ def done_line(run: SweepRun, status: SweepStatus | None) -> str:
             f"{format_rate(rate)} while packs ran, {run.slots} packs at once on {len(run.nodes)} node(s)")
 
 
-def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate) -> str:
-    """What `run --dry-run` prints: the plan, one line per experiment, then the estimate and its warnings."""
+def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored: int = 0) -> str:
+    """What `run --dry-run` prints: the plan, one line per experiment, then the estimate and its warnings;
+    `stored`: runs a resumed store already holds (not planned)."""
     gpu = resources.gpus > 0
+    runs = sum(r.runs for r in plan.rows)
+    steps = sum(r.run_steps for r in plan.rows)
     lines = [
-        f"Plan for sweep {sweep.name}: {plan.packs} packs, {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps; "
+        f"Plan for sweep {sweep.name}: {plan.packs} packs, {runs:,} runs, {steps:.3e} run-steps"
+        + (f" ({stored:,} runs already in the store)" if stored else "") + "; "
         f"each pack asks for {resources.cpus:g} CPU" + (f", neural packs also {resources.gpus:g} GPU" if gpu else "")
         + f"; {plan.slots} CPU packs at once" + (f", {plan.gpu_slots} GPU packs at once" if gpu else ""),
         f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'time':>9}",

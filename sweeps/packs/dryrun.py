@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
 import numba
@@ -94,6 +94,7 @@ class PlanRow:
     settings: str  # the task settings the experiment changes
     optimizer: str
     packs: int
+    runs: int
     runs_per_pack: int  # the largest pack's
     run_steps: int
     rate: float  # calibrated run-steps per second of one pack
@@ -143,14 +144,15 @@ def oversubscribed_note(declared_cpus: float, cpus: int | None = None) -> str | 
 
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
              gpu_slots: int = 0, embedded: bool = True, costs: CostModel | None = None,
-             engine: str | None = None) -> PlanEstimate:
+             engine: str | None = None, done: Iterable[tuple[str, int]] = ()) -> PlanEstimate:
     """The plan and its estimated wall time: CPU packs from a CPU calibration over `slots`,
     GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`.
     `embedded`: the run starts its own Ray (no --address); `costs`: the run's cost model (its
-    chunk and checkpoint settings), which plans the packs as the run will."""
+    chunk and checkpoint settings), which plans the packs as the run will; `done`: the (config, seed) runs a
+    resumed store holds, which the run skips."""
     gpu = resources.gpus > 0
     table = costs or CostModel(threads=max(1.0, resources.cpus))
-    packs = plan_packs(sweep, slots, (), runs_per_pack, gpu=gpu, gpu_slots=max(1, gpu_slots), costs=table)
+    packs = plan_packs(sweep, slots, done, runs_per_pack, gpu=gpu, gpu_slots=max(1, gpu_slots), costs=table)
     by_experiment: dict[Experiment, list[Pack]] = defaultdict(list)
     for pack in packs:
         by_experiment[pack.experiment].append(pack)
@@ -175,7 +177,7 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         if drawn not in streams[pool]:
             streams[pool][drawn] = stream_seconds(experiment, len(sweep.seeds))
         rows.append(PlanRow(experiment.task, experiment.changed_settings, experiment.optimizer, len(group),
-                            max(p.runs for p in group), sum(p.run_steps for p in group), rate, kind))
+                            sum(p.runs for p in group), max(p.runs for p in group), sum(p.run_steps for p in group), rate, kind))
     ray = RAY_START_SECONDS if embedded else 0.0
     spans = [makespan(seconds[d], n) + SLOT_START_SECONDS + sum(streams[d].values())
              for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
