@@ -83,7 +83,7 @@ def _run_command(args: argparse.Namespace) -> int:
             raise
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        if args.command == "run":
+        if args.command == "run" and not args.dry_run:  # a dry run ran no packs
             print("fade-sweep: stdout was closed, the sweep stopped; finished packs are kept, --resume continues", file=sys.stderr)
         return CLOSED_PIPE
     return code or 0
