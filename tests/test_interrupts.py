@@ -293,3 +293,27 @@ def test_status_of_a_dead_driver(tmp_path):
     elsewhere = SweepStatus("s", "running", now - 100, now - STALE_SECONDS - 1, 200, {}, driver_pid=1, host="elsewhere")
     assert driver_gone(elsewhere) and "not running" in format_status(elsewhere, 0)
     assert not driver_gone(SweepStatus("s", "running", now - 100, now - 1, 200, {}, driver_pid=1, host="elsewhere"))
+
+
+def test_status_of_a_sweep_still_starting_or_killed_while_starting(tmp_path, capsys):
+    """No status.json and no results yet, but a writer lock: the sweep is starting (the lock held) or its driver
+    died before the first pack (its name left in the lock file: the resume command); a folder with neither is
+    refused."""
+    from sweeps.cli import main
+    from sweeps.store import StoreLocation
+    from sweeps.store.holder import LOCK_FILE, holder_body
+    from sweeps.store.records import record_json
+
+    folder = tmp_path / "s"
+    folder.mkdir()
+    assert main(["status", str(folder)]) == 2
+    assert "no status.json there" in capsys.readouterr().err
+    with StoreLocation.parse(folder).writer_lock("fade-sweep run s.yaml"):  # a driver that has not reported yet
+        assert main(["status", str(folder)]) == 0
+        assert f"starting (pid {os.getpid()} on" in capsys.readouterr().out
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (folder / LOCK_FILE).write_bytes(record_json(holder_body("fade-sweep run s.yaml", "t").model_copy(update={"pid": dead.pid})))
+    assert main(["status", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert f"its driver (pid {dead.pid} on" in out and "stopped before its first pack; continue with `" in out, out

@@ -179,7 +179,8 @@ def _results_status(target: str) -> None:
         print(f"{store.location}: {store.committed_packs()} pack files in the store{missing}")
         return
     if status is None:
-        raise UserError(f"{store.location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
+        _starting_or_not_a_store(store)
+        return
     print(format_status(status, store.committed_packs(), store.resume_command()))
     _race_status(store)
     engines = Counter(m.engine or "not recorded" for m in store.manifests)
@@ -206,3 +207,28 @@ def _race_status(store) -> None:
         state = f"finished after {number} rounds" if finished else \
             f"round {number} of at most {most} under way (the packs above are this round's)"
         print(f"race: {state}; {out} of {sum(e.size for e in sweep.experiments)} configurations out")
+
+
+def _starting_or_not_a_store(store) -> None:
+    """No status.json and no results: a sweep still starting holds the writer lock, and one whose driver died
+    while it started left its name there; each says so. Anything else is not a sweep's folder (exit 2)."""
+    from sweeps.store import RecordError
+    from sweeps.store.holder import LOCK_FILE, describe, stale
+    from sweeps.store.records import LockHolder, read_record
+
+    holder, held = None, False
+    if store.location.exists(LOCK_FILE):
+        holder = store.location.writer_lock().holder()  # None: nobody holds it (a local lock dies with its process)
+        held = holder is not None and not stale(holder)
+        if holder is None:
+            try:
+                holder = read_record(store.location, LOCK_FILE, LockHolder)  # who held it last
+            except RecordError:
+                holder = None
+    if holder is None or holder.pid is None:
+        raise UserError(f"{store.location}: no status.json there; give STORAGE/<sweep name> of a sweep run by fade-sweep")
+    if held:
+        print(f"{store.location}: starting ({describe(holder)}); no pack has reported yet")
+    else:
+        print(f"{store.location}: its driver ({describe(holder)}) stopped before its first pack; "
+              f"continue with `{store.resume_command()}`")

@@ -150,13 +150,13 @@ class Store:
             what = f"{len(bad)} damaged manifest{'s' if many else ''} ({bad[0].reason}{', ...' if many else ''})"
             parts.append(f"skipped {what}: {'their' if len(bad) > 1 else 'its'} runs count as missing; "
                          f"`{self.resume_command()}` sets {'them' if len(bad) > 1 else 'it'} aside and runs them again")
-        records = ((lambda: self.record, False), (self.status, False), (lambda: self.confirmation, True))
-        for read, confirmation in records:
+        records = ((lambda: self.record, f"`{self.resume_command()}` writes it anew"),
+                   (self.status, "the next run that runs packs writes it anew"),
+                   (lambda: self.confirmation, f"`fade-sweep confirm {self.location} --seeds N` records it again"))
+        for read, repair in records:
             try:
                 read()
             except RecordError as err:
-                repair = f"`fade-sweep confirm {self.location} --seeds N` records it again" if confirmation \
-                    else f"`{self.resume_command()}` writes it anew"
                 parts.append(f"skipped {err}; {repair}")
         return "; ".join(parts) or None
 
