@@ -34,7 +34,7 @@ from tasks import get_task
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
 CALIBRATION_RUNS = {"linear": 200, "neural": 50}
 COMMAND_SECONDS = 4.0  # the command's imports, the store's checks, Tune's experiment, the closing table
-RAY_START_SECONDS = 6.0  # starting the embedded Ray and its dashboard
+RAY_START_SECONDS = 3.5  # starting the embedded Ray and its dashboard (quiet: 3.4 s in the Done line)
 SLOT_START_SECONDS = 2.0  # a slot's first pack: the worker imports torch and numba, loads its kernels
 STREAM_CALIBRATION_STEPS = 20_000  # steps of one stream drawn to time a task's streams
 UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, so the draw is not served from the BlockCache

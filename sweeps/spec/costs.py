@@ -92,7 +92,9 @@ def table_rate(experiment: Experiment, runs: int, device: str) -> float:
 class Overheads:
     """Seconds a pack spends outside its kernel (quiet 2-core machine, minima of repeats)."""
 
-    pack_start: float = 0.8  # a Tune trial on a reused actor, the runner's build, the kernel from cache, the write
+    # a Tune trial on a reused actor, the runner's build, the kernel from cache, the write (quiet: 21 small packs
+    # on 2 slots took 4.6 s, 2 s of it the workers' start)
+    pack_start: float = 0.25
     per_chunk: float = 0.004  # a chunk's report to Tune and its bin summaries
     per_checkpoint: float = 0.05  # a checkpoint's folder, pack.json and Tune's bookkeeping
     per_checkpoint_run: float = 2e-5  # ... and its tensors, per run

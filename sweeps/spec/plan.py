@@ -167,20 +167,22 @@ def balanced_packs(groups: list[_Group], slots: int, costs: CostModel, stage: st
     best: tuple[float, int, list[Pack]] | None = None
     for per_slot in PACKS_PER_SLOT:
         target = total / (slots * per_slot)
-        cut = [p for g in groups for p in _split(g, _pieces(g, work[g], target), stage)]
-        if len(cut) < min(slots, runs) and per_slot != PACKS_PER_SLOT[-1]:
-            continue  # too few packs to give every slot one
-        span = makespan([pack_seconds(p, costs, device) for p in cut], slots)
-        if best is None or span < best[0] * 0.99:  # a cut with more packs must be clearly better
-            best = (span, len(cut), cut)
+        for spread in (False, True):  # spread: a group cheaper than the target over the slots, so it is no tail
+            cut = [p for g in groups
+                   for p in _split(g, _pieces(g, work[g], target, slots if spread and work[g] < target else 1), stage)]
+            if len(cut) < min(slots, runs) and per_slot != PACKS_PER_SLOT[-1]:
+                continue  # too few packs to give every slot one
+            span = makespan([pack_seconds(p, costs, device) for p in cut], slots)
+            if best is None or span < best[0] * 0.99:  # a cut with more packs must be clearly better
+                best = (span, len(cut), cut)
     return best[2]
 
 
-def _pieces(group: _Group, seconds: float, target: float) -> int:
-    """Packs to cut a group into: its cost over the target, within [1, its runs], no pack over the engine
-    table's pack size for its task and device (`default_pack_runs`)."""
+def _pieces(group: _Group, seconds: float, target: float, at_least: int = 1) -> int:
+    """Packs to cut a group into: its cost over the target and at least `at_least`, within [1, its runs], no
+    pack over the engine table's pack size for its task and device (`default_pack_runs`)."""
     largest = default_pack_runs(group.experiment.task, group.device)
-    return min(group.runs, max(1, math.ceil(seconds / target - 1e-9), math.ceil(group.runs / largest)))
+    return min(group.runs, max(at_least, math.ceil(seconds / target - 1e-9), math.ceil(group.runs / largest)))
 
 
 def _split(group: _Group, pieces: int, stage: str) -> list[Pack]:
