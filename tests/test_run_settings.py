@@ -82,7 +82,7 @@ def test_a_run_returns_its_results_as_a_store_location(tmp_path, monkeypatch):
     monkeypatch.setattr(driver, "parallel_slots", lambda resources: 1)
     monkeypatch.setattr(driver, "check_storage", lambda location: None)
     monkeypatch.setattr(driver, "run_packs",
-                        lambda sweep, packs, *a, **k: wiring.Phase(len(packs), 0, 0.0, frozenset()))
+                        lambda sweep, packs, *a, **k: wiring.Phase(len(packs), 0, 0.0, frozenset(), frozenset()))
     document = {"name": "tiny", "task": "linear_tracking", "task_settings": {"steps": 100, "bin": 50},
                 "optimizers": {"sgd": {"alpha": 0.1}}}
     from sweeps.spec import parse_sweep
