@@ -59,21 +59,21 @@ def test_dry_run_hands_packs_to_the_least_loaded_slot():
 
 def test_dry_run_says_when_the_machine_is_loaded(monkeypatch):
     """Under load the estimate is not silently wrong: it says the machine is loaded (load average per CPU)."""
-    from sweeps.packs import dryrun
+    from sweeps.cli import text
 
-    monkeypatch.setattr(dryrun.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
-    assert dryrun.load_note(2) is None  # below one runnable process per CPU: quiet
-    monkeypatch.setattr(dryrun.os, "getloadavg", lambda: (17.9, 12.0, 8.0))
-    note = dryrun.load_note(2)
+    monkeypatch.setattr(text.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert text.load_note(2) is None  # below one runnable process per CPU: quiet
+    monkeypatch.setattr(text.os, "getloadavg", lambda: (17.9, 12.0, 8.0))
+    note = text.load_note(2)
     assert note and "loaded (load average 17.9 on 2 CPUs)" in note
 
 
 def test_dry_run_warns_when_num_cpus_exceeds_the_machine(monkeypatch, capsys):
     """16 declared CPUs on a 2-core machine (embedded Ray): one line says the estimate assumes 16 real cores."""
-    from sweeps.packs import dryrun
+    from sweeps.cli import text
 
-    monkeypatch.setattr(dryrun.os, "cpu_count", lambda: 2)
-    assert dryrun.oversubscribed_note(2) is None and dryrun.oversubscribed_note(1.5) is None
+    monkeypatch.setattr(text.os, "cpu_count", lambda: 2)
+    assert text.oversubscribed_note(2) is None and text.oversubscribed_note(1.5) is None
     assert main(["run", "linear-demo", "--dry-run", "--num-cpus", "16"]) == 0
     out = capsys.readouterr().out
     warned = [line for line in out.splitlines() if "declares" in line]
@@ -96,3 +96,15 @@ def test_a_resumed_dry_run_plans_only_what_the_store_lacks(tmp_path, capsys):
     write_known_store(tmp_path / "dr", document, {("sgd", (0.2,)): [1.0, 1.1, 1.2]})
     assert main(["run", str(sweep_file), "--storage", str(tmp_path), "--resume", "--dry-run"]) == 0
     assert "Nothing to run: every (config, seed) already has a score." in capsys.readouterr().out
+
+
+def test_a_real_run_on_more_declared_cpus_than_cores_says_so_before_ray(monkeypatch, capsys, tmp_path):
+    """Not only the dry run: a run that declares more CPUs than the machine has says so in one line, then runs
+    (here refused later, by a storage that is a file, before Ray: the line comes first)."""
+    from sweeps.cli import text
+
+    monkeypatch.setattr(text.os, "cpu_count", lambda: 2)
+    storage = tmp_path / "a-file"
+    storage.write_text("")
+    main(["run", "linear-demo", "--num-cpus", "16", "--storage", str(storage)])
+    assert "--num-cpus declares 16 CPUs but this machine has 2" in capsys.readouterr().out

@@ -196,6 +196,7 @@ def _race_status(store) -> None:
     from sweeps.spec import SweepError
     from sweeps.store import RecordError
     from sweeps.store.race import race_round
+    from sweeps.store.status import driver_gone
 
     try:
         sweep, record = store.sweep, store.race
@@ -204,8 +205,11 @@ def _race_status(store) -> None:
     if sweep is not None and sweep.race is not None:
         number, most, finished = race_round(sweep, record)
         out = len(record.eliminated()) if record is not None else 0
+        status = store.status()
+        running = status is not None and status.state == "running" and not driver_gone(status)
         state = f"finished after {number} rounds" if finished else \
-            f"round {number} of at most {most} under way (the packs above are this round's)"
+            f"round {number} of at most {most} under way (the packs above are this round's)" if running else \
+            f"round {number} of at most {most} next, with `--resume` (the packs above are the last run's)"
         print(f"race: {state}; {out} of {sum(e.size for e in sweep.experiments)} configurations out")
 
 

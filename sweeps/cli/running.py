@@ -64,6 +64,11 @@ def cmd_run(args: argparse.Namespace) -> None:
             print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
                   f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
         return
+    if options.num_cpus and not options.address:  # the embedded Ray runs that many packs on this machine's cores
+        from sweeps.cli.text import oversubscribed_note
+
+        if note := oversubscribed_note(options.num_cpus):
+            print(note)
     store.preflight(sweep, options.dtype, args.resume)  # before Ray loads: a refusal in well under a second
     _check_stream_cache()  # before Ray starts
     from sweeps.tune.driver import confirm_sweep, run_sweep
@@ -186,7 +191,7 @@ def cmd_confirm(args: argparse.Namespace) -> None:
 
 
 def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = frozenset()) -> None:
-    from sweeps.cli.text import plan_text
+    from sweeps.cli.text import load_note, oversubscribed_note, plan_text
     from sweeps.packs.dryrun import estimate
 
     resources = options.resources
@@ -213,7 +218,8 @@ def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = froz
         return
     plan = estimate(sweep, slots, resources, options.runs_per_pack, options.dtype, gpu_slots, not options.address,
                     costs, options.engine, done)
-    print(plan_text(sweep, resources, plan, len(done & set(sweep.pairs))))
+    notes = [oversubscribed_note(slots * resources.cpus), load_note()] if not options.address else []
+    print(plan_text(sweep, resources, plan, len(done & set(sweep.pairs)), notes))
 
 
 def _refuse_if_being_written(storage: str, name: str) -> None:

@@ -11,10 +11,12 @@ lock taken over, a lease lost, stored runs outside the current sweep) on stderr 
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from sweeps.store.records import SweepStatus
@@ -84,7 +86,8 @@ def done_line(run: SweepRun, status: SweepStatus | None) -> str:
             f"{format_rate(rate)} while packs ran, {run.slots} packs at once on {len(run.nodes)} node(s)")
 
 
-def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored: int = 0) -> str:
+def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored: int = 0,
+              notes: Sequence[str | None] = ()) -> str:
     """What `run --dry-run` prints: the plan, one line per experiment, then the estimate and its warnings;
     `stored`: runs a resumed store already holds (not planned)."""
     gpu = resources.gpus > 0
@@ -107,7 +110,33 @@ def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored
                  + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s) and its streams "
                  f"(~{plan.stream_seconds:.0f} s), ~{plan.pack_start_seconds:.1f} s of start-up "
                  f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
-    return "\n".join([*lines, *plan.notes])
+    return "\n".join([*lines, *(note for note in notes if note)])
+
+
+LOADED = 1.0  # load average per CPU above which the machine counts as loaded
+
+
+def load_note(cpus: int | None = None) -> str | None:
+    """A warning when this machine is loaded (its 1-minute load average above LOADED per CPU):
+    other jobs slow the calibration and the run alike, so the estimate is only as good as the
+    load is steady. None when quiet."""
+    cpus = cpus or os.cpu_count() or 1
+    load = os.getloadavg()[0]
+    if load <= LOADED * cpus:
+        return None
+    return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the calibration ran and the run will "
+            "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
+
+
+def oversubscribed_note(declared_cpus: float, cpus: int | None = None) -> str | None:
+    """A warning when the embedded Ray is declared more CPUs (`--num-cpus`) than this machine has: Ray
+    starts that many packs at once, which share the real cores, so an estimate (one pack per real
+    core) is that much too short, and the run slower than on that many cores. None when they fit."""
+    cpus = cpus or os.cpu_count() or 1
+    if declared_cpus <= cpus:
+        return None
+    return (f"--num-cpus declares {declared_cpus:g} CPUs but this machine has {cpus}: a dry run's estimate assumes "
+            f"{declared_cpus:g} real cores; here the packs share {cpus} and the run takes longer.")
 
 
 def format_status(status: SweepStatus, finished_packs: int, resume: str = "fade-sweep run ... --resume") -> str:

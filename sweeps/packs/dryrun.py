@@ -10,13 +10,12 @@ each slot a worker's start (its imports, kernels loaded from numba's cache) and 
 sweep's streams (each once: `stream_seconds`).
 The constants were measured on the 2-core machine when quiet (load average below 1), the
 minimum of repeats: `python benchmarks/bench_dryrun.py` prints estimate and real side by side.
-On a loaded machine every part is slower: the estimate then says so (`load_note`); so it
+On a loaded machine every part is slower: the command line then says so (sweeps.cli.text.load_note); so it
 does when the embedded Ray is declared more CPUs than the machine has (`oversubscribed_note`).
 """
 
 from __future__ import annotations
 
-import os
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
@@ -38,7 +37,6 @@ RAY_START_SECONDS = 3.5  # starting the embedded Ray and its dashboard (quiet: 3
 SLOT_START_SECONDS = 2.0  # a slot's first pack: the worker imports torch and numba, loads its kernels
 STREAM_CALIBRATION_STEPS = 20_000  # steps of one stream drawn to time a task's streams
 UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, so the draw is not served from the BlockCache
-LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
@@ -116,30 +114,6 @@ class PlanEstimate:
     stream_seconds: float  # the streams a slot draws
     pack_start_seconds: float  # start-up per pack
     gpu_on_cpu: bool  # GPU packs calibrated on this GPU-less machine
-    notes: list[str]  # warnings: the machine is loaded, more CPUs declared than it has
-
-
-def load_note(cpus: int | None = None) -> str | None:
-    """A warning when this machine is loaded (its 1-minute load average above LOADED per CPU):
-    other jobs slow the calibration and the run alike, so the estimate is only as good as the
-    load is steady. None when quiet."""
-    cpus = cpus or os.cpu_count() or 1
-    load = os.getloadavg()[0]
-    if load <= LOADED * cpus:
-        return None
-    return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the calibration ran and the run will "
-            "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
-
-
-def oversubscribed_note(declared_cpus: float, cpus: int | None = None) -> str | None:
-    """A warning when the embedded Ray is declared more CPUs (`--num-cpus`) than this machine has: Ray
-    starts that many packs at once, which share the real cores, so the estimate (one pack per real
-    core) is that much too short. None when they fit."""
-    cpus = cpus or os.cpu_count() or 1
-    if declared_cpus <= cpus:
-        return None
-    return (f"--num-cpus declares {declared_cpus:g} CPUs but this machine has {cpus}: the estimate assumes "
-            f"{declared_cpus:g} real cores; here the packs share {cpus} and the run takes longer.")
 
 
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
@@ -182,8 +156,7 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
     spans = [makespan(seconds[d], n) + SLOT_START_SECONDS + sum(streams[d].values())
              for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
     wall = COMMAND_SECONDS + ray + max(spans, default=0.0)
-    notes = [oversubscribed_note(slots * resources.cpus), load_note()] if embedded else []
     return PlanEstimate(len(packs), slots, gpu_slots, rows, wall, COMMAND_SECONDS, ray, SLOT_START_SECONDS,
                         max((sum(v.values()) for v in streams.values()), default=0.0), table.overheads.pack_start,
-                        uncalibrated, [note for note in notes if note])
+                        uncalibrated)
 

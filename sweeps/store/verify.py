@@ -196,7 +196,8 @@ def verify_store(location: StoreLocation) -> Verification:
         v.missing = sum(lacking.values())
         for (task, optimizer), n in sorted(lacking.items()):
             if n:
-                v.add("missing runs", f"{task}/{optimizer}: {n} runs of the current sweep have no result")
+                v.add("missing runs", f"{task}/{optimizer}: {n} runs of the current sweep have no result "
+                                      "(`fade-sweep run ... --resume` runs them)")
     _check_confirmation(v, location, confirming)
     return v
 
@@ -209,7 +210,8 @@ def _asked(v: Verification, location: StoreLocation, sweep) -> frozenset[tuple[s
     try:
         return raced_pairs(sweep, read_race(location, sweep))
     except RecordError as err:
-        v.add("record", str(err))
+        v.add("record", f"{err} (readers replay the race from the stored scores; `fade-sweep run ... --race --resume` "
+                        "records it anew)")
         return raced_pairs(sweep, None)
 
 
