@@ -1,0 +1,141 @@
+"""What a compiled CUDA engine kernel's machine code says, without a GPU: registers, stack and local
+memory (spills) per thread, and the warp-instructions one run-step issues, read from its SASS.
+
+The tools: cuobjdump and the nvdisasm it runs, from NVIDIA's `nvidia-cuda-cuobjdump` and
+`nvidia-cuda-nvdisasm` wheels (the `test` extra; found beside the other `nvidia` wheels), else
+Triton's bundled copies, else PATH's. Used by the tests
+(tests/test_cuda_engine.py: no spill, instructions per run-step under budget) and by
+benchmarks/persistent_regs.py's table.
+
+Counting a run-step: the step loop is the longest conditional backward branch of the kernel. A region inside
+it that a forward branch jumps over and that calls a subroutine is the slow path of an IEEE
+division or square root (a denormal or huge operand): not counted. Every other instruction of the
+loop is counted once per warp of the block, warp 0's own work (the output, the sums, the head
+bias) included, so the count is an upper bound of what a step issues.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+_ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
+
+
+@dataclass(frozen=True)
+class LoopCount:
+    """One step of the loop: its instructions per thread (`body`), of which `slow` lie on the slow paths
+    of divisions and square roots, and warp-instructions per run-step for `warps` warps."""
+
+    body: int
+    slow: int
+    warps: int
+
+    @property
+    def per_thread(self) -> int:
+        return self.body - self.slow
+
+    @property
+    def per_run_step(self) -> int:
+        """Warp-instructions one step of one run issues (at most): every warp runs the loop's fast path."""
+        return self.per_thread * self.warps
+
+
+@dataclass(frozen=True)
+class Resources:
+    registers: int
+    stack: int  # bytes per thread
+    local: int  # bytes per thread of local memory (spills land here)
+    shared: int  # bytes per block, static
+
+
+def tool(name: str) -> str:
+    """The path of `name` (cuobjdump, nvdisasm): the nvidia-cuda-* wheel's, Triton's bundled one, or PATH's;
+    FileNotFoundError otherwise."""
+    candidates = []
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        candidates += sorted(Path(root).glob(f"cu*/bin/{name}"))
+    triton = importlib.util.find_spec("triton")
+    if triton and triton.origin:
+        candidates.append(Path(triton.origin).parent / "backends" / "nvidia" / "bin" / name)
+    for path in candidates:
+        if path.is_file():
+            return str(path)
+    found = shutil.which(name)
+    if found:
+        return found
+    raise FileNotFoundError(f"no {name}: install the test extra (`pip install -e \".[test]\"`: nvidia-cuda-cuobjdump, "
+                            "nvidia-cuda-nvdisasm)")
+
+
+def _dump(cubin: bytes, flag: str) -> str:
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "kernel.cubin"
+        path.write_bytes(cubin)
+        # cuobjdump hands -sass to nvdisasm, which it looks for on PATH
+        env = {**os.environ, "PATH": f"{Path(tool('nvdisasm')).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        done = subprocess.run([tool("cuobjdump"), flag, str(path)], capture_output=True, text=True, check=True, env=env)
+    return done.stdout
+
+
+def resources(cubin: bytes) -> Resources:
+    """Registers, stack, local memory and static shared memory of the cubin's (one) kernel."""
+    text = _dump(cubin, "-res-usage")
+    found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
+    if not found:
+        raise ValueError(f"cuobjdump -res-usage said: {text.strip()[-300:]}")
+    regs, stack, shared, local = (int(g) for g in found.groups())
+    return Resources(regs, stack, local, shared)
+
+
+def sass(cubin: bytes) -> list[tuple[int, str]]:
+    """(address, instruction) of every SASS instruction of the cubin."""
+    return [(int(m.group(1), 16), m.group(2)) for line in _dump(cubin, "-sass").splitlines()
+            if (m := _ADDRESS.search(line))]
+
+
+def _target(instruction: str) -> int | None:
+    if not re.search(r"\bBRA\b", instruction):
+        return None
+    found = re.search(r"0x([0-9a-f]+)", instruction)
+    return int(found.group(1), 16) if found else None
+
+
+def _loop(code: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """The step loop's instructions: the body of the longest conditional backward branch (ValueError if
+    none). (An unconditional one is a jump back from out-of-line code, such as the divergent-warp
+    path of a shuffle, not a loop.)"""
+    loops = [(target, at) for at, ins in code
+             if ins.startswith("@") and (target := _target(ins)) is not None and target < at]
+    if not loops:
+        raise ValueError("no step loop (backward branch) in the SASS")
+    first, last = max(loops, key=lambda loop: loop[1] - loop[0])
+    return [(at, ins) for at, ins in code if first <= at <= last]
+
+
+def step_loop(code: list[tuple[int, str]], warps: int) -> LoopCount:
+    """The step loop's count for a block of `warps` warps."""
+    body = _loop(code)
+    last = body[-1][0]
+    slow = set()
+    for at, ins in body:
+        target = _target(ins)
+        if target is not None and at < target <= last:
+            region = [(a, i) for a, i in body if at < a < target]
+            if any(re.search(r"\bCALL\b", i) for _, i in region):
+                slow.update(a for a, _ in region)
+    return LoopCount(len(body), len(slow), warps)
+
+
+def opcode_mix(code: list[tuple[int, str]], kinds=("FFMA", "FMUL", "FADD", "MUFU", "SHFL", "BAR", "LDS", "STS",
+                                                     "LDG", "DADD", "LDL", "STL")) -> dict[str, int]:
+    """How many instructions of each kind the step loop holds (per thread, slow paths included)."""
+    body = [ins for _, ins in _loop(code)]
+    return {k: sum(1 for ins in body if re.search(rf"\b{k}\b", ins)) for k in kinds}
