@@ -1,78 +1,64 @@
-"""One parameter's update of algorithms.md §2 printed as CUDA C++: the only arithmetic of the rule
-that the CUDA engine's kernel (cuda_source.py) runs; the kernel itself is layout, loops and
-reductions.
+"""One parameter's update of algorithms.md §2 as the CUDA engine's kernel runs it: printed from the
+rule (`fade_core/neural/parts.py`'s `update`, through `c_source.c_source`), so the kernel runs the
+arithmetic the CPU tests prove; the kernel itself (cuda_source.py) is layout, loops and reductions.
 
-`rule_source(learner)` returns the device function `apply_rule<USE_FADE>(...)` with the learner's
-parts (base step, weight decay, clipping) written in and the rest left out, so the kernel of each
-learner holds exactly its own rule. It mirrors torch_ops (the neural reference) operation by
-operation: FADE's gamma, decay, trace and decay of P first, weight decay, the SGD or Adam step
-with the gradient taken at the old P, then clipping; SGD's weights as torch's baddbmm forms them
-(P + (-alpha * delta) * input). Clamps are written as comparisons so that a NaN stays NaN, as
-torch's clamp keeps it (fminf/fmaxf would drop it); the compiler may contract a*b+c into FMAs
-(as the Triton engines do), so a step agrees with torch to float32 rounding, not bitwise.
-
-This module is the one place to swap for a printer that derives the C source from a
-backend-neutral rule: the kernel asks for nothing but `rule_source`.
+`rule_source(learner)` wraps the printed statements in the device function `apply_rule<USE_FADE>`
+the kernel calls per parameter, and names the rule's inputs after the kernel's variables: the
+gradient is the product gd * gx (gx = 1 for a bias) rounded once, the per-run and per-step scalars
+come from the struct `Scalars`, and Adam's constants are literals in float32. The printer's
+"cuda" style writes every +, -, *, / and sqrt as a round-to-nearest intrinsic, so NVRTC neither
+contracts nor approximates them: the arithmetic is the rule's, operation by operation.
 """
 
 from __future__ import annotations
 
-from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN, NeuralLearner
+import numpy as np
+
+from fade_core.neural.c_source import c_literal, c_source
+from fade_core.neural.parts import BETA1, BETA2, EPS
+from fade_core.neural.rules import NeuralLearner
+
+_F32 = np.float32
+# The rule's inputs as the kernel's C expressions (apply_rule's arguments, Scalars' fields).
+INPUTS = {
+    "w": "P", "grad": "G", "q": "q", "alpha": "s.alpha", "lam": "s.lam", "factor": "s.factor", "theta": "s.theta",
+    "bound": "bound", "m": "m", "v": "v", "gamma": "gamma", "trace": "trace", "first_step": "s.first_step",
+    "step": "s.step", "sqrt_bc2": "s.sqrt_bc2", "inv_bc2": "s.inv_bc2",
+    "m_weight": c_literal(1 - BETA1, _F32), "beta2": c_literal(BETA2, _F32), "v_weight": c_literal(1 - BETA2, _F32),
+    "eps": c_literal(EPS, _F32),
+}
+OUTPUTS = {"w": "P", "m": "m", "v": "v", "gamma": "gamma", "trace": "trace"}
+
+# The per-run and per-step scalars every parameter's update reads (filled by the kernel).
+SCALARS = """struct Scalars {
+    float alpha, lam, factor, theta;    // per run: factor = 1 - alpha * lam (AdamW's shrink)
+    float step, sqrt_bc2, inv_bc2;      // per step: Adam's (the step from float64, as torch.optim)
+    bool first_step;                    // no Adam step taken before this one
+};
+"""
 
 
-def _f32(value: float) -> str:
-    """A float constant as a C float literal (rounded from its Python double as torch rounds a scalar)."""
-    return f"{float(value)!r}f"
+def _body(learner: NeuralLearner, fade_on: bool) -> str:
+    text = c_source(learner, _F32, INPUTS, OUTPUTS, fade_on=fade_on, prefix="f" if fade_on else "u")
+    return "\n".join(f"        {line}" for line in text.splitlines())
 
 
 def rule_source(learner: NeuralLearner) -> str:
-    """C++ source of `apply_rule<USE_FADE>(P, gd, gx, m, v, gamma, trace, q, s, bound)`: the update of one
-    parameter P whose gradient is gd * gx (gx = 1 for a bias), FADE's curvature q; `s` holds the
-    per-run and per-step scalars (struct `Scalars`: alpha, lam, theta, step, sqrt_bc2, inv_bc2, eps_fade: Adam's
-    eps once a step was taken, else 1).
-    USE_FADE is a template flag: which layers FADE covers is the kernel's choice (head or all)."""
-    adam, wd = learner.base == "adam", learner.weight_decay
-    plain_sgd = not adam and not learner.adapts_decay and wd == "none"
-    lines = [] if plain_sgd else ["    float G = gd * gx;"]
-    if learner.adapts_decay:
-        lines.append("    if (USE_FADE) {")
-        alpha_eff = "s.alpha"
-        if adam:  # alpha / (sqrt(v_hat) + eps), v_hat before this step's update. On the first step inv_bc2 = 0
-            # and s.eps_fade = 1: alpha / (0 + 1) = alpha exactly, with no branch (a branch has the compiler
-            # copy the whole head update, once per side)
-            lines.append("        const float alpha_eff = s.alpha / (sqrtf(v * s.inv_bc2) + s.eps_fade);")
-            alpha_eff = "alpha_eff"
-        lines += [
-            f"        gamma = clamp_nan(gamma - s.theta * G * trace, {_f32(GAMMA_MIN)}, {_f32(GAMMA_MAX)});",
-            "        const float decay = expf(gamma);",
-            f"        float c = 1.0f - decay - {alpha_eff} * q;",
-            "        c = c < 0.0f ? 0.0f : c;  // [.]+, NaN kept",
-            "        trace = trace * c - decay * P;",
-            "        P = P * (1.0f - decay);",
-            "    }",
-        ]
-    if wd == "coupled":  # torch.optim.SGD(weight_decay): G + lambda * P (baddbmm on the weights)
-        lines.append("    G = fmaf(gd, gx, s.lam * P);")
-    elif wd == "decoupled":  # AdamW
-        lines.append("    P = P * (1.0f - s.alpha * s.lam);")
-    if adam:
-        lines += [
-            f"    m = fmaf({_f32(1 - BETA1)}, G - m, m);",
-            f"    v = fmaf({_f32(1 - BETA2)} * G, G, v * {_f32(BETA2)});",
-            f"    P = P - (s.step * m) / (sqrtf(v) / s.sqrt_bc2 + {_f32(EPS)});",
-        ]
-    elif not plain_sgd:
-        lines.append("    P = P - s.alpha * G;")
-    else:  # as torch's baddbmm: P + (delta * -alpha) * input (the product hoisted out of a row)
-        lines.append("    P = fmaf(gd * -s.alpha, gx, P);")
-    if learner.clip:
-        lines.append("    P = clamp_nan(P, -bound, bound);")
-    body = "\n".join(lines)
-    return f"""// {learner.name}: one parameter's update (fade_core/neural/cuda_rule.py)
+    """C++ source of `Scalars` and `apply_rule<USE_FADE>(P, gd, gx, m, v, gamma, trace, q, s, bound)`: the
+    update of one parameter P with gradient gd * gx and FADE's curvature q, FADE's part on it when
+    USE_FADE (which layers FADE covers is the kernel's layout: the head, or every layer)."""
+    fade_branch = _body(learner, True) if learner.adapts_decay else "        // (no FADE in this learner)"
+    return f"""{SCALARS}
+// {learner.name}: one parameter's update, printed from fade_core/neural/parts.py's rule
 template <bool USE_FADE>
 __device__ __forceinline__ void apply_rule(float &P, const float gd, const float gx, float &m, float &v, float &gamma,
                                            float &trace, const float q, const Scalars &s, const float bound)
 {{
-{body}
+    const float G = __fmul_rn(gd, gx);
+    if (USE_FADE) {{
+{fade_branch}
+    }} else {{
+{_body(learner, False)}
+    }}
 }}
 """

@@ -7,11 +7,13 @@ Triton's bundled copies, else PATH's. Used by the tests
 (tests/test_cuda_engine.py: no spill, instructions per run-step under budget) and by
 benchmarks/persistent_regs.py's table.
 
-Counting a run-step: the step loop is the longest conditional backward branch of the kernel. A region inside
-it that a forward branch jumps over and that calls a subroutine is the slow path of an IEEE
-division or square root (a denormal or huge operand): not counted. Every other instruction of the
-loop is counted once per warp of the block, warp 0's own work (the output, the sums, the head
-bias) included, so the count is an upper bound of what a step issues.
+Counting a run-step: the step loop is the longest conditional backward branch of the kernel. What
+one thread issues per step is the longest path through the loop's body along its forward branches
+(branches out of the loop ignored), never entering a block that calls a subroutine: those are the
+slow paths of IEEE divisions and square roots (denormal or huge operands). The longest path takes
+warp 0's own work (the output, the sums, the head bias) and the larger side of every if/else (a
+body the compiler copied per value of a flag), so path x warps is an upper bound of the
+warp-instructions a run-step issues.
 """
 
 from __future__ import annotations
@@ -30,21 +32,17 @@ _ADDRESS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")
 
 @dataclass(frozen=True)
 class LoopCount:
-    """One step of the loop: its instructions per thread (`body`), of which `slow` lie on the slow paths
-    of divisions and square roots, and warp-instructions per run-step for `warps` warps."""
+    """One step of the loop: its instructions (`body`), the most one thread issues per step on the
+    fast path (`path`), and the warp-instructions per run-step for a block of `warps` warps."""
 
     body: int
-    slow: int
+    path: int
     warps: int
 
     @property
-    def per_thread(self) -> int:
-        return self.body - self.slow
-
-    @property
     def per_run_step(self) -> int:
-        """Warp-instructions one step of one run issues (at most): every warp runs the loop's fast path."""
-        return self.per_thread * self.warps
+        """Warp-instructions one step of one run issues, at most: every warp on the longest path."""
+        return self.path * self.warps
 
 
 @dataclass(frozen=True)
@@ -120,18 +118,30 @@ def _loop(code: list[tuple[int, str]]) -> list[tuple[int, str]]:
     return [(at, ins) for at, ins in code if first <= at <= last]
 
 
+def _longest_path(body: list[tuple[int, str]]) -> int:
+    """Instructions on the longest path from the body's first instruction to its last (the back edge),
+    along fall-throughs and forward branches inside the body, avoiding instructions that CALL."""
+    index = {at: i for i, (at, _) in enumerate(body)}
+    best = [-1] * len(body)
+    best[0] = 1
+    for i, (at, ins) in enumerate(body):
+        if best[i] < 0 or re.search(r"\bCALL\b", ins):
+            continue
+        target = _target(ins)
+        jumps = target is not None and not ins.startswith("@") and "BRA.DIV" not in ins
+        if not jumps and i + 1 < len(body):
+            best[i + 1] = max(best[i + 1], best[i] + 1)
+        if target is not None and target > at and target in index:
+            best[index[target]] = max(best[index[target]], best[i] + 1)
+    if best[-1] < 0:
+        raise ValueError("the step loop's back edge is reachable only through a subroutine call")
+    return best[-1]
+
+
 def step_loop(code: list[tuple[int, str]], warps: int) -> LoopCount:
     """The step loop's count for a block of `warps` warps."""
     body = _loop(code)
-    last = body[-1][0]
-    slow = set()
-    for at, ins in body:
-        target = _target(ins)
-        if target is not None and at < target <= last:
-            region = [(a, i) for a, i in body if at < a < target]
-            if any(re.search(r"\bCALL\b", i) for _, i in region):
-                slow.update(a for a, _ in region)
-    return LoopCount(len(body), len(slow), warps)
+    return LoopCount(len(body), _longest_path(body), warps)
 
 
 def opcode_mix(code: list[tuple[int, str]], kinds=("FFMA", "FMUL", "FADD", "MUFU", "SHFL", "BAR", "LDS", "STS",

@@ -27,8 +27,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fade_core.architecture import Architecture
-from fade_core.neural.cuda_rule import _f32, rule_source
-from fade_core.neural.rules import EPS, NeuralLearner
+import numpy as np
+
+from fade_core.neural.c_source import c_literal
+from fade_core.neural.cuda_rule import rule_source
+from fade_core.neural.rules import NeuralLearner
 
 KERNEL_NAME = "nonlinear_segment"
 _FADE_MODES = {"none": 0, "head": 1, "all": 2}
@@ -106,8 +109,8 @@ def kernel_source(shape: KernelShape) -> str:
     head_index = ", ".join(str(k if writers[k] == lane else -1) for lane, k in enumerate(lane_index))
     defines = {
         "NI": n_in, "NH": hidden, "NO": n_out, "MIN_BLOCKS": shape.min_blocks,
-        "ADAM": int(learner.base == "adam"), "FADE": _FADE_MODES[learner.fade], "SLOPE": _f32(shape.negative_slope),
-        "EPS": _f32(EPS), "HEAD_STATE_SHARED": int(learner.base == "adam" and learner.fade != "none"),
+        "ADAM": int(learner.base == "adam"), "FADE": _FADE_MODES[learner.fade],
+        "SLOPE": c_literal(shape.negative_slope, np.float32), "HEAD_STATE_SHARED": int(learner.base == "adam" and learner.fade != "none"),
     }
     header = "\n".join(f"#define {name} {value}" for name, value in defines.items())
     return (f"// fade-sweep CUDA engine: {learner.name}, network {n_in}-{hidden}-{n_out} (fade_core/neural/cuda_source.py)\n"
@@ -126,7 +129,6 @@ _PRELUDE = r"""
 #define FADE_HIDDEN (FADE == 2)
 #define FADE_HEAD (FADE >= 1)
 
-struct Scalars { float alpha, lam, theta, step, sqrt_bc2, inv_bc2, eps_fade; };
 
 __device__ __forceinline__ float clamp_nan(const float x, const float lo, const float hi)
 {
@@ -159,7 +161,8 @@ extern "C" __global__ void __launch_bounds__(NH, MIN_BLOCKS) nonlinear_segment(
     const float *xrun = x_g + slots[run] * x_s, *yrun = y_g + slots[run] * y_s;
     Scalars s;
     s.alpha = alpha_g[run]; s.lam = lam_g[run]; s.theta = theta_g[run];
-    s.step = 0.0f; s.sqrt_bc2 = 1.0f; s.inv_bc2 = 0.0f; s.eps_fade = 1.0f;
+    s.factor = __fsub_rn(1.0f, __fmul_rn(s.alpha, s.lam));  // as torch: 1 - alpha * lambda in float32
+    s.step = 0.0f; s.sqrt_bc2 = 1.0f; s.inv_bc2 = 0.0f; s.first_step = true;
     const float bound0 = bound0_g[run], bound1 = bound1_g[run];
     const bool head_lane = warp == 0 && lane < NO;
 
@@ -245,7 +248,7 @@ extern "C" __global__ void __launch_bounds__(NH, MIN_BLOCKS) nonlinear_segment(
 
         if (ADAM) {
             s.step = sscal[0]; s.sqrt_bc2 = sscal[1]; s.inv_bc2 = sscal[2];
-            s.eps_fade = s.inv_bc2 > 0.0f ? EPS : 1.0f;  // (see apply_rule's alpha_eff)
+            s.first_step = !(s.inv_bc2 > 0.0f);  // inv_bc2 = 1 / (1 - beta2^(k-1)), 0 before the first step
         }
         if (warp == 0) {  // the sums and the head bias, while the other warps update their weights
             const float d2 = d * d;
