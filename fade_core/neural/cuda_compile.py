@@ -49,11 +49,7 @@ def nvrtc_version() -> str:
     return f"{major}.{minor}"
 
 
-def cache_dir() -> Path:
-    """$FADE_CUDA_CACHE, else $XDG_CACHE_HOME/fade-sweep/cuda (~/.cache/fade-sweep/cuda)."""
-    if os.environ.get("FADE_CUDA_CACHE"):
-        return Path(os.environ["FADE_CUDA_CACHE"])
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "fade-sweep" / "cuda"
+CACHE = Path.home() / ".cache" / "fade-sweep" / "cuda"  # shared by the processes of a user on a machine
 
 
 def cache_key(source: str, arch: int) -> str:
@@ -86,10 +82,10 @@ def compile_source(source: str, arch: int, name: str = "kernel.cu") -> bytes:
         nvrtc.nvrtcDestroyProgram(program)
 
 
-def cubin(source: str, arch: int, name: str = "kernel.cu") -> bytes:
-    """The cubin of `source` for sm_{arch}: from the disk cache, else compiled and stored there (written
-    to a temporary file and renamed, so concurrent workers never read half a file)."""
-    folder = cache_dir()
+def cubin(source: str, arch: int, name: str = "kernel.cu", cache: Path = CACHE) -> bytes:
+    """The cubin of `source` for sm_{arch}: from the disk cache `cache`, else compiled and stored there
+    (written to a temporary file and renamed, so concurrent workers never read half a file)."""
+    folder = cache
     path = folder / f"{cache_key(source, arch)}.cubin"
     try:
         return path.read_bytes()

@@ -1,8 +1,8 @@
 """What a compiled CUDA engine kernel's machine code says, without a GPU: registers, stack and local
 memory (spills) per thread, and the warp-instructions one run-step issues, read from its SASS.
 
-The tools: cuobjdump and the nvdisasm it runs, from NVIDIA's `nvidia-cuda-cuobjdump` and
-`nvidia-cuda-nvdisasm` wheels (the `test` extra; found beside the other `nvidia` wheels), else
+The tools: cuobjdump (the resource usage) and nvdisasm (the SASS), from NVIDIA's
+`nvidia-cuda-cuobjdump` and `nvidia-cuda-nvdisasm` wheels (the `test` extra; found beside the other `nvidia` wheels), else
 Triton's bundled copies, else PATH's. Used by the tests
 (tests/test_cuda_engine.py: no spill, instructions per run-step under budget) and by
 benchmarks/persistent_regs.py's table.
@@ -19,7 +19,6 @@ warp-instructions a run-step issues.
 from __future__ import annotations
 
 import importlib.util
-import os
 import re
 import shutil
 import subprocess
@@ -73,19 +72,16 @@ def tool(name: str) -> str:
                             "nvidia-cuda-nvdisasm)")
 
 
-def _dump(cubin: bytes, flag: str) -> str:
+def _run(name: str, flags: list[str], cubin: bytes) -> str:
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        # cuobjdump hands -sass to nvdisasm, which it looks for on PATH
-        env = {**os.environ, "PATH": f"{Path(tool('nvdisasm')).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        done = subprocess.run([tool("cuobjdump"), flag, str(path)], capture_output=True, text=True, check=True, env=env)
-    return done.stdout
+        return subprocess.run([tool(name), *flags, str(path)], capture_output=True, text=True, check=True).stdout
 
 
 def resources(cubin: bytes) -> Resources:
     """Registers, stack, local memory and static shared memory of the cubin's (one) kernel."""
-    text = _dump(cubin, "-res-usage")
+    text = _run("cuobjdump", ["-res-usage"], cubin)
     found = re.search(r"REG:(\d+) STACK:(\d+) SHARED:(\d+) LOCAL:(\d+)", text)
     if not found:
         raise ValueError(f"cuobjdump -res-usage said: {text.strip()[-300:]}")
@@ -94,9 +90,21 @@ def resources(cubin: bytes) -> Resources:
 
 
 def sass(cubin: bytes) -> list[tuple[int, str]]:
-    """(address, instruction) of every SASS instruction of the cubin."""
-    return [(int(m.group(1), 16), m.group(2)) for line in _dump(cubin, "-sass").splitlines()
-            if (m := _ADDRESS.search(line))]
+    """(address, instruction) of every SASS instruction of the cubin's code (nvdisasm), branch targets
+    written as addresses (`BRA 0x1ae0`) rather than nvdisasm's labels."""
+    code, labels, pending, in_text = [], {}, [], False
+    for line in _run("nvdisasm", ["-raw"], cubin).splitlines():
+        if line.strip().startswith(".section"):
+            in_text = ".text." in line
+        elif in_text and (label := re.match(r"^(\.L_x_\d+):", line)):
+            pending.append(label.group(1))
+        elif in_text and (found := _ADDRESS.search(line)):
+            address = int(found.group(1), 16)
+            labels.update((name, address) for name in pending)
+            pending = []
+            code.append((address, found.group(2)))
+    resolve = lambda m: f"0x{labels[m.group(1)]:x}"  # noqa: E731
+    return [(at, re.sub(r"`\((\.L_x_\d+)\)", resolve, ins)) for at, ins in code]
 
 
 def _target(instruction: str) -> int | None:

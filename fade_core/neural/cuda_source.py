@@ -63,46 +63,61 @@ def unsupported(learner: NeuralLearner, arch: Architecture, loss: str, dtype: st
     return None
 
 
-def halving_reduction(values: int, var: str = "r") -> tuple[str, list[int]]:
-    """C code that sums `values` floats (var[0..values-1]) over a warp's 32 lanes by recursive halving,
-    and, per lane, the index of the sum its var[0] holds at the end. At each stage a lane keeps one
-    half of its values and sends the other to its partner (lane ^ offset); an odd value out is summed
-    whole (a butterfly). Every lane ends with one complete sum; lanes with the same index may hold
-    it summed in different orders, so the caller lets one writer lane per index store it."""
-    slots = [[k] * 32 for k in range(values)]  # per slot: the value index it holds, per lane
-    names = [f"{var}[{k}]" for k in range(values)]
-    code = []
+@dataclass(frozen=True)
+class HalvingStage:
+    """One shuffle stage of `halving_plan`: each lane keeps slot `lo` or `hi` of every pair (hi where
+    its lane bit `offset` is set) plus its partner's (lane ^ offset) other one, into slot `lo`;
+    `whole`: a slot summed whole with the partner's (an odd value out)."""
+
+    offset: int
+    pairs: tuple[tuple[int, int], ...]
+    whole: int | None
+
+
+def halving_plan(values: int) -> tuple[list[HalvingStage], list[int]]:
+    """How `values` per-lane floats are summed over a warp's 32 lanes by recursive halving (5 stages,
+    each halving the values a lane carries), and per lane the index of the complete sum its slot 0
+    holds at the end. Lanes holding the same index may have added in different orders: the caller
+    lets one writer lane per index store it."""
+    slots = list(range(values))  # live slots, in order
+    index = {k: [k] * 32 for k in slots}  # per slot: the value index it holds, per lane
+    stages = []
     for offset in (16, 8, 4, 2, 1):
-        n = len(slots)
-        if n == 1:
-            code.append(f"    {names[0]} += __shfl_xor_sync(0xffffffffu, {names[0]}, {offset});")
+        if len(slots) == 1:
+            stages.append(HalvingStage(offset, (), slots[0]))
             continue
-        half = n // 2
-        code.append(f"    {{ const bool hi = lane & {offset};")
-        kept_slots, kept_names = [], []
-        for i in range(half):
-            lo, hi = names[i], names[i + half]
-            code.append(f"      {{ const float keep = hi ? {hi} : {lo}, send = hi ? {lo} : {hi};")
-            code.append(f"        {lo} = keep + __shfl_xor_sync(0xffffffffu, send, {offset}); }}")
-            kept_slots.append([slots[i + half][lane] if lane & offset else slots[i][lane] for lane in range(32)])
-            kept_names.append(lo)
-        if n % 2:  # the odd one out: summed whole over the pair of lanes
-            last = names[n - 1]
-            code.append(f"      {last} += __shfl_xor_sync(0xffffffffu, {last}, {offset});")
-            kept_slots.append(slots[n - 1])
-            kept_names.append(last)
+        half = len(slots) // 2
+        pairs = tuple((slots[i], slots[i + half]) for i in range(half))
+        whole = slots[-1] if len(slots) % 2 else None
+        for lo, hi in pairs:
+            index[lo] = [index[hi][lane] if lane & offset else index[lo][lane] for lane in range(32)]
+        stages.append(HalvingStage(offset, pairs, whole))
+        slots = [lo for lo, _ in pairs] + ([whole] if whole is not None else [])
+    assert slots == [0]
+    return stages, index[0]
+
+
+def halving_code(stages: list[HalvingStage], var: str = "r") -> str:
+    """`halving_plan`'s stages as C over the float array `var` (lane: the thread's lane)."""
+    shuffle = "__shfl_xor_sync(0xffffffffu, {}, {})"
+    code = []
+    for stage in stages:
+        code.append(f"    {{ const bool hi = lane & {stage.offset};")
+        for lo, hi in stage.pairs:
+            code.append(f"      {{ const float keep = hi ? {var}[{hi}] : {var}[{lo}], send = hi ? {var}[{lo}] : {var}[{hi}];")
+            code.append(f"        {var}[{lo}] = keep + {shuffle.format('send', stage.offset)}; }}")
+        if stage.whole is not None:
+            code.append(f"      {var}[{stage.whole}] += {shuffle.format(f'{var}[{stage.whole}]', stage.offset)};")
         code.append("    }")
-        slots, names = kept_slots, kept_names
-    assert len(slots) == 1 and names[0] == f"{var}[0]", (values, names)
-    assert sorted(set(slots[0])) == list(range(values)), "every output's sum must land in some lane"
-    return "\n".join(code), slots[0]
+    return "\n".join(code)
 
 
 def kernel_source(shape: KernelShape) -> str:
     """The whole translation unit NVRTC compiles for `shape` (entry point `KERNEL_NAME`)."""
     learner = shape.learner
     n_in, hidden, n_out = shape.sizes
-    reduce_code, lane_index = halving_reduction(n_out)
+    stages, lane_index = halving_plan(n_out)
+    reduce_code = halving_code(stages)
     writers = {}
     for lane, k in enumerate(lane_index):
         writers.setdefault(k, lane)
