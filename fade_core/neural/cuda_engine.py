@@ -68,6 +68,15 @@ def kernel_function(shape: KernelShape, device: torch.device):
     return _LOADED[key]
 
 
+def kernel_resources(learner: NeuralLearner, arch: Architecture, device: torch.device) -> tuple[int, int]:
+    """(registers per thread, local memory bytes per thread: spills) of the loaded kernel, as the driver reports them."""
+    driver = _driver()
+    function = kernel_function(KernelShape(learner, arch.sizes, float(arch.negative_slope)), device)
+    attribute = driver.CUfunction_attribute
+    return (_ok(driver.cuFuncGetAttribute(attribute.CU_FUNC_ATTRIBUTE_NUM_REGS, function), "cuFuncGetAttribute"),
+            _ok(driver.cuFuncGetAttribute(attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function), "cuFuncGetAttribute"))
+
+
 def _pointer(tensor: torch.Tensor, dtype: torch.dtype, name: str) -> ctypes.c_void_p:
     if tensor.dtype != dtype or not tensor.is_cuda:
         raise ValueError(f"engine 'cuda': {name} must be a CUDA {dtype} tensor, not {tensor.dtype} on {tensor.device}")
