@@ -5,7 +5,8 @@ every learner against the torch ops, pack/position/segment invariance, divergenc
 and a pack through the runner against the CPU kernel.
 
 Without a GPU everything but the last group runs (NVRTC, cuobjdump and nvdisasm come from the
-test extra's wheels). Tolerance against the torch ops: test_cuda.py's (RTOL 2e-3, ATOL 1e-4:
+test extra's wheels), and the kernel's own source runs on the CPU (tests/cuda_emulation.py: the machine's
+C++ compiler, a block's threads as OS threads) against the torch ops, all nine learners. Tolerance against the torch ops: test_cuda.py's (RTOL 2e-3, ATOL 1e-4:
 float32 on engines whose sums are ordered differently); invariance is bitwise.
 """
 
@@ -22,6 +23,7 @@ from fade_core.neural.c_source import c_source
 from fade_core.neural.cuda_rule import INPUTS, OUTPUTS
 from fade_core.neural.cuda_source import KernelShape, halving_plan, kernel_source
 from fade_core.neural.runs import make_runs
+from tests import cuda_emulation
 
 GPU = torch.cuda.is_available()
 STUDENT = Architecture((32, 256, 20))  # the nonlinear task's
@@ -34,6 +36,8 @@ WARPS = 256 // 32
 # fade_adam 31,000 -> 30M (20M).
 BUDGET = {"sgd": 3_600, "sgd_wd": 4_500, "sgd_wclip": 5_400, "adam": 22_000, "adamw": 22_500, "adam_wclip": 24_000,
           "fade_sgd": 7_000, "fade_adam": 31_000, "fade_sgd_all": 13_000}
+HP = {"alpha": [0.01, 0.003, 0.001, 0.02], "lambda": [0.01, 0.1, 0.001, 0.05], "kappa": [0.3, 1.0, 2.0, 0.5],
+      "theta_lambda": [0.5, 0.0, 2.0, 1.0], "gamma0": [-4.6, -1.0, -9.2, -2.3]}
 
 
 @pytest.fixture(scope="module")
@@ -125,9 +129,53 @@ def test_the_engine_refuses_what_it_does_not_run():
         make_runs("sgd", STUDENT, [0], hp, "squared_error", device, torch.float64, engine="cuda")
 
 
+# ---------------------------------------------------------------- the kernel emulated on the CPU
+def _emulated(learner: str, runs: list[int], x, y, folder, segments=None) -> dict[str, torch.Tensor]:
+    spec = NEURAL_LEARNERS[learner]
+    nets = make_runs(learner, STUDENT, [r % 2 for r in runs], {k: [HP[k][r % 4] for r in runs] for k in spec.hyperparameters},
+                     "squared_error", "cpu", engine="torch")  # (its state and tensors; its engine is not used)
+    sums = StepSums.zeros(len(runs), STUDENT, "squared_error", "cpu")
+    slot, t = torch.tensor([r % 2 for r in runs]), 0
+    for n in segments or [x.shape[0]]:
+        cuda_emulation.advance(nets.learner, STUDENT, nets.state_dict(), nets.hp, x[t : t + n], y[t : t + n], slot,
+                               sums.tensors(), folder)
+        t += n
+    return {**nets.state_dict(), **{f"sums.{i}": s for i, s in enumerate(sums.tensors())}}
+
+
+@pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
+def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, cache):
+    """The kernel's own source (layout, reductions, barriers, the printed rule), compiled for the CPU with
+    its threads as OS threads (tests/cuda_emulation.py), against the torch engine: 10 steps, 3 runs
+    reading 2 stream slots. Measured 2026-11-27: 1e-7 relative on the loss sums, 1e-3 on an Adam moment
+    near zero; test_cuda.py's tolerance."""
+    from tests.test_cuda import ATOL, RTOL
+
+    gen = torch.Generator().manual_seed(10)
+    x, y = torch.randn(10, 2, 32, generator=gen), torch.randn(10, 2, 20, generator=gen)
+    got = _emulated(learner, [0, 1, 2], x, y, cache)
+    spec = NEURAL_LEARNERS[learner]
+    ref = make_runs(learner, STUDENT, [0, 1, 0], {k: HP[k][:3] for k in spec.hyperparameters}, "squared_error", "cpu",
+                    engine="torch")
+    sums = StepSums.zeros(3, STUDENT, "squared_error", "cpu")
+    ref.advance(x, y, torch.tensor([0, 1, 0]), sums)
+    for key, want in {**ref.state_dict(), **{f"sums.{i}": s for i, s in enumerate(sums.tensors())}}.items():
+        assert got[key].isfinite().all(), key
+        torch.testing.assert_close(got[key], want, rtol=RTOL, atol=ATOL, msg=f"{learner} {key}")
+
+
+def test_the_emulated_kernel_gives_a_run_the_same_bits_alone_and_in_segments(cache):
+    """fade_adam (the head's state in shared memory, Adam's per-step scalars): run 2 of a 3-run pack in one
+    segment equals run 2 alone stepped in three uneven segments, bit for bit."""
+    gen = torch.Generator().manual_seed(7)
+    x, y = torch.randn(7, 2, 32, generator=gen), torch.randn(7, 2, 20, generator=gen)
+    whole = _emulated("fade_adam", [0, 1, 2], x, y, cache)
+    alone = _emulated("fade_adam", [2], x, y, cache, segments=[1, 2, 4])
+    for key, value in alone.items():
+        assert torch.equal(value, whole[key] if value.dim() == 0 else whole[key][2:3]), key
+
+
 # ---------------------------------------------------------------- on a GPU
-HP = {"alpha": [0.01, 0.003, 0.001, 0.02], "lambda": [0.01, 0.1, 0.001, 0.05], "kappa": [0.3, 1.0, 2.0, 0.5],
-      "theta_lambda": [0.5, 0.0, 2.0, 1.0], "gamma0": [-4.6, -1.0, -9.2, -2.3]}
 needs_gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (benchmarks/gpu_check.sh runs these)")
 
 

@@ -77,18 +77,19 @@ def kernel_resources(learner: NeuralLearner, arch: Architecture, device: torch.d
             _ok(driver.cuFuncGetAttribute(attribute.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function), "cuFuncGetAttribute"))
 
 
-def _pointer(tensor: torch.Tensor, dtype: torch.dtype, name: str) -> ctypes.c_void_p:
-    if tensor.dtype != dtype or not tensor.is_cuda:
-        raise ValueError(f"engine 'cuda': {name} must be a CUDA {dtype} tensor, not {tensor.dtype} on {tensor.device}")
+def _pointer(tensor: torch.Tensor, dtype: torch.dtype, name: str, cuda: bool) -> ctypes.c_void_p:
+    if tensor.dtype != dtype or tensor.is_cuda != cuda:
+        raise ValueError(f"engine 'cuda': {name} must be a {'CUDA ' if cuda else ''}{dtype} tensor, not {tensor.dtype} "
+                         f"on {tensor.device}")
     return ctypes.c_void_p(tensor.data_ptr())
 
 
-def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.Tensor], hp: dict[str, torch.Tensor],
-            x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: Sequence[torch.Tensor],
-            min_blocks: int = 1) -> None:
-    """x.shape[0] steps of every run in one launch, as persistent.advance takes them: run r reads slot
-    run_slot[r] of x ([T, S, in]) and target ([T, S, out]); `state` is NeuralRuns.state_dict() (updated
-    in place, adam_steps included), `sums` StepSums.tensors() (accumulated)."""
+def kernel_arguments(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.Tensor],
+                     hp: dict[str, torch.Tensor], x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor,
+                     sums: Sequence[torch.Tensor]) -> tuple[list, list[torch.Tensor]] | None:
+    """The kernel's arguments in its parameter order (ctypes values) and the tensors they point into (to keep
+    alive until the kernel has run); None when there is nothing to run. ValueError for runs the kernel does
+    not run, or tensors of another dtype, device or layout than it reads."""
     params = state["params"]
     reason = unsupported(learner, arch, "squared_error" if target.dim() == 3 else "cross_entropy",
                          str(params.dtype).removeprefix("torch."))
@@ -96,7 +97,7 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
         raise ValueError(reason)
     runs, steps = params.shape[0], x.shape[0]
     if steps == 0 or runs == 0:
-        return
+        return None
     if steps >= 2**31:
         raise ValueError(f"engine 'cuda': a segment of {steps} steps is longer than the kernel's int32 step count")
     loss, sq_error, _, active = sums
@@ -122,20 +123,38 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
     for tensor, _, name in tensors:
         if tensor.dim() == 2 and tensor.stride(1) != 1 or name in ("loss", "sq_error", "active") and not tensor.is_contiguous():
             raise ValueError(f"engine 'cuda': {name} must have contiguous rows")
-    args = [_pointer(t, dtype, name) for t, dtype, name in tensors]
+    args = [_pointer(t, dtype, name, params.is_cuda) for t, dtype, name in tensors]
     args += [ctypes.c_int(steps), *(ctypes.c_longlong(s) for s in (x.stride(0), x.stride(1), target.stride(0),
                                                                    target.stride(1), params.stride(0),
                                                                    state["adam_m"].stride(0) if adam else 0,
                                                                    state["gamma"].shape[1]))]
+    return args, [t for t, _, _ in tensors]
+
+
+def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.Tensor], hp: dict[str, torch.Tensor],
+            x: torch.Tensor, target: torch.Tensor, run_slot: torch.Tensor, sums: Sequence[torch.Tensor],
+            min_blocks: int = 1) -> None:
+    """x.shape[0] steps of every run in one launch, as persistent.advance takes them: run r reads slot
+    run_slot[r] of x ([T, S, in]) and target ([T, S, out]); `state` is NeuralRuns.state_dict() (updated
+    in place, adam_steps included), `sums` StepSums.tensors() (accumulated). The temporaries the
+    arguments point into may be freed once this returns: torch's allocator hands their memory only to
+    later work on the same stream, which the kernel precedes."""
+    params = state["params"]
+    if not params.is_cuda:
+        raise ValueError(f"engine 'cuda': the runs' tensors must be on a CUDA GPU, not {params.device}")
+    built = kernel_arguments(learner, arch, state, hp, x, target, run_slot, sums)
+    if built is None:
+        return
+    args, _ = built
     shape = KernelShape(learner, arch.sizes, float(arch.negative_slope), min_blocks)
     function = kernel_function(shape, params.device)
     pointers = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
     stream = torch.cuda.current_stream(params.device).cuda_stream
     driver = _driver()
-    _ok(driver.cuLaunchKernel(function, runs, 1, 1, n_hidden, 1, 1, 0, driver.CUstream(stream),
+    _ok(driver.cuLaunchKernel(function, params.shape[0], 1, 1, arch.sizes[1], 1, 1, 0, driver.CUstream(stream),
                               ctypes.addressof(pointers), 0), "cuLaunchKernel")
-    if adam:
-        state["adam_steps"] += steps
+    if learner.base == "adam":
+        state["adam_steps"] += x.shape[0]
 
 
 class CudaKernel:
