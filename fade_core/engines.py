@@ -83,7 +83,7 @@ ENGINES: tuple[EngineRow, ...] = (
               "engine: 57-64M in the same process), 2026-11-27"),
     *_neural_rows("nonlinear_tracking", 114e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),
     EngineRow("nonlinear_tracking", "neural", "cuda", PERSISTENT, False, 4000, None,
-              "not measured: no GPU was lent (benchmarks/gpu_check_nonlinear.sh measures it beside the JAX peer)"),
+              "not measured: no GPU was lent (benchmarks/peer_jax.py --device cuda --engine persistent measures it)"),
     EngineRow("nonlinear_tracking", "neural", "cuda", CUDA, False, 4000, None,
               "not measured: no GPU was lent (benchmarks/gpu_check.sh's nonlinear part measures it beside the JAX peer)"),
     *_neural_rows("emnist_label_permuted", 20.2e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),

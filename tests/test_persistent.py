@@ -2,7 +2,7 @@
 all nine learners, float32; pack, position, wave and segment invariance; divergence kept to its run.
 
 Without a GPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, numpy on the CPU) at
-short streams; with one, compiled, at longer ones (`benchmarks/gpu_check_nonlinear.sh` runs these).
+short streams; with one, compiled, at longer ones.
 Tolerance: test_cuda.py's (RTOL 2e-3, ATOL 1e-4: float32 on two engines whose sums are ordered
 differently); measured in the interpreter after 30 steps: 1e-5 relative or better (the test: 15). Invariance
 is bitwise: a run's program reads nothing of the other runs'.
