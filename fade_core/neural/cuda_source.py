@@ -234,10 +234,10 @@ extern "C" __global__ void __launch_bounds__(NH, MIN_BLOCKS) nonlinear_segment(
         if (ADAM && j == 0) { bc1 = bc1_g[t]; sqrt_bc2 = sqrt_bc2_g[t]; inv_bc2 = inv_bc2_g[t]; }
 
         // forward: hidden unit j, then its share of every output
-        float acc = 0.0f;
+        float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // four chains: a quarter of the dependent latency
 #pragma unroll
-        for (int i = 0; i < NI; ++i) acc = fmaf(w0[i], sx[buf][i], acc);
-        const float z = acc + b0;
+        for (int i = 0; i < NI; ++i) acc[i % 4] = fmaf(w0[i], sx[buf][i], acc[i % 4]);
+        const float z = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + b0;
         const bool pos = z > 0.0f;
         const float h = pos ? z : z * SLOPE;
         fired = fired || pos;
@@ -275,9 +275,10 @@ extern "C" __global__ void __launch_bounds__(NH, MIN_BLOCKS) nonlinear_segment(
             if (head_lane) apply_rule<FADE_HEAD>(b1, d, 1.0f, mb1, vb1, gb1, tb1, 1.0f, s, bound1);
         }
         // backward through the head as it stood, then the head column and the hidden row
-        float back = 0.0f;
+        float part_back[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int k = 0; k < NO; ++k) back = fmaf(sd[k], w1[k], back);
+        for (int k = 0; k < NO; ++k) part_back[k % 2] = fmaf(sd[k], w1[k], part_back[k % 2]);
+        const float back = part_back[0] + part_back[1];
         const float dz = pos ? back : back * SLOPE;
         const float q1 = h * h;
 #pragma unroll
