@@ -7,7 +7,7 @@
 #   nonlinear (175 s, issue 39)
 #     nonlinear.tests  65 s  the cuda engine against the torch engine, all 9 learners; pack, position and
 #                            segment invariance; divergence kept to its run (tests/test_cuda_engine.py)
-#     nonlinear.bench  70 s  the cuda engine beside the JAX peer at 240/1,000/4,000 runs: fade_sgd, adam,
+#     nonlinear.bench  70 s  the cuda engine beside the JAX peer at 240/4,000/1,000 runs: fade_sgd, adam,
 #                            fade_adam, sgd (peer_jax.py --engine cuda; a row per pack size as it ends)
 #     nonlinear.sweep  39 s  gpu_sweep_nonlinear.yaml through Ray Tune on CPUs (engine torch) and on the GPU
 #                            (--gpus-per-pack 1 --engine cuda), compared store against store (the kernels
@@ -183,7 +183,7 @@ if wants nonlinear.tests || wants nonlinear.bench || wants nonlinear.sweep; then
     while read -r line; do note "  failed" "$line"; done < <(grep -E '^(FAILED|ERROR)' "$logs/nonlinear.tests.log" | head -6)
   fi
   if gpu_step nonlinear.bench; then
-    step nonlinear.bench 70 $py benchmarks/peer_jax.py --device cuda --engine cuda --runs 240,1000,4000 \
+    step nonlinear.bench 70 $py benchmarks/peer_jax.py --device cuda --engine cuda --runs 240,4000,1000 \
       --steps "${BENCH_STEPS:-1000}" --learners fade_sgd,adam,fade_adam,sgd --repeats 2 \
       --results "$logs/nonlinear_rates.jsonl" --summary "$logs/nonlinear_table.txt"
     rc=$?

@@ -313,7 +313,8 @@ def gpu_main(args: argparse.Namespace) -> None:
     sizes = [int(r) for r in (args.runs or ("240,1000,4000" if not args.dry_run else "3")).split(",")]
     steps = args.steps or (2000 if not args.dry_run else 6)
     configs = {n: persistent.KernelConfig(num_warps=args.warps or persistent.default_config(NEURAL_LEARNERS[n]).num_warps,
-                                          stream=persistent.default_config(NEURAL_LEARNERS[n]).stream
+                                          stream=0 if args.engine == "cuda"  # (its moments stay on chip: the bytes bound)
+                                          else persistent.default_config(NEURAL_LEARNERS[n]).stream
                                           if args.stream is None else args.stream, exact=not args.approx,
                                           maxnreg=args.maxnreg) for n in learners}
     lines = peer_gpu.compare(learners, sizes, steps, args.segment or min(steps, 1000), min(GUARD, steps) if not args.dry_run

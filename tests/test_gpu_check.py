@@ -50,7 +50,7 @@ def test_a_dry_run_plans_every_step_inside_its_parts_budget(tmp_path):
     rows = _rows(summary)
     plans = [(name, text) for name, text in rows if text.startswith("would run")]
     assert [name for name, _ in plans] == ["nonlinear.tests", "nonlinear.bench"] + ["nonlinear.sweep"] * 3
-    assert "tests/test_cuda_engine.py" in plans[0][1] and "--engine cuda --runs 240,1000,4000" in plans[1][1]
+    assert "tests/test_cuda_engine.py" in plans[0][1] and "--engine cuda --runs 240,4000,1000" in plans[1][1]
     assert "--gpus-per-pack 1 --engine cuda" in plans[3][1] and "compare_stores.py" in plans[4][1]
     limits = [int(re.match(r"would run \((\d+) s\)", text).group(1)) for _, text in plans]
     assert all(limit <= 100 for limit in limits) and limits[:2] == [65, 70]  # each cut to the part's budget
