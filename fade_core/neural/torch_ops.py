@@ -2,9 +2,9 @@
 sequence of batched tensor ops, on the state a `NeuralRuns` holds (fade_core.neural.runs).
 
 The torch ops are the neural reference: the CPU kernel (cpu_engine) and the fused Triton
-updates are tested against them learner by learner (tests/test_neural_engines.py,
-tests/test_triton.py), and they are tested against a plain one-run PyTorch loop
-(tests/test_neural_learners.py). A step runs forward, backward and every update of
+updates are tested against them learner by learner (tests/test_triton.py), and they and the
+CPU kernel against a plain one-run PyTorch loop (tests/test_neural_learners.py). The update
+arithmetic is `parts.update` with torch's ops bound to its primitives (`TORCH_PRIMITIVES`). A step runs forward, backward and every update of
 algorithms.md §2 for all R runs with no host synchronisation, so on CUDA a block of steps
 can be captured in a graph. With `fused` (the "triton" engine) the Adam and FADE parameter
 updates run as one Triton kernel each (triton_update); with `whole_step` (the "triton_step"
