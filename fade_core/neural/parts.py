@@ -58,7 +58,7 @@ def decoupled_decay(w, factor):
 
 # -- base steps -----------------------------------------------------------------------------
 def sgd(w, grad, alpha):
-    return fma(-alpha, grad, w)
+    return w - alpha * grad
 
 
 def adam_scalars(alpha, k):
