@@ -177,7 +177,7 @@ gpu_step() {
 if wants nonlinear.tests || wants nonlinear.bench || wants nonlinear.sweep; then
   part nonlinear 175
   if gpu_step nonlinear.tests; then
-    step nonlinear.tests 65 $py -m pytest -q -p no:cacheprovider tests/test_cuda_engine.py -k "torch_ops or position or diverging"
+    step nonlinear.tests 65 $py -m pytest -q -p no:cacheprovider tests/test_cuda_engine.py -k "(torch_ops or position or diverging) and not emulated"
     rc=$?
     note nonlinear.tests "$(verdict nonlinear.tests $rc "$(grep -E '[0-9]+ (passed|failed|error)' "$logs/nonlinear.tests.log" | tail -1)")"
     while read -r line; do note "  failed" "$line"; done < <(grep -E '^(FAILED|ERROR)' "$logs/nonlinear.tests.log" | head -6)
