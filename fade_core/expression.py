@@ -18,7 +18,7 @@ globals are its module's: a misspelled primitive is a NameError when traced).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Sequence
 
 from fade_core.rulebind import bind
@@ -53,7 +53,7 @@ def _node(x) -> Node:
 class Value:
     """A traced number: arithmetic and comparisons record nodes; `bool()` is refused."""
 
-    node: Node = field()
+    node: Node
 
     def _op(self, op: str, *others) -> "Value":
         return Value(Node(op, (self.node, *map(_node, others))))

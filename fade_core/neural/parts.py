@@ -19,12 +19,12 @@ A new part is a function here and its flag in `update` (and a registry line in r
 
 from __future__ import annotations
 
-GAMMA_MIN, GAMMA_MAX = -15.0, 0.0  # FADE's clamp of the log decay rate
-BETA1, BETA2, EPS = 0.9, 0.999, 1e-8  # Adam, as torch.optim.Adam's defaults
-
 # The primitives (rulebind.PLAIN): every engine binds its own; called as it stands, a rule
 # computes in plain Python floats.
-from fade_core.rulebind import clamp, div_approx, exp, fma, lerp, maximum, minimum, sqrt, where  # noqa: E402,F401
+from fade_core.rulebind import clamp, div_approx, exp, fma, lerp, maximum, minimum, sqrt, where  # noqa: F401
+
+GAMMA_MIN, GAMMA_MAX = -15.0, 0.0  # FADE's clamp of the log decay rate
+BETA1, BETA2, EPS = 0.9, 0.999, 1e-8  # Adam, as torch.optim.Adam's defaults
 
 
 # -- FADE ---------------------------------------------------------------------------------
