@@ -70,3 +70,10 @@ def with_race(sweep, race: Race | None = None):
         raise SweepError("--race: a race needs at least 2 seeds (`seeds`); a paired test cannot compare one")
     race = race or Race(min(DEFAULT_MIN_SEEDS, len(sweep.seeds)))
     return dataclasses.replace(sweep, race=race, document={**sweep.document, "race": race.document(sweep.seeds)})
+
+
+def method_names(labels: list[str]) -> dict[str, str]:
+    """Experiment labels ("task[settings] optimizer") as a person reads them in a race's progress: the optimizer
+    alone where that tells the methods apart, else the whole label."""
+    short = {label: label.rsplit(" ", 1)[-1] for label in labels}
+    return short if len(set(short.values())) == len(short) else {label: label for label in labels}

@@ -21,11 +21,12 @@ import ray
 from ray import tune
 
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
-from sweeps.spec import Pack
+from sweeps.spec import Config, Experiment
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import CheckpointRecord, write_record
 from sweeps.store.store import Store
 from sweeps.tune.metrics import as_report, config_totals
+from sweeps.tune.searcher import pack_of
 
 if TYPE_CHECKING:
     from sweeps.packs import ChunkProgress
@@ -46,13 +47,14 @@ def _summary(progress: ChunkProgress) -> dict:
 def pack_trainable(
     config: dict,
     *,
-    packs: dict[str, Pack],
+    index: dict[str, tuple[Experiment, Config]],
     store_uri: str,
     writer: str | None,
     resume_from: dict[str, str],
     options: ExecutionOptions,
 ) -> None:
-    """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results
+    """Run the pack `config` names (searcher.pack_config; rebuilt from `index`, the sweep's configurations by id:
+    searcher.pack_of) from its last checkpoint, if any, and write its results
     into the store at `store_uri` (a `StoreLocation.uri`).
 
     The last checkpoint is this trial's own (a retry), else the one `resume_from` names for
@@ -66,7 +68,7 @@ def pack_trainable(
     from sweeps.packs import make_runner
     from sweeps.packs.neural import use_tf32
 
-    pack = packs[config["pack_id"]]
+    pack = pack_of(config, index)
     store = Store.open(store_uri)  # a local path or an object-store URI (credentials: this worker's chain)
     if store.pack_written(pack):
         # Finished before an interruption that Tune's experiment state did not record yet.

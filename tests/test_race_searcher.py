@@ -1,0 +1,148 @@
+"""The race's searcher without Ray: `PackSearcher` driven the way Tune drives it (suggest while a slot is free,
+on_trial_complete as trials end, in any order), each pack "run" by writing known scores into a real store.
+
+It hands out exactly the runs the race asks for, never a run twice; methods race apart (one method's round
+starts while another's is still out); and a race stopped after any number of finished packs, then resumed
+with a fresh `RaceRounds` on the same store, writes the same race.json, byte for byte, as an uninterrupted one
+(and as the race replayed on the full grid's scores)."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from sweeps.analysis.race import race_record, replay_stored
+from sweeps.packs import PackOutcome
+from sweeps.spec import Pack, parse_sweep
+from sweeps.store import Store
+from sweeps.store.race import raced_pairs
+from sweeps.store.record import check_and_record
+from sweeps.store.records import RACE_FILE, RaceRecord, parse_record, record_json
+from sweeps.tune.options import SweepInterrupted
+from sweeps.tune.racing import RaceRounds, RoundInterrupted
+from sweeps.tune.searcher import PackSearcher, pack_config, pack_of
+from sweeps.tune.resume import config_index
+from tests.test_race import RACED
+
+# every (optimizer, values) on all 6 seeds: sgd alpha=0.1 out after round 1, fade theta=0 out after round 1;
+# the fade survivor races alone from round 2 on, sgd 0.01 too: 4 rounds each
+FULL = {("sgd", (0.1,)): [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], ("sgd", (0.01,)): [0.9, 0.9, 0.9, 1.3, 1.3, 1.3],
+        ("sgd", (0.001,)): [0.95, 0.91, 0.93, 1.2, 1.4, 1.3],
+        ("fade", (0.1, 0.0, -2.3)): [2.0, 2.1, 2.0, 2.0, 2.1, 2.0], ("fade", (0.1, 0.01, -2.3)): [1.5, 1.6, 1.5, 1.5, 1.6, 1.5]}
+DOCUMENT = {**RACED, "optimizers": {**RACED["optimizers"], "sgd": {"alpha": [0.1, 0.01, 0.001]}}}
+SLOTS = 2
+
+
+def _score_of(sweep) -> dict[tuple[str, int], float]:
+    by_id = {}
+    for e in sweep.experiments:
+        for c in e.cells:
+            values = tuple(v for _, v in c.hyperparameters)
+            by_id.update({(c.config_id, s): FULL[(e.optimizer, values)][i] for i, s in enumerate(sweep.seeds)})
+    return by_id
+
+
+def _store(folder: Path):
+    sweep = parse_sweep(DOCUMENT, "t")
+    folder.mkdir(parents=True)
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(DOCUMENT))
+    check_and_record(Store.open(folder).location, sweep, "float64")
+    return sweep, Store.open(folder)
+
+
+def _run(pack: Pack, store: Store, scores: dict) -> None:
+    """The pack's trial: its runs' known scores committed as a real pack."""
+    score = np.array([scores[pair] for pair in pack.pairs()])
+    curves = {"mse": np.stack([score, score]).T, "decay_relevant": None, "decay_irrelevant": None,
+              "step_size_relevant": None, "step_size_irrelevant": None}
+    if pack.experiment.optimizer == "fade":
+        curves.update(decay_relevant=np.full((len(score), 2), 0.1), decay_irrelevant=np.full((len(score), 2), 0.2))
+    store.write_pack(pack, PackOutcome(score, ~np.isfinite(score), np.array([2, 4]), curves, 1.0))
+
+
+def _tune(sweep, store: Store, order: random.Random, stop_after: int | None = None) -> tuple[list[Pack], bool]:
+    """Tune's loop over the searcher: at most SLOTS trials at once, a random running trial ends next.
+    Returns the packs run and whether the searcher said FINISHED (False: stopped after `stop_after` packs)."""
+    rounds = RaceRounds(sweep, store, {"cpus": SLOTS, "runs_per_pack": 2})
+    start = rounds.start(resume=True, dtype="float64")
+    index = config_index(sweep)
+    searcher = PackSearcher(start.packs, lambda p: p.runs, lambda p: None, rounds.after)
+    scores, running, ran, n = _score_of(sweep), {}, [], 0
+    while True:
+        while len(running) < SLOTS:
+            config = searcher.suggest(f"t{n}")
+            if config is None or config == PackSearcher.FINISHED:
+                break
+            running[f"t{n}"] = pack_of(config, index)  # what the trainable rebuilds
+            n += 1
+        if config == PackSearcher.FINISHED and not running:
+            return ran, True
+        assert running, "the searcher waits with nothing running"
+        trial = order.choice(sorted(running))
+        if stop_after is not None and len(ran) == stop_after:
+            return ran, False  # an interrupt: the running packs never commit
+        _run(running[trial], store, scores)
+        ran.append(running.pop(trial))
+        searcher.on_trial_complete(trial)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory) -> tuple[bytes, list[Pack]]:
+    sweep, store = _store(tmp_path_factory.mktemp("whole") / "raced")
+    ran, finished = _tune(sweep, store, random.Random(0))
+    assert finished
+    return (store.location.read_bytes(RACE_FILE)), ran
+
+
+def test_the_searcher_hands_out_exactly_the_runs_the_race_asks_for_once(uninterrupted, tmp_path):
+    recorded, ran = uninterrupted
+    sweep = parse_sweep(DOCUMENT, "t")
+    pairs = [pair for pack in ran for pair in pack.pairs()]
+    assert len(pairs) == len(set(pairs))  # no run twice
+    race = parse_record(RaceRecord, recorded, RACE_FILE)
+    assert set(pairs) == raced_pairs(sweep, race)  # exactly what the race asks for
+    assert len(pairs) < len(sweep.pairs)
+    # the decisions are those of the race replayed on the full grid's scores
+    sweep_full, full_store = _store(tmp_path / "full")
+    scores = _score_of(sweep_full)
+    for e in sweep_full.experiments:
+        _run(Pack(e, e.cells, sweep_full.seeds), full_store, scores)
+    assert record_json(race_record(sweep_full, replay_stored(sweep_full, full_store.scan("scores", all_runs=True)))) == recorded
+    assert [m.rounds for m in race.methods] == [4, 4] and all(m.finished for m in race.methods)
+
+
+def test_methods_race_apart_a_round_starts_while_another_method_s_is_out(uninterrupted):
+    _, ran = uninterrupted
+    seeds_seen = {}
+    interleaved = False
+    for pack in ran:
+        method = pack.experiment.optimizer
+        other = [n for m, n in seeds_seen.items() if m != method]
+        here = max(pack.seeds)
+        interleaved |= any(n > here for n in other)  # another method was a round ahead when this pack ran
+        seeds_seen[method] = max(seeds_seen.get(method, 0), here)
+    assert interleaved
+
+
+@pytest.mark.parametrize("stop_after", [0, 1, 2, 3, 5, 7, 9])
+def test_a_race_stopped_after_any_pack_resumes_to_the_same_race_json(uninterrupted, tmp_path, stop_after):
+    recorded, _ = uninterrupted
+    sweep, store = _store(tmp_path / "raced")
+    first, _ = _tune(sweep, store, random.Random(stop_after), stop_after)
+    resumed, finished_now = _tune(sweep, Store.open(tmp_path / "raced"), random.Random(99))
+    assert finished_now
+    assert store.location.read_bytes(RACE_FILE) == recorded
+    pairs = [pair for pack in [*first, *resumed] for pair in pack.pairs()]
+    assert len(pairs) == len(set(pairs))
+
+
+def test_an_interrupt_names_each_method_s_round(tmp_path):
+    sweep, store = _store(tmp_path / "raced")
+    rounds = RaceRounds(sweep, store, {"cpus": 1})
+    rounds.start(resume=False, dtype="float64")
+    err = RoundInterrupted(SweepInterrupted(1, 3, store.location), rounds)
+    assert str(err) == "interrupted in the race (sgd in round 1, fade in round 1; at most 4 rounds): 1 of 3 packs done"
