@@ -8,6 +8,7 @@ with a fresh `RaceRounds` on the same store, writes the same race.json, byte for
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -15,13 +16,15 @@ import numpy as np
 import pytest
 import yaml
 
-from sweeps.analysis.race import race_record, replay_stored
+from sweeps.analysis.race import race_record, race_rounds, replay, replay_stored
+from sweeps.analysis.raced import TEST
+from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.spec import Pack, parse_sweep
 from sweeps.store import Store
 from sweeps.store.race import raced_pairs
 from sweeps.store.record import check_and_record
-from sweeps.store.records import RACE_FILE, RaceRecord, parse_record, record_json
+from sweeps.store.records import RACE_FILE, RaceDecision, RaceRecord, parse_record, record_json
 from sweeps.tune.options import SweepInterrupted
 from sweeps.tune.racing import RaceRounds, RoundInterrupted
 from sweeps.tune.searcher import PackSearcher, pack_config, pack_of
@@ -146,3 +149,30 @@ def test_an_interrupt_names_each_method_s_round(tmp_path):
     rounds.start(resume=False, dtype="float64")
     err = RoundInterrupted(SweepInterrupted(1, 3, store.location), rounds)
     assert str(err) == "interrupted in the race (sgd in round 1, fade in round 1; at most 4 rounds): 1 of 3 packs done"
+
+
+def test_a_store_raced_before_methods_raced_apart_reads_and_resumes(uninterrupted, tmp_path, capsys):
+    """A store as main's driver left it after round 1 (one replay of all methods, race.json without `methods`):
+    `table` and `status` read it, and a resume finishes the race to the same race.json as a race run now."""
+    recorded, _ = uninterrupted
+    sweep, store = _store(tmp_path / "raced")
+    scores = _score_of(sweep)
+    first = race_rounds(sweep)[0]
+    for e in sweep.experiments:
+        _run(Pack(e, e.cells, first), store, scores)
+    ids = [c.config_id for e in sweep.experiments for c in e.cells]
+    played = replay(store.scan("scores", all_runs=True), ids, race_rounds(sweep), sweep.race.alpha)  # main's replay
+    old = RaceRecord(test=TEST, alpha=sweep.race.alpha, schedule=sweep.race.schedule(sweep.seeds),
+                     seeds=sweep.race.seeds(sweep.seeds), finished=played.finished,
+                     decisions=tuple(RaceDecision(**row) for row in played.decisions.to_dicts()))
+    document = json.loads(record_json(old))
+    del document["methods"]  # main's RaceRecord had no such field
+    (tmp_path / "raced" / RACE_FILE).write_text(json.dumps(document, indent=1))
+    assert main(["table", str(tmp_path / "raced")]) == 0
+    out = capsys.readouterr().out
+    assert "sgd" in out and "fade" in out and "Run-steps: 1.800e+04 of the full grid's 3.000e+04" in out
+    assert main(["status", str(tmp_path / "raced")]) == 0
+    assert "3 runs of its sweep missing" in capsys.readouterr().out  # round 2: the survivors on the 4th seed
+    ran, finished = _tune(sweep, Store.open(tmp_path / "raced"), random.Random(5))
+    assert finished and (tmp_path / "raced" / RACE_FILE).read_bytes() == recorded
+    assert not {pair for pack in ran for pair in pack.pairs()} & {(c, s) for c in ids for s in first}  # nothing re-run
