@@ -69,10 +69,11 @@ class RaceRounds:
         if aside and notify is not None:
             notify(f"{self.store.location.url(RACE_FILE)} was damaged: set aside as {aside}; the race's decisions are "
                    "replayed from the stored scores and recorded anew")
-        standing = replay_stored(self.sweep, _stored_scores(self.store))
+        reader = self.store.reopened()
+        standing = replay_stored(self.sweep, _stored_scores(reader))
         self._methods = {e.label: _Method(e, played) for e, (_, played) in zip(self.sweep.experiments, standing.methods)}
         self._record()
-        finished = self._finished_runs()
+        finished = self._finished_runs(reader)
         recorded = recorded_packs(self.store, self.sweep, TUNING, None, notify) if resume else {}
         wanted = set().union(*(self._wanted(m) for m in self._methods.values()))
         recorded = {pid: p for pid, p in recorded.items() if set(p.pairs()) <= wanted}
@@ -81,7 +82,7 @@ class RaceRounds:
         for label, method in self._methods.items():
             mine = [p for p in resumed if p.experiment.label == label]
             method.out = {p.pack_id for p in mine}
-            packs += self._round(method, covered(finished, mine)) if not method.out else []
+            packs += self._round(method, reader, covered(finished, mine)) if not method.out else []
         self.on_change(self)
         return RaceStart(packs, resume_from, finished_recorded(recorded, finished))
 
@@ -92,23 +93,26 @@ class RaceRounds:
         if method.out or method.played.finished:
             return []
         decided = method.played.decided
-        method.played = replay_method(self.sweep, method.experiment, _stored_scores(self.store))
+        reader = self.store.reopened()  # what the trials committed
+        method.played = replay_method(self.sweep, method.experiment, _stored_scores(reader))
         if method.played.decided == decided and not method.played.finished:
             return []  # a pack of the round failed or was stopped: the method waits for --resume
         self._record()
-        packs = self._round(method, self._finished_runs())
+        packs = self._round(method, reader)
         self.on_change(self)
         return packs
 
-    def _round(self, method: _Method, done: set) -> list[Pack]:
-        """The packs of the method's next round (deciding again where the store holds the round already)."""
+    def _round(self, method: _Method, reader: Store, covered: set | None = None) -> list[Pack]:
+        """The packs of the method's next round, but the runs `covered` (default: those `reader` holds),
+        deciding again where the store holds the round already."""
+        done = self._finished_runs(reader) if covered is None else covered
         while not method.played.finished:
             packs = plan_round(self.sweep, set(method.played.alive), method.played.next_seeds, done=done,
                                **self._share())
             if packs:
                 method.out = {p.pack_id for p in packs}
                 return packs
-            method.played = replay_method(self.sweep, method.experiment, _stored_scores(self.store))
+            method.played = replay_method(self.sweep, method.experiment, _stored_scores(reader))
             self._record()
         return []
 
@@ -121,8 +125,8 @@ class RaceRounds:
         played = method.played
         return set() if played.finished else {(c, s) for c in played.alive for s in played.next_seeds}
 
-    def _finished_runs(self) -> set[tuple[str, int]]:
-        return set(self.store.reopened().finished_runs() & self.sweep.pairs)
+    def _finished_runs(self, reader: Store) -> set[tuple[str, int]]:
+        return set(reader.finished_runs() & self.sweep.pairs)
 
     def _record(self) -> None:
         self.store.record_race(race_record(self.sweep, self.standing))
@@ -182,7 +186,6 @@ def _held(played: Replay) -> dict[str, int]:
     return dict(played.decisions.group_by("config_id").agg(pl.col("seeds").max()).iter_rows())
 
 
-def _stored_scores(store: Store) -> pl.LazyFrame | None:
-    """Every committed tuning score (newest copy of each run), the race's own and any other."""
-    reader = store.reopened()
+def _stored_scores(reader: Store) -> pl.LazyFrame | None:
+    """Every committed tuning score `reader` sees (newest copy of each run), the race's own and any other."""
     return reader.scan("scores", all_runs=True) if reader.finished_runs() else None
