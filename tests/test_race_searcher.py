@@ -24,11 +24,21 @@ from sweeps.spec import Pack, parse_sweep
 from sweeps.store import Store
 from sweeps.store.race import raced_pairs
 from sweeps.store.record import check_and_record
-from sweeps.store.records import RACE_FILE, RaceDecision, RaceRecord, parse_record, record_json
+from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
+from sweeps.store.records import (
+    PACKS_FILE,
+    RACE_FILE,
+    CheckpointRecord,
+    RaceDecision,
+    RaceRecord,
+    parse_record,
+    record_json,
+    write_record,
+)
 from sweeps.tune.options import SweepInterrupted
 from sweeps.tune.racing import RaceRounds, RoundInterrupted
 from sweeps.tune.searcher import PackSearcher, pack_config, pack_of
-from sweeps.tune.resume import config_index
+from sweeps.tune.resume import config_index, packs_record
 from tests.test_race import RACED
 
 # every (optimizer, values) on all 6 seeds: sgd alpha=0.1 out after round 1, fade theta=0 out after round 1;
@@ -176,3 +186,34 @@ def test_a_store_raced_before_methods_raced_apart_reads_and_resumes(uninterrupte
     ran, finished = _tune(sweep, Store.open(tmp_path / "raced"), random.Random(5))
     assert finished and (tmp_path / "raced" / RACE_FILE).read_bytes() == recorded
     assert not {pair for pack in ran for pair in pack.pairs()} & {(c, s) for c in ids for s in first}  # nothing re-run
+
+
+def test_a_resumed_round_continues_its_checkpointed_pack_and_plans_the_rest(tmp_path):
+    """A round cut into two packs, one with a checkpoint when the driver died: the resume continues that pack,
+    plans the other's runs afresh, and the method's next round waits for both."""
+    sweep, store = _store(tmp_path / "raced")
+    scores = _score_of(sweep)
+    first = race_rounds(sweep)[0]
+    for e in sweep.experiments:
+        _run(Pack(e, e.cells, first), store, scores)
+    standing = replay_stored(sweep, store.scan("scores", all_runs=True))
+    sgd = sweep.experiments[0]
+    alive = [c for c in sgd.cells if c.config_id in dict(standing.methods)[sgd.label].alive]
+    assert len(alive) == 2
+    checkpointed, other = (Pack(sgd, (c,), race_rounds(sweep)[1][-1:]) for c in alive)
+    write_record(store.location, f"tune-x/{PACKS_FILE}", packs_record(sweep, [checkpointed, other]))
+    folder = "tune-x/trial_a/checkpoint_000000"
+    write_record(store.location, f"{folder}/{CHECKPOINT_META}",
+                 CheckpointRecord(pack_id=checkpointed.pack_id, steps_done=500, total_steps=1000, dtype="float64"))
+    store.location.write_bytes(f"{folder}/{CHECKPOINT_FILE}", b"tensors")
+    rounds = RaceRounds(sweep, Store.open(tmp_path / "raced"), {"cpus": 2})
+    start = rounds.start(resume=True, dtype="float64")
+    assert start.resume_from == {checkpointed.pack_id: folder}
+    sgd_packs = [p for p in start.packs if p.experiment is sgd]
+    assert sgd_packs[0] == checkpointed and {pair for p in sgd_packs[1:] for pair in p.pairs()} == set(other.pairs())
+    _run(checkpointed, store, scores)
+    assert rounds.after(checkpointed) == []  # the round's other pack is still out
+    for pack in sgd_packs[1:]:
+        _run(pack, store, scores)
+        following = rounds.after(pack)
+    assert following and {s for p in following for s in p.seeds} == set(race_rounds(sweep)[2][-1:])

@@ -59,7 +59,6 @@ class RaceRounds:
         round is decided (the progress display)."""
         self.sweep, self.store, self._options, self.on_change = sweep, store, plan_options, on_change
         self._methods: dict[str, _Method] = {}
-        self._method_of = {c.config_id: e.label for e in sweep.experiments for c in e.cells}
 
     def start(self, resume: bool, dtype: str, notify: Callable[[str], None] | None = None) -> RaceStart:
         """Replay the race on the store, record it, and plan each method's round under way (packs of an
@@ -75,14 +74,12 @@ class RaceRounds:
         self._record()
         finished = self._finished_runs(reader)
         recorded = recorded_packs(self.store, self.sweep, TUNING, None, notify) if resume else {}
-        wanted = set().union(*(self._wanted(m) for m in self._methods.values()))
-        recorded = {pid: p for pid, p in recorded.items() if set(p.pairs()) <= wanted}
-        resumed, resume_from = resumable(self.store, recorded, finished, dtype)
+        wanted = set().union(*(self._wanted(m) for m in self._methods.values()))  # a resumed pack: of a round under way
+        resumed, resume_from = resumable(self.store, {pid: p for pid, p in recorded.items() if set(p.pairs()) <= wanted},
+                                         finished, dtype)
         packs = list(resumed)
         for label, method in self._methods.items():
-            mine = [p for p in resumed if p.experiment.label == label]
-            method.out = {p.pack_id for p in mine}
-            packs += self._round(method, reader, covered(finished, mine)) if not method.out else []
+            packs += self._round(method, reader, [p for p in resumed if p.experiment.label == label])
         self.on_change(self)
         return RaceStart(packs, resume_from, finished_recorded(recorded, finished))
 
@@ -102,15 +99,15 @@ class RaceRounds:
         self.on_change(self)
         return packs
 
-    def _round(self, method: _Method, reader: Store, covered: set | None = None) -> list[Pack]:
-        """The packs of the method's next round, but the runs `covered` (default: those `reader` holds),
-        deciding again where the store holds the round already."""
-        done = self._finished_runs(reader) if covered is None else covered
+    def _round(self, method: _Method, reader: Store, resumed: list[Pack] = ()) -> list[Pack]:
+        """The new packs of the method's next round: its runs but those `reader` holds and those of its
+        `resumed` packs (which continue from checkpoints), deciding again where the store holds the round."""
+        done = covered(self._finished_runs(reader), list(resumed))
         while not method.played.finished:
             packs = plan_round(self.sweep, set(method.played.alive), method.played.next_seeds, done=done,
                                **self._share())
-            if packs:
-                method.out = {p.pack_id for p in packs}
+            if packs or resumed:
+                method.out = {p.pack_id for p in [*resumed, *packs]}
                 return packs
             method.played = replay_method(self.sweep, method.experiment, _stored_scores(reader))
             self._record()
