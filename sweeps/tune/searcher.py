@@ -86,7 +86,8 @@ class PackSearcher(Searcher):
 
 
 def search(searcher: PackSearcher, slots: int) -> ConcurrencyLimiter:
-    """The searcher as Tune takes it: at most `slots` trials at once, so Tune starts that many actors
-    together (a plain searcher gets one pending trial at a time) and no pack waits in a queue a
-    later, longer pack should jump."""
-    return ConcurrencyLimiter(searcher, max_concurrent=max(1, slots))
+    """The searcher as Tune takes it: at most two trials per slot at once, one running and one staged to take
+    the actor its predecessor leaves (a plain searcher gets one pending trial at a time, so slots would start
+    one by one and wait between packs); packs beyond wait in the searcher, where a longer pack of a round
+    decided later still goes first."""
+    return ConcurrencyLimiter(searcher, max_concurrent=2 * max(1, slots))
