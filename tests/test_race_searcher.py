@@ -217,3 +217,26 @@ def test_a_resumed_round_continues_its_checkpointed_pack_and_plans_the_rest(tmp_
         _run(pack, store, scores)
         following = rounds.after(pack)
     assert following and {s for p in following for s in p.seeds} == set(race_rounds(sweep)[2][-1:])
+
+
+def test_a_race_s_progress_line_counts_towards_its_most_and_names_each_method_s_round(tmp_path):
+    """One line: run-steps done of the most the race can still need, one rate, each method's round."""
+    from sweeps.cli.text import progress_line
+    from sweeps.tune.progress import SweepProgress
+
+    sweep, store = _store(tmp_path / "raced")
+    rounds = RaceRounds(sweep, store, {"cpus": 1})
+    start = rounds.start(resume=False, dtype="float64")
+    progress = SweepProgress(sweep.name, start.packs, store.location)
+    progress.race(rounds.rounds, 4, rounds.most_run_steps)
+    assert progress.status.run_steps_total == 5 * 6 * 1000  # nothing out yet: every configuration on every seed
+    _run(start.packs[0], store, _score_of(sweep))
+    following = rounds.after(start.packs[0])
+    progress.add(following)
+    progress.race(rounds.rounds, 4, rounds.most_run_steps)
+    line = progress_line(progress.status)
+    method = start.packs[0].experiment.optimizer
+    other = "fade" if method == "sgd" else "sgd"
+    assert "rounds (of at most 4): " in line and f"{method} 2" in line and f"{other} 1" in line
+    out = {c for c, _ in start.packs[0].pairs()} - set(dict(rounds.standing.methods)[start.packs[0].experiment.label].alive)
+    assert progress.status.run_steps_total == (5 * 6 - len(out) * 3) * 1000  # an eliminated configuration keeps 3 seeds

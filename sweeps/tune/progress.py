@@ -107,6 +107,8 @@ class SweepProgress(Callback):
             self.status.trials[pack.pack_id] = TrialStatus(pack.pack_id, "pending", 0, pack.run_steps)
             self._runs[pack.pack_id] = pack.runs
         self._packs.extend(packs)
+        if self._gauges is not None:
+            self._gauges.add(packs)
         self.status.run_steps_total = max(self.status.run_steps_total, sum(t.run_steps_total for t in self.status.trials.values()))
 
     def race(self, rounds: dict[str, tuple[int, bool]], most_rounds: int, most_run_steps: int) -> None:
