@@ -1,7 +1,7 @@
 """The Ray Tune trainable: one trial runs one pack. The only Tune calls made on workers.
 
-Tune sees a short summary per chunk (for its dashboard and our progress display); the
-full per-seed curves and scores go to the Parquet store, not through Tune. Every
+Tune sees a short summary of the chunks (for its dashboard and our progress display), at most
+every REPORT_EVERY_SECONDS and with each checkpoint; the full per-seed curves and scores go to the Parquet store, not through Tune. Every
 `checkpoint_every` chunks the pack's whole state (weights, traces, metrics so far,
 stream position) goes into a Tune checkpoint, so a retried trial continues from there.
 Beside the tensors, `pack.json` names the pack and its progress: a resumed sweep finds
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,10 @@ from sweeps.store.records import CheckpointRecord, write_record
 from sweeps.store.store import Store
 from sweeps.tune.metrics import as_report, config_totals
 from sweeps.tune.searcher import pack_of
+
+# A report is a round trip to the driver (the trial's thread waits for it): a chunk of a small pack (a race's
+# later rounds) takes a fraction of that, so progress goes to Tune at most this often (and with each checkpoint).
+REPORT_EVERY_SECONDS = 0.5
 
 if TYPE_CHECKING:
     from sweeps.packs import ChunkProgress
@@ -95,6 +100,7 @@ def pack_trainable(
         runner = new_runner()  # half-loaded state: start clean
     restored_from = runner.steps_done
     last = None
+    reported_at = time.monotonic()
     for chunk, last in enumerate(runner.run(), start=1):
         if last.steps_done == last.total_steps:
             break
@@ -106,8 +112,10 @@ def pack_trainable(
                                           total_steps=pack.experiment.settings.steps, dtype=options.dtype)
                 write_record(StoreLocation.parse(directory), CHECKPOINT_META, record)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
-        else:
+            reported_at = time.monotonic()
+        elif time.monotonic() - reported_at >= REPORT_EVERY_SECONDS:
             tune.report(metrics)
+            reported_at = time.monotonic()
     outcome = runner.outcome()
     store.write_pack(pack, outcome, writer)  # only while the driver still holds the store
     # The final report comes after the write, so a finished trial means written results.
