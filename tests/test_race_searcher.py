@@ -240,3 +240,20 @@ def test_a_race_s_progress_line_counts_towards_its_most_and_names_each_method_s_
     assert "rounds (of at most 4): " in line and f"{method} 2" in line and f"{other} 1" in line
     out = {c for c, _ in start.packs[0].pairs()} - set(dict(rounds.standing.methods)[start.packs[0].experiment.label].alive)
     assert progress.status.run_steps_total == (5 * 6 - len(out) * 3) * 1000  # an eliminated configuration keeps 3 seeds
+
+
+def test_a_round_fills_the_slots_its_method_has(tmp_path):
+    """Packing for rounds: with two methods racing on two slots each method's round is one pack (the other
+    method fills the other slot); a method racing alone has its round cut into packs for both slots."""
+    sweep, store = _store(tmp_path / "raced")
+    start = RaceRounds(sweep, store, {"cpus": 2}).start(resume=False, dtype="float64")
+    assert sorted(p.experiment.optimizer for p in start.packs) == ["fade", "sgd"]  # round 1: a pack per method
+    alone = {**DOCUMENT, "name": "alone", "optimizers": {"sgd": {"alpha": [0.1, 0.01, 0.001, 0.002]}}}
+    folder = tmp_path / "alone"
+    folder.mkdir()
+    (folder / "sweep.yaml").write_text(yaml.safe_dump(alone))
+    single = parse_sweep(alone, "t")
+    check_and_record(Store.open(folder).location, single, "float64")
+    packs = RaceRounds(single, Store.open(folder), {"cpus": 2}).start(resume=False, dtype="float64").packs
+    assert len(packs) == 2 and {pair for p in packs for pair in p.pairs()} == {
+        (c.config_id, s) for c in single.experiments[0].cells for s in race_rounds(single)[0]}
