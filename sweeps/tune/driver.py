@@ -9,7 +9,7 @@ are refused before Ray starts), connect, set aside damaged packs and
 remove orphans, continue interrupted packs from their checkpoints (resume.py), plan the rest
 (sweeps.spec.plan) and run every pack as one new Tune experiment (wiring.py). Notices go to
 `ExecutionOptions.notify`; nothing here prints. A raced sweep (`race:`) runs its tuning stage
-in rounds (racing.py), each round through the same steps.
+in rounds (racing.py), every method's rounds in that one experiment.
 """
 
 from __future__ import annotations
@@ -42,9 +42,9 @@ from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
-from sweeps.tune.racing import RaceRounds, RaceStart, RoundInterrupted, race_progress
+from sweeps.tune.racing import RaceRounds, RoundInterrupted, race_progress
 from sweeps.tune.reachable import check_storage
-from sweeps.tune.resume import config_index, covered, finished_recorded, recorded_packs, resumable
+from sweeps.tune.resume import StageStart, config_index, covered, finished_recorded, recorded_packs, resumable
 from sweeps.tune.slots import parallel_slots
 from sweeps.tune.wiring import Planned, Signals, run_packs
 
@@ -115,14 +115,14 @@ Planner = Callable[[set[tuple[str, int]]], list[Pack]]  # runs covered -> packs 
 
 
 def _start(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], resume: bool, finished: set,
-           plan: Planner, options: ExecutionOptions) -> RaceStart:
+           plan: Planner, options: ExecutionOptions) -> StageStart:
     """A stage's packs: its interrupted packs continued (`resume`), and what else it lacks planned."""
     recorded = recorded_packs(store, sweep, stage, seeds, options.notify) if resume else {}
     resumed, resume_from = resumable(store, recorded, finished, options.dtype)
-    return RaceStart(resumed + plan(covered(finished, resumed)), resume_from, finished_recorded(recorded, finished))
+    return StageStart(resumed + plan(covered(finished, resumed)), resume_from, finished_recorded(recorded, finished))
 
 
-def _execute(sweep: Sweep, store: Store, start: RaceStart, skipped: int, options: ExecutionOptions,
+def _execute(sweep: Sweep, store: Store, start: StageStart, skipped: int, options: ExecutionOptions,
              resources: PackResources, cluster: _Cluster, rounds: RaceRounds | None = None) -> SweepRun:
     """Run the stage's packs as one Tune experiment (and, for a race, every round that follows them)."""
     planned = cluster.planned(options, resources)

@@ -28,7 +28,7 @@ from sweeps.store.store import Store
 from sweeps.tune.metrics import gauge_start
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
-from sweeps.tune.resume import covered, finished_recorded, recorded_packs, resumable
+from sweeps.tune.resume import StageStart, covered, finished_recorded, recorded_packs, resumable
 
 
 @dataclass
@@ -38,16 +38,6 @@ class _Method:
     experiment: Experiment
     played: Replay
     out: set[str] = field(default_factory=set)  # pack ids of the round under way not ended yet
-
-
-@dataclass(frozen=True)
-class RaceStart:
-    """What the experiment starts with: the first packs, the checkpoints resumed packs continue from, and
-    the packs earlier runs finished (shown as done)."""
-
-    packs: list[Pack]
-    resume_from: dict[str, str]
-    earlier: list[Pack]
 
 
 class RaceRounds:
@@ -60,7 +50,7 @@ class RaceRounds:
         self.sweep, self.store, self._options, self.on_change = sweep, store, plan_options, on_change
         self._methods: dict[str, _Method] = {}
 
-    def start(self, resume: bool, dtype: str, notify: Callable[[str], None] | None = None) -> RaceStart:
+    def start(self, resume: bool, dtype: str, notify: Callable[[str], None] | None = None) -> StageStart:
         """Replay the race on the store, record it, and plan each method's round under way (packs of an
         interrupted run continue from their checkpoints). A damaged race.json is set aside first (`notify`
         says so): the replay writes it anew."""
@@ -81,7 +71,7 @@ class RaceRounds:
         for label, method in self._methods.items():
             packs += self._round(method, reader, [p for p in resumed if p.experiment.label == label])
         self.on_change(self)
-        return RaceStart(packs, resume_from, finished_recorded(recorded, finished))
+        return StageStart(packs, resume_from, finished_recorded(recorded, finished))
 
     def after(self, pack: Pack) -> list[Pack]:
         """A pack's trial ended (written, failed or stopped): once its method's round is all in, the next round."""
@@ -150,7 +140,7 @@ class RaceRounds:
         return total
 
 
-def race_progress(sweep: Sweep, start: RaceStart, store: Store, options: ExecutionOptions,
+def race_progress(sweep: Sweep, start: StageStart, store: Store, options: ExecutionOptions,
                   rounds: RaceRounds) -> SweepProgress:
     """The progress callback of a race: run-steps done of the most the race can need, and each method's round
     (kept up to date as rounds are decided)."""
