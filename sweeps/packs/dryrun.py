@@ -144,7 +144,7 @@ def _stream_seconds(experiment: Experiment, seeds: int, calibrate: bool) -> floa
 class RaceBounds:
     """A race's estimated wall time at its two ends (the dry run of a race)."""
 
-    best_seconds: float  # after round 1, each method's best configuration alone gets the later seeds
+    best_seconds: float  # after round 1, each method's best configuration alone gets the later seeds (at once)
     worst_seconds: float  # nothing is eliminated: every configuration gets every seed, round by round
     best_run_steps: int
     worst_run_steps: int
@@ -166,9 +166,11 @@ def race_bounds(sweep: Sweep, slots: int, costs: CostModel, fixed_seconds: float
             one = dataclasses.replace(sweep, experiments=(experiment,))
             ids = [c.config_id for c in experiment.cells]
             chain = 0.0
-            for number, round_seeds in enumerate(rounds):
+            # the best case: after round 1 one configuration is left, which gets every later seed at once
+            played = rounds if worst else rounds[:1] + rounds[1:][-1:]
+            for number, round_seeds in enumerate(played):
                 alive = ids if worst or number == 0 else ids[:1]
-                held = rounds[number - 1] if number else ()
+                held = played[number - 1] if number else ()
                 done = {(c, s) for c in alive for s in held}
                 packs = plan_round(one, set(alive), round_seeds, cpus=share, done=done, costs=costs)
                 chain += makespan([pack_seconds(p, costs) for p in packs], share)

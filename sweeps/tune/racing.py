@@ -9,7 +9,11 @@ starts by replaying what the store holds and decides exactly as an uninterrupted
 draw nothing at random and a run's score does not depend on its pack or on when it ran.
 
 A round's runs are cut into packs by the planner's cost model (`plan_round`) for the method's share
-of the slots (all of them once it races alone), so a few survivors on a new seed fill the slots.
+of the slots (all of them once it races alone), so a few survivors on a new seed fill the slots. A
+method down to one configuration gets all its remaining seeds at once: its rounds compare nothing, and
+`replay` decides them together once the runs are in (the same decisions: they are a function of the
+scores, not of when the runs ran); only if that configuration later diverges or blows up (a revival)
+do its extra seeds go beyond what a round-by-round race would have run.
 """
 
 from __future__ import annotations
@@ -94,7 +98,7 @@ class RaceRounds:
         `resumed` packs (which continue from checkpoints), deciding again where the store holds the round."""
         done = covered(self._finished_runs(reader), list(resumed))
         while not method.played.finished:
-            packs = plan_round(self.sweep, set(method.played.alive), method.played.next_seeds, done=done,
+            packs = plan_round(self.sweep, set(method.played.alive), self._seeds(method.played), done=done,
                                **self._share())
             if packs or resumed:
                 method.out = {p.pack_id for p in [*resumed, *packs]}
@@ -108,9 +112,15 @@ class RaceRounds:
         racing = sum(not m.played.finished for m in self._methods.values())
         return {**self._options, "cpus": max(1, round(self._options["cpus"] / max(1, racing)))}
 
+    def _seeds(self, played: Replay) -> tuple[int, ...]:
+        """The seeds a method's next packs give its configurations in the race: the next round's, or every seed
+        of the race where one configuration is left (nothing to compare it with: its rounds can be decided
+        together once its runs are in, as `replay` decides any round whose runs the store holds)."""
+        return self.sweep.race.seeds(self.sweep.seeds) if len(played.alive) == 1 else played.next_seeds
+
     def _wanted(self, method: _Method) -> set[tuple[str, int]]:
         played = method.played
-        return set() if played.finished else {(c, s) for c in played.alive for s in played.next_seeds}
+        return set() if played.finished else {(c, s) for c in played.alive for s in self._seeds(played)}
 
     def _finished_runs(self, reader: Store) -> set[tuple[str, int]]:
         return set(reader.finished_runs() & self.sweep.pairs)
