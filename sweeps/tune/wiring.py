@@ -1,4 +1,5 @@
-"""The Tune wiring: one Tune experiment whose trials are packs, with the trainable, the
+"""The Tune wiring: one Tune experiment whose trials are packs, handed out by a `PackSearcher`
+(searcher.py: a grid's packs, or a race's rounds as they are decided), with the trainable, the
 placement of each trial, the run config, signals and Tune's log noise handled.
 
 Interrupts are honest: SIGINT (Ctrl-C) or SIGTERM stops Tune's trials, finished packs stay
