@@ -104,7 +104,8 @@ def _rounds_decided(results_dir: Path) -> tuple[int, bool]:
         record = json.loads((results_dir / RACE_FILE).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return 0, False
-    return max((d["round"] for d in record["decisions"]), default=0), record["finished"]
+    # methods race apart (a method with one configuration left decides its rounds at once): the round every method has
+    return min((m["rounds"] for m in record["methods"]), default=0), record["finished"]
 
 
 def _wait_for(predicate, timeout: float, what: str, process: subprocess.Popen) -> None:
