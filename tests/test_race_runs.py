@@ -36,8 +36,10 @@ SWEEP = {
     "optimizers": {"sgd": {"alpha": [0.5, 0.1, 0.05, 0.01, 0.001]},
                    "fade": {"alpha": [0.1, 0.05], "theta_lambda": [0.0, 0.01], "gamma0": [-1.2, -4.6]}},
 }
-RUN_OPTIONS = ["--race", "--num-cpus", "2", "--runs-per-pack", "4", "--chunk-steps", "5000", "--dtype", "float64",
-               "--no-report"]
+# Short chunks and frequent checkpoints: a round's packs take about a second (scores do not depend on either), so
+# an interrupt lands inside a round, not after a race that, in one Tune experiment, takes a fraction of that.
+RUN_OPTIONS = ["--race", "--num-cpus", "2", "--runs-per-pack", "4", "--chunk-steps", "500", "--checkpoint-every", "2",
+               "--dtype", "float64", "--no-report"]
 TABLES = [("best", "md"), ("best", "csv"), ("sensitivity", "md"), ("sensitivity", "csv"), ("compare", "csv")]
 
 
