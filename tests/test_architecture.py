@@ -3,7 +3,7 @@ fade_core < tasks < cluster < sweeps, each layer importing only itself and the l
 no import cycle between modules (imports inside functions and names a package exports lazily
 counted), and the commands that need no cluster (`--help`, `presets`, validation, `table`,
 `status`, `verify`, `report`, `run --dry-run` without `--address`) import neither Ray nor torch,
-numba or pandas (the dry run's calibration runs packs here: torch and numba are its own)."""
+numba or pandas (`--dry-run --calibrate` runs packs here: torch and numba are its own)."""
 
 from __future__ import annotations
 
@@ -241,8 +241,8 @@ HEAVY = ("ray", "torch", "numba", "pandas")
 # outside verify (a local store; an object store's URI loads pyarrow.fs).
 UNNEEDED = {"help": ("polars", "pyarrow"), "presets": ("polars", "pyarrow"), "validation": ("polars", "pyarrow"),
             "status": ("polars", "pyarrow"), "verify": ("polars",), "table": ("pyarrow",), "report": (),
-            "dry-run": ("polars", "pyarrow"), "schema": ("polars", "pyarrow")}
-NEEDED = {"dry-run": ("torch", "numba")}  # without --address the dry run calibrates a few packs here; Ray stays out
+            "dry-run": ("polars", "pyarrow"), "dry-run --calibrate": ("polars", "pyarrow"), "schema": ("polars", "pyarrow")}
+NEEDED = {"dry-run --calibrate": ("torch", "numba")}  # --calibrate times a few packs here; Ray stays out
 _PROBE = """
 import contextlib, io, json, sys
 from sweeps.cli import main
@@ -284,7 +284,7 @@ def small_store(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("what", ["help", "presets", "validation", "table", "status", "verify", "report", "dry-run",
-                                  "schema"])
+                                  "dry-run --calibrate", "schema"])
 def test_commands_without_a_cluster_import_no_heavy_stack(what, small_store, tmp_path):
     """Ray, torch, numba and pandas stay out of the commands that read or check (a fresh interpreter), and
     polars and pyarrow out of those that need no frames or Parquet; a dry run without --address loads no Ray."""
@@ -301,7 +301,11 @@ def test_commands_without_a_cluster_import_no_heavy_stack(what, small_store, tmp
         "status": [["status", str(small_store)]],
         "verify": [["verify", str(small_store)]],
         "report": [["report", str(small_store), "--out", str(tmp_path / "r.html")]],
-        "dry-run": [["run", str(small), "--dry-run", "--num-cpus", "1", "--storage", str(tmp_path / "dry")]],
+        "dry-run": [["run", str(small), "--dry-run", "--num-cpus", "1", "--storage", str(tmp_path / "dry")],
+                    ["run", str(small), "--dry-run", "--race", "--num-cpus", "1", "--storage", str(tmp_path / "dry")],
+                    ["run", "nonlinear-demo", "--dry-run", "--storage", str(tmp_path / "dry")]],
+        "dry-run --calibrate": [["run", str(small), "--dry-run", "--calibrate", "--num-cpus", "1", "--storage",
+                                 str(tmp_path / "dry")]],
         "schema": [["schema"]],
     }[what]
     expected = [2] if what == "validation" else [0] * len(argv)

@@ -67,8 +67,12 @@ def test_tf32_is_set_explicitly_for_every_pack():
 def test_each_trial_asks_ray_for_its_familys_resources():
     from sweeps.tune.wiring import pack_placement
 
-    packs = {p.pack_id: p for p in plan_packs(parse_sweep(MIXED, "test"), cpus=2, gpu=True)}
-    request = pack_placement(packs, PackResources(2.0, 0.5))
-    bundles = {packs[i].experiment.task: request({"pack_id": i}).bundles for i in packs}
+    from sweeps.tune.resume import config_index
+    from sweeps.tune.searcher import pack_config
+
+    sweep = parse_sweep(MIXED, "test")
+    packs = plan_packs(sweep, cpus=2, gpu=True)
+    request = pack_placement(config_index(sweep), PackResources(2.0, 0.5))
+    bundles = {p.experiment.task: request(pack_config(p)).bundles for p in packs}
     assert bundles["linear_tracking"] == [{"CPU": 2.0}]
     assert bundles["nonlinear_tracking"] == [{"CPU": 2.0, "GPU": 0.5}]

@@ -5,8 +5,6 @@ longest first (the order Tune starts them in), and a resume re-plans for any slo
 import itertools
 
 import pytest
-from ray import tune
-from ray.tune.search.variant_generator import generate_variants
 
 from sweeps.spec import CostModel, parse_sweep, plan_packs, resolve_sweep
 from sweeps.spec.costs import GpuRate, Overheads
@@ -135,10 +133,18 @@ def test_a_resume_replans_for_another_slot_count():
 
 
 def test_tune_starts_trials_in_the_order_of_the_plan():
-    """wiring.run_packs hands Tune one grid_search over the pack ids in plan order; Tune's variants come in it."""
-    ids = [p.pack_id for p in plan_packs(resolve_sweep("nonlinear-sensitivity"), 16)]
-    variants = [config["pack_id"] for _, config in generate_variants({"pack_id": tune.grid_search(ids)})]
-    assert variants == ids
+    """The searcher hands Tune the packs longest first by the cost model, the plan's order, each once; then
+    nothing while trials run, and FINISHED once they are all in."""
+    from sweeps.tune.searcher import PackSearcher
+
+    packs = plan_packs(resolve_sweep("nonlinear-sensitivity"), 16, costs=COSTS)
+    searcher = PackSearcher(packs, lambda p: pack_seconds(p, COSTS), lambda p: None)
+    handed = [searcher.suggest(f"t{i}")["pack_id"] for i in range(len(packs))]
+    assert handed == [p.pack_id for p in packs]
+    assert searcher.suggest("t-more") is None  # trials still run: a later round could add packs
+    for i in range(len(packs)):
+        searcher.on_trial_complete(f"t{i}")
+    assert searcher.suggest("t-last") == PackSearcher.FINISHED
 
 
 def test_runs_per_pack_is_a_ceiling():

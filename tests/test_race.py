@@ -23,6 +23,7 @@ from sweeps.analysis.race import (
     holm,
     race_record,
     replay,
+    replay_stored,
     student_t_sf,
 )
 from sweeps.analysis.raced import race_status
@@ -228,7 +229,9 @@ def raced_store(tmp_path) -> Path:
     rounds = [tuple(range(n)) for n in sweep.race.schedule(sweep.seeds)]
     played = replay(frame, [c.config_id for e in sweep.experiments for c in e.cells], rounds, 0.05)
     assert played.finished and played.decided == 4
-    (results_dir / RACE_FILE).write_bytes(record_json(race_record(sweep, played)))
+    standing = replay_stored(sweep, frame.lazy())  # each method on its own: the same decisions
+    assert standing.decisions.sort("round", "config_id").equals(played.decisions.sort("round", "config_id"))
+    (results_dir / RACE_FILE).write_bytes(record_json(race_record(sweep, standing)))
     return results_dir
 
 

@@ -22,8 +22,8 @@ from sweeps.store import Store
 from sweeps.store.race import DAMAGED_RACE, race_round, recorded_race
 from sweeps.store.record import check_and_record
 from sweeps.store.records import RACE_FILE, record_json
-from sweeps.tune.options import SweepInterrupted, SweepRun
-from sweeps.tune.racing import RoundInterrupted, run_race
+from sweeps.tune.options import SweepInterrupted
+from sweeps.tune.racing import RaceRounds, RoundInterrupted
 from tests.helpers import write_known_store
 from tests.test_race import RACED, SCORES
 
@@ -67,37 +67,31 @@ def test_a_damaged_race_json_is_replayed_by_readers_and_named_once(tmp_path, cap
     assert "0 runs of its sweep missing" in capsys.readouterr().out
 
 
-def _round_run(seeds, again, plan) -> SweepRun:
-    assert plan(set()) == []  # nothing left to run in these stores
-    return SweepRun(Path("."), 0, 0, 0, 0.0, 0.0, 0.0, 1, frozenset(), None)
-
-
 def test_resume_sets_a_damaged_race_json_aside_and_records_it_anew(tmp_path):
     results_dir = _raced(tmp_path)
     recorded = (results_dir / RACE_FILE).read_bytes()
     (results_dir / RACE_FILE).write_bytes(DAMAGED)
     notices: list[str] = []
     store = Store.open(results_dir)
-    run_race(store.sweep, store, True, {"cpus": 1}, _round_run, notices.append)
+    start = RaceRounds(store.sweep, store, {"cpus": 1}).start(True, "float64", notices.append)
+    assert start.packs == []  # nothing left to run in this store
     assert (results_dir / DAMAGED_RACE).read_bytes() == DAMAGED
     assert (results_dir / RACE_FILE).read_bytes() == recorded
     (notice,) = notices
     assert "damaged" in notice and DAMAGED_RACE in notice
 
 
-def test_an_interrupted_round_is_named_and_so_is_each_round(tmp_path):
+def test_an_interrupted_race_names_each_method_s_round(tmp_path):
     unfinished = {**SCORES, ("sgd", (0.01,)): [0.9, 0.9, 0.9], ("fade", (0.1, 0.01, -2.3)): [1.5, 1.6, 1.5]}
     results_dir = _raced(tmp_path, unfinished)  # round 1 decided; round 2 lacks its runs
     store = Store.open(results_dir)
     assert race_round(store.sweep, store.race) == (2, 4, False)
-
-    def interrupted(seeds, again, plan):
-        raise SweepInterrupted(1, 3, results_dir)
-
-    notices: list[str] = []
-    with pytest.raises(RoundInterrupted, match=r"^interrupted in race round 2 of at most 4: 1 of 3 packs done$"):
-        run_race(store.sweep, store, True, {"cpus": 1}, interrupted, notices.append)
-    assert notices == ["Race round 2 of at most 4: 2 of 4 configurations in the race, on 4 seeds"]
+    rounds = RaceRounds(store.sweep, store, {"cpus": 1})
+    start = rounds.start(True, "float64")
+    survivors = sorted(c for c in store.race.held() if c not in store.race.eliminated())  # one per method
+    assert sorted(p.pairs() for p in start.packs) == [[(c, s) for s in (3, 4, 5)] for c in survivors]  # alone: every seed left
+    err = RoundInterrupted(SweepInterrupted(1, 3, results_dir), rounds)
+    assert str(err) == "interrupted in the race (sgd in round 2, fade in round 2; at most 4 rounds): 1 of 3 packs done"
 
 
 def test_a_dry_run_of_a_race_plans_its_first_round():

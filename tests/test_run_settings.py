@@ -14,7 +14,7 @@ from sweeps.store import StoreLocation
 from sweeps.tune.options import ExecutionOptions
 
 # Flags of `run` that are not how packs run: what to run, where the results go, what to print after.
-NOT_OPTIONS = {"command", "sweep", "storage", "resume", "dry_run", "race", "table_format", "no_report",
+NOT_OPTIONS = {"command", "sweep", "storage", "resume", "dry_run", "calibrate", "race", "table_format", "no_report",
                "cpus_per_pack", "gpus_per_pack"}  # the last two make `resources`, over the sweep file's
 
 GIVEN = ["--address", "auto", "--num-cpus", "3", "--chunk-steps", "700", "--checkpoint-every", "2",
@@ -44,8 +44,8 @@ def test_confirm_keeps_the_defaults_of_flags_it_lacks():
 
 
 def test_every_trial_gets_the_options_whole(monkeypatch, tmp_path):
-    """The Tune wiring hands the trainable one options object (with the packs, the store's URI, the
-    writer and where interrupted packs continue), never options copied field by field."""
+    """The Tune wiring hands the trainable one options object (with the sweep's configurations by id, the store's
+    URI, the writer and where interrupted packs continue), never options copied field by field."""
     from sweeps.tune import wiring
 
     handed = {}
@@ -53,7 +53,7 @@ def test_every_trial_gets_the_options_whole(monkeypatch, tmp_path):
     options = ExecutionOptions(chunk_steps=123, engine="reference")
     location = StoreLocation.parse(tmp_path / "store")
     wiring._trainable({}, location, "token", options, PackResources(), {"p": "tune-x/ckpt"})
-    assert handed == {"packs": {}, "store_uri": location.uri, "writer": "token", "resume_from": {"p": "tune-x/ckpt"},
+    assert handed == {"index": {}, "store_uri": location.uri, "writer": "token", "resume_from": {"p": "tune-x/ckpt"},
                       "options": options}
     assert handed["options"] is options
 

@@ -54,9 +54,9 @@ import polars as pl
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.analysis import stats
 from sweeps.analysis.raced import DECISION_SCHEMA, ELIMINATED, SURVIVOR, TEST
-from sweeps.spec import Sweep
+from sweeps.spec import Experiment, Sweep
 from sweeps.store import Store
-from sweeps.store.records import RaceDecision, RaceRecord, RecordError
+from sweeps.store.records import RaceDecision, RaceMethod, RaceRecord, RecordError
 from tasks import TASKS
 
 DIVERGED, WORSE = "diverged", "worse than the best"
@@ -306,11 +306,34 @@ def race_rounds(sweep: Sweep) -> list[tuple[int, ...]]:
     return [seeds[:n] for n in sweep.race.schedule(sweep.seeds)]
 
 
-def replay_stored(sweep: Sweep, scores: pl.LazyFrame | None) -> Replay:
+def replay_stored(sweep: Sweep, scores: pl.LazyFrame | None) -> Standing:
     """The race of `sweep` played on a store's committed scores (every stored run, the race's and any other:
-    `Store.scan("scores", all_runs=True)`; None before any run)."""
-    configs = [c.config_id for e in sweep.experiments for c in e.cells]
-    return replay(scores, configs, race_rounds(sweep), sweep.race.alpha)
+    `Store.scan("scores", all_runs=True)`; None before any run): each method on its own (`replay_method`)."""
+    frame = None if scores is None else scores.lazy().collect()  # read once for every method
+    return Standing(tuple((e.label, replay_method(sweep, e, frame)) for e in sweep.experiments))
+
+
+def replay_method(sweep: Sweep, experiment: Experiment, scores: pl.LazyFrame | pl.DataFrame | None) -> Replay:
+    """One method's race (an experiment of `sweep`: its configurations only) played on `scores`. Methods race
+    independently: a round is decided once this method's configurations in the race hold its seeds, whatever
+    round another method is in; the test compares configurations of one method only, so each method's
+    decisions are those a race of the whole sweep makes on the same scores."""
+    return replay(scores, [c.config_id for c in experiment.cells], race_rounds(sweep), sweep.race.alpha)
+
+
+@dataclass(frozen=True)
+class Standing:
+    """Where every method of a race stands: (experiment label, its Replay), in the sweep's order."""
+
+    methods: tuple[tuple[str, Replay], ...]
+
+    @property
+    def finished(self) -> bool:
+        return all(played.finished for _, played in self.methods)
+
+    @property
+    def decisions(self) -> pl.DataFrame:
+        return _concat([played.decisions for _, played in self.methods])
 
 
 def stored_race(store: Store) -> RaceRecord | None:
@@ -323,11 +346,11 @@ def stored_race(store: Store) -> RaceRecord | None:
         return race_record(store.sweep, replay_stored(store.sweep, store.scan("scores", all_runs=True)))
 
 
-def race_record(sweep: Sweep, played: Replay) -> RaceRecord:
-    """race.json for `sweep`'s race as it stands (`played`)."""
+def race_record(sweep: Sweep, standing: Standing) -> RaceRecord:
+    """race.json for `sweep`'s race as it stands: every method's decisions and its rounds."""
     race = sweep.race
+    methods = tuple(RaceMethod(method=label, rounds=played.decided, finished=played.finished)
+                    for label, played in standing.methods)
     return RaceRecord(test=TEST, alpha=race.alpha, schedule=race.schedule(sweep.seeds), seeds=race.seeds(sweep.seeds),
-                      decisions=tuple(RaceDecision(**row) for row in played.decisions.to_dicts()),
-                      finished=played.finished)
-
-
+                      decisions=tuple(RaceDecision(**row) for row in standing.decisions.to_dicts()),
+                      finished=standing.finished, methods=methods)

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="results go under STORAGE/<sweep name>: a local path (default: ./results) or s3://BUCKET/PREFIX, gs://...")
     run.add_argument("--resume", action="store_true", help="finish an interrupted sweep; finished runs are kept")
     run.add_argument("--dry-run", action="store_true", help="print the plan and an estimated wall time, run nothing")
+    run.add_argument("--calibrate", action="store_true",
+                     help="with --dry-run: time each experiment's engine here first (seconds: loads torch and numba, "
+                          "compiles or loads kernels) instead of the cost table's rates")
     run.add_argument("--race", action="store_true",
                      help="give seeds in rounds: a configuration worse than its method's best with confidence (paired "
                           "t-test, Holm) stops getting seeds (the sweep file's race: block, else min 3 seeds, all the "

@@ -195,7 +195,8 @@ def _race_status(store) -> None:
     """A raced sweep's round: status.json counts the packs of the round under way only."""
     from sweeps.spec import SweepError
     from sweeps.store import RecordError
-    from sweeps.store.race import race_round
+    from sweeps.spec.race import method_names
+    from sweeps.store.race import finished_methods, method_rounds, race_round
     from sweeps.store.status import driver_gone
 
     try:
@@ -207,9 +208,13 @@ def _race_status(store) -> None:
         out = len(record.eliminated()) if record is not None else 0
         status = store.status()
         running = status is not None and status.state == "running" and not driver_gone(status)
+        names = method_names([e.label for e in sweep.experiments])
+        over = finished_methods(record)
+        rounds = ", ".join(f"{names[label]} {'done after ' + str(n) if label in over or finished else n + 1}"
+                           for label, n in method_rounds(sweep, record).items())
         state = f"finished after {number} rounds" if finished else \
-            f"round {number} of at most {most} under way (the packs above are this round's)" if running else \
-            f"round {number} of at most {most} next, with `--resume` (the packs above are the last run's)"
+            f"rounds under way (of at most {most}): {rounds}" if running else \
+            f"rounds next, with `--resume` (of at most {most}): {rounds}"
         print(f"race: {state}; {out} of {sum(e.size for e in sweep.experiments)} configurations out")
 
 

@@ -37,6 +37,8 @@ def _say_if_attaching(args: argparse.Namespace) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     from sweeps.store import Store
 
+    if args.calibrate and not args.dry_run:
+        raise UserError("--calibrate: only with --dry-run (it measures the rates the estimate uses); add --dry-run")
     _say_if_attaching(args)
     sweep = resolve_sweep(args.sweep)
     if args.race:
@@ -58,7 +60,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         if sweep.race is not None:  # what runs first; the later rounds depend on its scores
             print(race_plan_line(sweep))
         done = store.finished_runs() if args.resume else set()  # a resume runs only what the store lacks
-        _dry_run(_first_round(sweep), options, done)
+        _dry_run(_first_round(sweep), options, done, args.calibrate, sweep if sweep.race is not None else None)
         if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
             steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
             print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
@@ -190,9 +192,12 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     print(stage_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
 
 
-def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = frozenset()) -> None:
-    from sweeps.cli.text import load_note, oversubscribed_note, plan_text
-    from sweeps.packs.dryrun import estimate
+def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = frozenset(), calibrate: bool = False,
+             raced=None) -> None:
+    """The plan and its estimate (`calibrate`: rates measured here); `raced`: the race whose first round `sweep`
+    is, whose best and worst case follow."""
+    from sweeps.cli.text import load_note, oversubscribed_note, plan_text, race_bounds_text
+    from sweeps.packs.dryrun import estimate, race_bounds
 
     resources = options.resources
     cpu_only = resources.for_task(runs_on_gpu=False)
@@ -204,11 +209,9 @@ def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = froz
         slots = parallel_slots(cpu_only)
         gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
     else:
-        import torch
-
         cpus = options.num_cpus or os.cpu_count() or 1
         slots = int(cpus // resources.cpus)
-        gpu_slots = min(slots, int(torch.cuda.device_count() // resources.gpus)) if resources.gpus > 0 else 0
+        gpu_slots = min(slots, int(_gpu_count() // resources.gpus)) if resources.gpus > 0 else 0
         if slots == 0:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
     costs = CostModel(chunk_steps=options.chunk_steps, checkpoint_every=options.checkpoint_every,
@@ -217,9 +220,23 @@ def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = froz
         print("Nothing to run: every (config, seed) already has a score.")
         return
     plan = estimate(sweep, slots, resources, options.runs_per_pack, options.dtype, gpu_slots, not options.address,
-                    costs, options.engine, done)
-    notes = [oversubscribed_note(slots * resources.cpus), load_note()] if not options.address else []
+                    costs, options.engine, done, calibrate)
+    notes = [oversubscribed_note(slots * resources.cpus), load_note(calibrated=calibrate)] if not options.address else []
     print(plan_text(sweep, resources, plan, len(done & set(sweep.pairs)), notes))
+    if raced is not None and not done:
+        fixed = plan.command_seconds + plan.ray_seconds + plan.slot_start_seconds + plan.stream_seconds
+        print(race_bounds_text(race_bounds(raced, slots, costs, fixed), raced.run_steps))
+
+
+def _gpu_count() -> int:
+    """GPUs this machine shows to a process (the NVIDIA driver's list, CUDA_VISIBLE_DEVICES applied), without
+    loading torch."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    try:
+        present = len(os.listdir("/proc/driver/nvidia/gpus"))
+    except OSError:
+        return 0
+    return present if visible is None else min(present, len([d for d in visible.split(",") if d.strip()]))
 
 
 def _refuse_if_being_written(storage: str, name: str) -> None:

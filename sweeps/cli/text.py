@@ -19,11 +19,12 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from sweeps.spec.race import method_names
 from sweeps.store.records import SweepStatus
 from sweeps.store.status import driver_gone
 
 if TYPE_CHECKING:  # verify loads pyarrow, the dry run torch: `status` reads records only
-    from sweeps.packs.dryrun import PlanEstimate
+    from sweeps.packs.dryrun import PlanEstimate, RaceBounds
     from sweeps.spec import PackResources, Sweep
     from sweeps.store.verify import Verification
     from sweeps.tune.options import SweepRun
@@ -59,19 +60,28 @@ def packs_text(status: SweepStatus) -> str:
 
 def run_steps_text(status: SweepStatus, live: bool) -> str:
     """Run-steps done of the total, %, the rate and (while running) the ETA: one text for `status` and the
-    progress lines."""
+    progress lines. Of a race the total is the most it can need (it ends below), and the ETA an upper bound."""
     remaining = status.run_steps_total - status.run_steps_done
     eta = remaining / status.rate if live and status.rate > 0 and status.state == "running" else None
     return (f"{status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
             f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {format_rate(status.rate)}"
-            + (f", ETA {eta:.0f} s" if eta is not None else ""))
+            + (f", ETA {'at most ' if status.rounds else ''}{eta:.0f} s" if eta is not None else ""))
 
 
 def progress_line(status: SweepStatus) -> str:
     """One line of a run's progress where no progress bar is drawn (a log file, a job's output):
     the numbers `fade-sweep status` shows, from the same status."""
     elapsed = status.updated_at - status.started_at
-    return f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"
+    return (f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"
+            + (f"; {rounds_text(status)}" if status.rounds else ""))
+
+
+def rounds_text(status: SweepStatus) -> str:
+    """A race's rounds, one per method: "rounds (of at most 8): sgd 3, fade 5 done"."""
+    names = method_names(list(status.rounds))
+    done = set(status.rounds_finished)
+    return f"rounds (of at most {status.rounds_most}): " + ", ".join(
+        f"{names[label]} {n}{' done' if label in done else ''}" for label, n in status.rounds.items())
 
 
 def done_line(run: SweepRun, status: SweepStatus | None) -> str:
@@ -98,7 +108,8 @@ def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored
         + (f" ({stored:,} runs already in the store)" if stored else "") + "; "
         f"each pack asks for {resources.cpus:g} CPU" + (f", neural packs also {resources.gpus:g} GPU" if gpu else "")
         + f"; {plan.slots} CPU packs at once" + (f", {plan.gpu_slots} GPU packs at once" if gpu else ""),
-        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} {'calibrated':>22} {'time':>9}",
+        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} "
+        f"{'calibrated' if plan.calibrated else 'rate (cost table)':>22} {'time':>9}",
     ]
     lines += [f"{r.task:<16} {r.settings:<24} {r.optimizer:<10} {r.packs:>5} {r.runs_per_pack:>10} {r.run_steps:>10.2e} "
               f"{format_rate(r.rate) + ' ' + r.device:>22} {r.run_steps / r.rate:>8.0f}s" for r in plan.rows]
@@ -109,14 +120,23 @@ def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored
                  + (f", Ray's start (~{plan.ray_seconds:.0f} s)" if plan.ray_seconds else "")
                  + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s) and its streams "
                  f"(~{plan.stream_seconds:.0f} s), ~{plan.pack_start_seconds:.1f} s of start-up "
-                 f"per pack, and the packs' time at the calibrated rates over the slots, longest first.{note}")
+                 f"per pack, and the packs' time at the {'calibrated rates' if plan.calibrated else 'cost table rates'} "
+                 f"over the slots, longest first.{note}" + ("" if plan.calibrated else " (--calibrate measures them here first.)"))
     return "\n".join([*lines, *(note for note in notes if note)])
+
+
+def race_bounds_text(bounds: RaceBounds, full_run_steps: int) -> str:
+    """A race's dry run, beyond its first round: the whole race's wall time and run-steps at both ends."""
+    return (f"The whole race: {bounds.best_seconds:.0f} s and {bounds.best_run_steps:.3e} run-steps "
+            f"({100 * bounds.best_run_steps / full_run_steps:.0f}% of the full grid's) if each method's best is alone "
+            f"after round 1, up to {bounds.worst_seconds:.0f} s and {bounds.worst_run_steps:.3e} run-steps if nothing "
+            "is eliminated; each method's rounds follow one another, the methods side by side on the slots.")
 
 
 LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
-def load_note(cpus: int | None = None) -> str | None:
+def load_note(cpus: int | None = None, calibrated: bool = True) -> str | None:
     """A warning when this machine is loaded (its 1-minute load average above LOADED per CPU):
     other jobs slow the calibration and the run alike, so the estimate is only as good as the
     load is steady. None when quiet."""
@@ -124,6 +144,9 @@ def load_note(cpus: int | None = None) -> str | None:
     load = os.getloadavg()[0]
     if load <= LOADED * cpus:
         return None
+    if not calibrated:  # the cost table's rates are a quiet machine's
+        return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the run will run slower than on a "
+                "quiet machine, whose rates the estimate uses, and by as much as the load changes.")
     return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the calibration ran and the run will "
             "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
 

@@ -1,13 +1,17 @@
-"""`fade-sweep run --dry-run`: the plan (packs, run-steps, resources) and an estimated wall
-time from a short in-process calibration of each experiment's engine.
+"""`fade-sweep run --dry-run`: the plan (packs, run-steps, resources) and an estimated wall time from
+the cost model (sweeps/spec/costs.py: the learners' measured rates), in well under a second: no torch,
+no numba, nothing compiled. `--calibrate` times each experiment's engine in process first
+(calibrate.py) and estimates with those rates instead.
 
 The plan is the one the run makes (`plan_packs` with the cost table of sweeps/spec/costs.py).
 The estimate is the command's own start (imports, the store, the closing table), Ray's start,
 then the makespan of the packs on the slots (`plan.makespan`: handed out longest first to the
-first free slot, as Tune starts them), a pack costing its run-steps at the calibrated rate
-plus the overheads of `costs.Overheads` (start-up, per-chunk reports, checkpoints), and on
-each slot a worker's start (its imports, kernels loaded from numba's cache) and its draw of the
-sweep's streams (each once: `stream_seconds`).
+first free slot, as Tune starts them), a pack costing its run-steps at its rate plus the
+overheads of `costs.Overheads` (start-up, per-chunk reports, checkpoints), and on each slot a
+worker's start (its imports, kernels loaded from numba's cache) and its draw of the sweep's
+streams (each once: `STREAM_RATES`, or timed with `--calibrate`). A race (`race_bounds`) is
+estimated at its two ends: every method's best configuration alone after round 1 (the best
+case), nothing eliminated (the worst), each round a method's packs on its share of the slots.
 The constants were measured on the 2-core machine when quiet (load average below 1), the
 minimum of repeats: `python benchmarks/bench_dryrun.py` prints estimate and real side by side.
 On a loaded machine every part is slower: the command line then says so (sweeps.cli.text.load_note); so it
@@ -16,77 +20,27 @@ does when the embedded Ray is declared more CPUs than the machine has (`oversubs
 
 from __future__ import annotations
 
-import time
+import dataclasses
 from collections import defaultdict
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-import numba
-import torch
-
-from fade_core.engines import default_engine
-from sweeps.packs import make_runner
-from sweeps.spec import CostModel, Experiment, Pack, PackResources, Sweep, make_config, plan_packs
-from sweeps.spec.plan import makespan
+from sweeps.spec import CostModel, Experiment, Pack, PackResources, Sweep, plan_packs, plan_round
+from sweeps.spec.plan import makespan, pack_seconds
 from tasks import get_task
 
-CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
-CALIBRATION_RUNS = {"linear": 200, "neural": 50}
 COMMAND_SECONDS = 4.0  # the command's imports, the store's checks, Tune's experiment, the closing table
 RAY_START_SECONDS = 3.5  # starting the embedded Ray and its dashboard (quiet: 3.4 s in the Done line)
 SLOT_START_SECONDS = 2.0  # a slot's first pack: the worker imports torch and numba, loads its kernels
-STREAM_CALIBRATION_STEPS = 20_000  # steps of one stream drawn to time a task's streams
-UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, so the draw is not served from the BlockCache
-
-
-def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
-              runs: int | None = None, engine: str | None = None, clock: Callable[[], float] = time.perf_counter) -> float:
-    """Run-steps per second of a short pack of this experiment: on one CPU thread, or on the
-    GPU with `runs` runs (a GPU's rate depends on how full the pack is; the first chunk,
-    with its CUDA-graph capture, is not timed), by the engine the sweep would run it on.
-    `clock`: wall time (what a run will take here, now), or `time.process_time` for the CPU's own
-    rate, which other jobs on a loaded machine barely move (benchmarks/bench_learner_costs.py)."""
-    family = get_task(experiment.task).family
-    configs = experiment.configs()
-    wanted = runs or CALIBRATION_RUNS[family]
-    n_configs = max(1, -(-wanted // len(seeds)))
-    configs = (configs * (n_configs // len(configs) + 1))[:n_configs]
-    steps = CALIBRATION_STEPS[family]
-    short = replace(experiment, settings=replace(experiment.settings, steps=steps, bin=steps))
-    pack = Pack(short, tuple(make_config(short, c) for c in configs), seeds)
-    numba.set_num_threads(1)
-    torch.set_num_threads(1)
-    runner = make_runner(pack, steps // 4, dtype, device, engine)
-    chunks = runner.run()
-    next(chunks)  # compiles the kernel / captures the graph
-    if device == "cuda":
-        torch.cuda.synchronize()
-    start = clock()
-    for _ in chunks:
-        pass
-    if device == "cuda":
-        torch.cuda.synchronize()
-    return pack.runs * (steps - steps // 4) / (clock() - start)
-
-
-def stream_seconds(experiment: Experiment, seeds: int) -> float:
-    """Seconds to draw `seeds` streams of this experiment's task settings, whole length, on one thread.
-
-    A pack draws each of its seeds' streams once for all its configs, and a worker's BlockCache
-    keeps them for the packs that follow, so each slot draws each stream about once: a cost per
-    slot, not per run (a 1-config pack of 10 linear seeds spends more on its streams than on its
-    runs). Timed on STREAM_CALIBRATION_STEPS steps of a seed no sweep uses (nothing cached)."""
-    steps = experiment.settings.steps
-    n = min(steps, STREAM_CALIBRATION_STEPS)
-    stream = get_task(experiment.task).make_stream(experiment.settings, UNCACHED_SEED)
-    start = time.perf_counter()
-    stream.chunk(0, n)
-    return seeds * steps * (time.perf_counter() - start) / n
+# steps of one seed's stream drawn per second, one thread (quiet 2-core machine, best of 3, 2026-11-27:
+# linear 33M, nonlinear 42M on a loaded one; EMNIST's permuted images: a guess between them)
+STREAM_RATES = {"linear_tracking": 33e6, "nonlinear_tracking": 42e6}
+DEFAULT_STREAM_RATE = 30e6
 
 
 @dataclass(frozen=True)
 class PlanRow:
-    """One experiment of the plan: its packs and the rate it was calibrated at."""
+    """One experiment of the plan: its packs and their rate."""
 
     task: str
     settings: str  # the task settings the experiment changes
@@ -95,8 +49,8 @@ class PlanRow:
     runs: int
     runs_per_pack: int  # the largest pack's
     run_steps: int
-    rate: float  # calibrated run-steps per second of one pack
-    device: str  # "CPU" or "GPU": where it was calibrated
+    rate: float  # run-steps per second of one pack (the cost table's, or calibrated)
+    device: str  # "CPU" or "GPU": where it runs (with --calibrate: where it was measured)
 
 
 @dataclass(frozen=True)
@@ -114,16 +68,17 @@ class PlanEstimate:
     stream_seconds: float  # the streams a slot draws
     pack_start_seconds: float  # start-up per pack
     gpu_on_cpu: bool  # GPU packs calibrated on this GPU-less machine
+    calibrated: bool = False  # rates measured here (--calibrate), else the cost table's
 
 
 def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: int | None, dtype: str,
              gpu_slots: int = 0, embedded: bool = True, costs: CostModel | None = None,
-             engine: str | None = None, done: Iterable[tuple[str, int]] = ()) -> PlanEstimate:
-    """The plan and its estimated wall time: CPU packs from a CPU calibration over `slots`,
-    GPU packs from a GPU calibration (when this machine has a GPU) over `gpu_slots`.
-    `embedded`: the run starts its own Ray (no --address); `costs`: the run's cost model (its
-    chunk and checkpoint settings), which plans the packs as the run will; `done`: the (config, seed) runs a
-    resumed store holds, which the run skips."""
+             engine: str | None = None, done: Iterable[tuple[str, int]] = (), calibrate: bool = False) -> PlanEstimate:
+    """The plan and its estimated wall time: CPU packs over `slots`, GPU packs over `gpu_slots`, at the cost
+    table's rates, or with `calibrate` at rates measured here (a CPU calibration; GPU packs on this machine's
+    GPU when it has one). `embedded`: the run starts its own Ray (no --address); `costs`: the run's cost
+    model (its chunk and checkpoint settings), which plans the packs as the run will; `done`: the (config,
+    seed) runs a resumed store holds, which the run skips."""
     gpu = resources.gpus > 0
     table = costs or CostModel(threads=max(1.0, resources.cpus))
     packs = plan_packs(sweep, slots, done, runs_per_pack, gpu=gpu, gpu_slots=max(1, gpu_slots), costs=table)
@@ -133,30 +88,94 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
     rows = []
     seconds: dict[str, list[float]] = {"cpu": [], "cuda": []}  # per pack, overheads included
     streams: dict[str, dict[tuple[str, str], float]] = {"cpu": {}, "cuda": {}}  # per slot: each stream drawn once
-    seeds = sweep.seeds[: min(len(sweep.seeds), 5)]
     uncalibrated = False
     for experiment, group in by_experiment.items():
         on_gpu = gpu and get_task(experiment.task).runs_on_gpu
-        if on_gpu and torch.cuda.is_available():
-            rate, kind = calibrate(experiment, seeds, getattr(torch, dtype), "cuda", max(p.runs for p in group), engine), "GPU"
-        else:
-            uncalibrated |= on_gpu
-            # a GPU pack calibrated on this GPU-less machine: by the CPU's default engine
-            cpu_engine = default_engine(experiment.task, "cpu") if on_gpu else engine
-            rate, kind = calibrate(experiment, seeds, getattr(torch, dtype), engine=cpu_engine) * max(resources.cpus, 1), "CPU"
-        measured = table.calibrated({experiment: rate})  # a GPU pack calibrated on the CPU: at the CPU's rate (noted)
         pool = "cuda" if on_gpu else "cpu"
-        seconds[pool] += [measured.pack_seconds(experiment, p.runs) for p in group]
+        if calibrate:
+            rate, kind, on_cpu = _calibrated(experiment, sweep.seeds, dtype, on_gpu, max(p.runs for p in group),
+                                             engine, resources)
+            uncalibrated |= on_cpu
+        else:
+            rate, kind = table.run_steps_per_second(experiment, max(p.runs for p in group), pool), pool
+        measured = table.calibrated({experiment: rate})  # a GPU pack calibrated on the CPU: at the CPU's rate (noted)
+        seconds[pool] += [measured.pack_seconds(experiment, p.runs, "cpu" if calibrate else pool) for p in group]
         drawn = (experiment.task, repr(experiment.settings))
         if drawn not in streams[pool]:
-            streams[pool][drawn] = stream_seconds(experiment, len(sweep.seeds))
+            streams[pool][drawn] = _stream_seconds(experiment, len(sweep.seeds), calibrate)
         rows.append(PlanRow(experiment.task, experiment.changed_settings, experiment.optimizer, len(group),
-                            sum(p.runs for p in group), max(p.runs for p in group), sum(p.run_steps for p in group), rate, kind))
+                            sum(p.runs for p in group), max(p.runs for p in group), sum(p.run_steps for p in group), rate,
+                            "GPU" if kind == "cuda" else "CPU"))
     ray = RAY_START_SECONDS if embedded else 0.0
     spans = [makespan(seconds[d], n) + SLOT_START_SECONDS + sum(streams[d].values())
              for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
     wall = COMMAND_SECONDS + ray + max(spans, default=0.0)
     return PlanEstimate(len(packs), slots, gpu_slots, rows, wall, COMMAND_SECONDS, ray, SLOT_START_SECONDS,
                         max((sum(v.values()) for v in streams.values()), default=0.0), table.overheads.pack_start,
-                        uncalibrated)
+                        uncalibrated, calibrate)
 
+
+def _calibrated(experiment: Experiment, seeds: tuple[int, ...], dtype: str, on_gpu: bool, runs: int,
+                engine: str | None, resources: PackResources) -> tuple[float, str, bool]:
+    """(rate of a slot measured here, where: "cpu" | "cuda", whether a GPU pack was measured on the CPU)."""
+    import torch
+
+    from fade_core.engines import default_engine
+    from sweeps.packs.calibrate import calibrate
+
+    seeds = seeds[: min(len(seeds), 5)]
+    if on_gpu and torch.cuda.is_available():
+        return calibrate(experiment, seeds, getattr(torch, dtype), "cuda", runs, engine), "cuda", False
+    cpu_engine = default_engine(experiment.task, "cpu") if on_gpu else engine  # a GPU pack on this GPU-less machine
+    return calibrate(experiment, seeds, getattr(torch, dtype), engine=cpu_engine) * max(resources.cpus, 1), "cpu", on_gpu
+
+
+def _stream_seconds(experiment: Experiment, seeds: int, calibrate: bool) -> float:
+    """Seconds a slot spends drawing the experiment's streams, each seed's once (a worker's BlockCache keeps
+    them for the packs that follow): timed here with `calibrate`, else at `STREAM_RATES`."""
+    if calibrate:
+        from sweeps.packs.calibrate import stream_seconds
+
+        return stream_seconds(experiment, seeds)
+    return seeds * experiment.settings.steps / STREAM_RATES.get(experiment.task, DEFAULT_STREAM_RATE)
+
+
+@dataclass(frozen=True)
+class RaceBounds:
+    """A race's estimated wall time at its two ends (the dry run of a race)."""
+
+    best_seconds: float  # after round 1, each method's best configuration alone gets the later seeds (at once)
+    worst_seconds: float  # nothing is eliminated: every configuration gets every seed, round by round
+    best_run_steps: int
+    worst_run_steps: int
+
+
+def race_bounds(sweep: Sweep, slots: int, costs: CostModel, fixed_seconds: float) -> RaceBounds:
+    """The wall time of `sweep`'s race (CPU slots; the cost table's rates) in its best and worst case:
+    `fixed_seconds` (the command, Ray's and the workers' start) plus each method's rounds one after the
+    other, the methods side by side on the slots (a method's round waits for its previous one only), each
+    method's rounds on its share of the slots, planned as the race plans them (`plan_round`)."""
+    race = sweep.race
+    seeds, schedule = race.seeds(sweep.seeds), race.schedule(sweep.seeds)
+    rounds = [seeds[:n] for n in schedule]
+    share = max(1, round(slots / max(1, len(sweep.experiments))))
+    bounds = []
+    for worst in (False, True):
+        chains, steps = [], 0
+        for experiment in sweep.experiments:
+            one = dataclasses.replace(sweep, experiments=(experiment,))
+            ids = [c.config_id for c in experiment.cells]
+            chain = 0.0
+            # the best case: after round 1 one configuration is left, which gets every later seed at once
+            played = rounds if worst else rounds[:1] + rounds[1:][-1:]
+            for number, round_seeds in enumerate(played):
+                alive = ids if worst or number == 0 else ids[:1]
+                held = played[number - 1] if number else ()
+                done = {(c, s) for c in alive for s in held}
+                packs = plan_round(one, set(alive), round_seeds, cpus=share, done=done, costs=costs)
+                chain += makespan([pack_seconds(p, costs) for p in packs], share)
+                steps += sum(p.run_steps for p in packs)
+            chains.append(chain)
+        bounds.append((fixed_seconds + makespan(chains, max(1, slots // share)), steps))
+    (best, best_steps), (worst, worst_steps) = bounds
+    return RaceBounds(best, worst, best_steps, worst_steps)

@@ -13,12 +13,14 @@ settings, optimizer), a configuration worse than that optimizer's current best w
 stops getting seeds (the test: `sweeps.analysis.race`). Seeds after the first `max_seeds` of the
 sweep's are never run.
 
+Each method (task, settings, optimizer) races on its own: its next round starts once its previous
+round is in, all rounds in one Tune experiment (sweeps.tune.racing), so a round costs a pack's
+start on a reused trial actor (a fraction of a second), not a Tune experiment's.
+
 Why one seed per round: a configuration kept a round too long costs whole runs, while a round
-costs a Tune experiment's start-up (seconds; more on a loaded machine). Replayed on the full
-grids (benchmarks/race_replay.py), one seed per round spent 34.1% of the full grid's run-steps
-on `linear-noise0` (10 seeds) and 33.0% on `nonlinear` at 60,000 steps (10 seeds); two seeds
-per round 34.4% and 33.0%, with the same answers. Where runs are cheap (linear sweeps on CPUs)
-and rounds dominate the wall time, `seeds_per_round: 2` or more halves the rounds. Plain data,
+costs little. Replayed on the full grids (benchmarks/race_replay.py), one seed per round spent
+34.1% of the full grid's run-steps on `linear-noise0` (10 seeds) and 33.0% on `nonlinear` at
+60,000 steps (10 seeds); two seeds per round 34.4% and 33.0%, with the same answers. Plain data,
 no statistics: this layer only says what to run.
 """
 
@@ -70,3 +72,10 @@ def with_race(sweep, race: Race | None = None):
         raise SweepError("--race: a race needs at least 2 seeds (`seeds`); a paired test cannot compare one")
     race = race or Race(min(DEFAULT_MIN_SEEDS, len(sweep.seeds)))
     return dataclasses.replace(sweep, race=race, document={**sweep.document, "race": race.document(sweep.seeds)})
+
+
+def method_names(labels: list[str]) -> dict[str, str]:
+    """Experiment labels ("task[settings] optimizer") as a person reads them in a race's progress: the optimizer
+    alone where that tells the methods apart, else the whole label."""
+    short = {label: label.rsplit(" ", 1)[-1] for label in labels}
+    return short if len(set(short.values())) == len(short) else {label: label for label in labels}

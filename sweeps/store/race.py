@@ -41,23 +41,36 @@ def matches(record: RaceRecord, sweep: Sweep) -> bool:
             and record.seeds == race.seeds(sweep.seeds))
 
 
+def method_rounds(sweep: Sweep, record: RaceRecord | None) -> dict[str, int]:
+    """experiment label -> the rounds of that method decided (methods race independently). Read from the
+    decisions, so a record written before race.json listed its methods reads the same."""
+    rounds = {e.label: 0 for e in sweep.experiments}
+    if record is not None:
+        method = {c.config_id: e.label for e in sweep.experiments for c in e.cells}
+        for d in record.decisions:
+            if d.config_id in method:
+                rounds[method[d.config_id]] = max(rounds[method[d.config_id]], d.round)
+    return rounds
+
+
 def raced_pairs(sweep: Sweep, record: RaceRecord | None) -> frozenset[tuple[str, int]]:
     """The (config_id, seed) pairs the race asks for so far (see the module doc); `record` None: before
-    the first decision, every configuration on the first round's seeds."""
+    the first decision, every configuration on the first round's seeds. Each method asks for the seeds of
+    its own next round."""
     race = sweep.race
     seeds, schedule = race.seeds(sweep.seeds), race.schedule(sweep.seeds)
     held: dict[str, int] = {}
     out: dict[str, int] = {}
-    upcoming = schedule[0]
     if record is not None:
         held, out = record.held(), record.eliminated()
-        rounds = max((d.round for d in record.decisions), default=0)
-        upcoming = len(seeds) if record.finished else schedule[min(rounds + 1, len(schedule)) - 1]
-    return frozenset(
-        (c.config_id, s)
-        for e in sweep.experiments for c in e.cells
-        for s in seeds[: held[c.config_id] if c.config_id in out else max(upcoming, held.get(c.config_id, 0))]
-    )
+    rounds = method_rounds(sweep, record)
+    pairs = set()
+    for e in sweep.experiments:
+        upcoming = len(seeds) if record is not None and record.finished else schedule[min(rounds[e.label] + 1, len(schedule)) - 1]
+        for c in e.cells:
+            held_now = held[c.config_id] if c.config_id in out else max(upcoming, held.get(c.config_id, 0))
+            pairs.update((c.config_id, s) for s in seeds[:held_now])
+    return frozenset(pairs)
 
 
 def wanted_pairs(sweep: Sweep | None, record: Callable[[], RaceRecord | None],
@@ -130,9 +143,18 @@ def recorded_race(location: StoreLocation, recorded: Callable[[], Sweep | None])
 
 
 def race_round(sweep: Sweep, record: RaceRecord | None) -> tuple[int, int, bool]:
-    """(the round under way, or the last one decided once finished; the most rounds the race can take;
-    whether it is finished): what `status` and progress say of a race."""
-    decided = max((d.round for d in record.decisions), default=0) if record is not None else 0
+    """(the furthest round under way of a method still racing, or the last one decided once finished; the
+    most rounds the race can take; whether it is finished): what `status` says of a race."""
     finished = bool(record and record.finished)
-    now = decided if finished else decided + 1
+    rounds = method_rounds(sweep, record)
+    racing = [n for label, n in rounds.items() if label not in finished_methods(record)]
+    now = max(rounds.values(), default=0) if finished or not racing else max(racing) + 1
     return now, max(now, len(sweep.race.schedule(sweep.seeds))), finished  # a revived configuration replays the last
+
+
+def finished_methods(record: RaceRecord | None) -> set[str]:
+    """The labels of the methods whose race is over (none from a record written before methods raced apart,
+    unless the whole race is)."""
+    if record is None:
+        return set()
+    return {m.method for m in record.methods if m.finished}

@@ -166,6 +166,10 @@ class SweepStatus:
     driver_pid: int | None = field(default_factory=os.getpid)
     host: str | None = field(default_factory=socket.gethostname)
     run_steps_at_start: int = 0  # of packs finished by earlier runs of the sweep (not part of this run's rate)
+    # a race: each method's round under way (its last once finished), the methods finished, the most rounds
+    rounds: dict[str, int] = field(default_factory=dict)
+    rounds_finished: list[str] = field(default_factory=list)
+    rounds_most: int = 0
 
     @model_validator(mode="before")
     @classmethod
@@ -293,6 +297,15 @@ class RaceDecision(_Record):
     seeds: int  # the seeds the decision was made on (the first `seeds` of the race's seeds)
 
 
+class RaceMethod(_Record):
+    """Where one method (an experiment: task, settings, optimizer) of a race stands: methods race
+    independently, each round of a method starting once its previous round is in."""
+
+    method: str  # the experiment's label (sweeps.spec.Experiment.label)
+    rounds: int  # rounds decided
+    finished: bool
+
+
 class RaceRecord(_Record):
     """race.json: a raced sweep's decisions so far, round by round (written after each round, under the
     writer lock). Why a cell holds 3 seeds and another 10: its last decision says when it stopped getting
@@ -306,6 +319,7 @@ class RaceRecord(_Record):
     seeds: tuple[int, ...]  # the race's seeds, in the order they are given out
     decisions: tuple[RaceDecision, ...] = ()
     finished: bool = False
+    methods: tuple[RaceMethod, ...] = ()  # absent in records written before methods raced apart: read from decisions
 
     def held(self) -> dict[str, int]:
         """config id -> the seeds it holds (the first n of `seeds`) after the recorded rounds."""

@@ -9,7 +9,7 @@ are refused before Ray starts), connect, set aside damaged packs and
 remove orphans, continue interrupted packs from their checkpoints (resume.py), plan the rest
 (sweeps.spec.plan) and run every pack as one new Tune experiment (wiring.py). Notices go to
 `ExecutionOptions.notify`; nothing here prints. A raced sweep (`race:`) runs its tuning stage
-in rounds (racing.py), each round through the same steps.
+in rounds (racing.py), every method's rounds in that one experiment.
 """
 
 from __future__ import annotations
@@ -42,11 +42,11 @@ from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
-from sweeps.tune.racing import run_race
+from sweeps.tune.racing import RaceRounds, RoundInterrupted, race_progress
 from sweeps.tune.reachable import check_storage
-from sweeps.tune.resume import config_index, covered, finished_recorded, recorded_packs, resumable
+from sweeps.tune.resume import StageStart, config_index, covered, finished_recorded, recorded_packs, resumable
 from sweeps.tune.slots import parallel_slots
-from sweeps.tune.wiring import Signals, run_packs
+from sweeps.tune.wiring import Planned, Signals, run_packs
 
 __all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", "run_sweep"]
 
@@ -67,6 +67,11 @@ class _Cluster:
                           threads=max(1.0, resources.cpus))
         return {"cpus": self.slots, "runs_per_pack": options.runs_per_pack, "gpu": resources.gpus > 0,
                 "gpu_slots": max(1, self.gpu_slots), "costs": costs}
+
+    def planned(self, options: ExecutionOptions, resources: PackResources) -> Planned:
+        """The slots and cost model as the searcher orders packs by them."""
+        plan = self.plan_options(options, resources)
+        return Planned(self.slots + self.gpu_slots, plan["costs"], plan["gpu"])
 
 
 def _connect(store: Store, options: ExecutionOptions, resources: PackResources) -> _Cluster:
@@ -109,19 +114,28 @@ def dashboard_notice(url: str) -> list[str]:
 Planner = Callable[[set[tuple[str, int]]], list[Pack]]  # runs covered -> packs for the rest
 
 
-def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], resume: bool, finished: set,
-             plan: Planner, options: ExecutionOptions, resources: PackResources, cluster: _Cluster) -> SweepRun:
-    """Continue the stage's interrupted packs (`resume`), plan what else it lacks, run it all as one Tune experiment."""
+def _start(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], resume: bool, finished: set,
+           plan: Planner, options: ExecutionOptions) -> StageStart:
+    """A stage's packs: its interrupted packs continued (`resume`), and what else it lacks planned."""
     recorded = recorded_packs(store, sweep, stage, seeds, options.notify) if resume else {}
     resumed, resume_from = resumable(store, recorded, finished, options.dtype)
-    earlier = finished_recorded(recorded, finished)
-    packs = resumed + plan(covered(finished, resumed))
+    return StageStart(resumed + plan(covered(finished, resumed)), resume_from, finished_recorded(recorded, finished))
+
+
+def _execute(sweep: Sweep, store: Store, start: StageStart, skipped: int, options: ExecutionOptions,
+             resources: PackResources, cluster: _Cluster, rounds: RaceRounds | None = None) -> SweepRun:
+    """Run the stage's packs as one Tune experiment (and, for a race, every round that follows them)."""
+    planned = cluster.planned(options, resources)
+    phase = None
     with Signals():
-        phase = run_packs(sweep, packs, resume_from, store, options, resources, earlier) if packs else None
+        if start.packs:
+            progress = None if rounds is None else race_progress(sweep, start, store, options, rounds)
+            phase = run_packs(sweep, start.packs, start.resume_from, store, options, resources, start.earlier, planned,
+                              rounds.after if rounds is not None else None, progress)
     # Again at the end: a Ray worker of a killed earlier writer may have written data files after the
     # first tidy (its commit was refused: see commit.write_pack); by now it is gone.
     _tidy(store, options)
-    started_over = len(resumed) - len(phase.restored) if phase else 0
+    started_over = len(start.resume_from) - len(phase.restored) if phase else 0
     if started_over > 0:  # the worker's reason is in its log (Ray keeps workers' output out of the driver's)
         options.notice(f"{started_over} interrupted pack{'s' if started_over > 1 else ''} could not continue from "
                        "a checkpoint (unreadable, or another pack's) and started over; results are the same")
@@ -129,7 +143,7 @@ def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], res
         results_dir=store.location,
         packs=phase.packs if phase else 0,
         run_steps=phase.run_steps if phase else 0,
-        skipped_runs=len(finished),
+        skipped_runs=skipped,
         wall_seconds=time.perf_counter() - cluster.started,
         ray_start_seconds=cluster.ray_start,
         compute_seconds=phase.compute_seconds if phase else 0.0,
@@ -139,6 +153,18 @@ def _execute(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], res
         resumed_packs=len(phase.restored) if phase else 0,
         store=store.reopened(),
     )
+
+
+def _race(sweep: Sweep, store: Store, resume: bool, options: ExecutionOptions, resources: PackResources,
+          cluster: _Cluster) -> SweepRun:
+    """A raced tuning stage: every method's rounds in one Tune experiment (racing.py)."""
+    skipped = len(store.finished_runs() & sweep.pairs) if resume else 0
+    rounds = RaceRounds(sweep, store, cluster.plan_options(options, resources))
+    start = rounds.start(resume, options.dtype, options.notify)
+    try:
+        return _execute(sweep, store, start, skipped, options, resources, cluster, rounds)
+    except SweepInterrupted as err:
+        raise RoundInterrupted(err, rounds) from None
 
 
 def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store = "results", *, resume: bool = False,
@@ -165,19 +191,15 @@ def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store =
         for line in store.record_sweep(sweep, options.dtype):
             options.notice(line)
         _tidy(store, options)
-        if sweep.race is not None:  # seeds in rounds (racing.py), each round through _execute
-            def run_round(seeds: tuple[int, ...], again: bool, plan: Planner) -> SweepRun:
-                finished = store.reopened().finished_runs() & sweep.pairs
-                return _execute(sweep, store, TUNING, seeds, again, finished, plan, options, resources, cluster)
-
-            plan_options = cluster.plan_options(options, resources)
-            return run_race(sweep, store, resume, plan_options, run_round, options.notice)
+        if sweep.race is not None:  # seeds in rounds, each method's handed out as its previous one is in
+            return _race(sweep, store, resume, options, resources, cluster)
         finished = store.finished_runs() & sweep.pairs if resume else set()  # runs outside the sweep: ignored
 
         def plan(done: set) -> list[Pack]:  # on GPUs a pack fills the device; on CPUs packs keep every slot busy
             return plan_packs(sweep, done=done, **cluster.plan_options(options, resources))
 
-        return _execute(sweep, store, TUNING, sweep.seeds, resume, finished, plan, options, resources, cluster)
+        start = _start(sweep, store, TUNING, sweep.seeds, resume, finished, plan, options)
+        return _execute(sweep, store, start, len(finished), options, resources, cluster)
 
 
 def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = "mean") -> ConfirmationRecord:
@@ -238,4 +260,5 @@ def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds:
         def plan(done: set) -> list[Pack]:
             return plan_confirmation(selected, record.seeds, done=done, **cluster.plan_options(options, resources))
 
-        return _execute(sweep, store, CONFIRMATION, record.seeds, True, finished, plan, options, resources, cluster)
+        start = _start(sweep, store, CONFIRMATION, record.seeds, True, finished, plan, options)
+        return _execute(sweep, store, start, len(finished), options, resources, cluster)

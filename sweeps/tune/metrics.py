@@ -85,10 +85,11 @@ class SweepGauges:
         """`packs`: this run's and the earlier runs' packs of the stage; `start`: the configurations'
         experiments and the store's runs (None: the packs' configurations, nothing written yet)."""
         self.sweep = sweep
-        self.experiment = {p.pack_id: p.experiment.label for p in packs}
-        self.label_of = {c.config_id: p.experiment.label for p in packs for c in p.configs}
+        self.experiment: dict[str, str] = {}
+        self.label_of: dict[str, str] = {}
+        self.higher: dict[str, bool] = {}
+        self.add(packs)
         self.label_of.update(start.labels if start else {})
-        self.higher = {p.experiment.label: get_task(p.experiment.task).higher_is_better for p in packs}
         self.configs: dict[str, SeedTotals] = {}
         self.run_steps = Gauge("fade_sweep_run_steps_done", "run-steps done, per experiment of the sweep", TAGS)
         self.total = Gauge("fade_sweep_run_steps_total", "run-steps of the sweep, per experiment", TAGS)
@@ -98,6 +99,12 @@ class SweepGauges:
         self.rate = Gauge("fade_sweep_run_steps_per_second", "the sweep's run-steps per second (as `status`)", SWEEP_ONLY)
         self.fraction = Gauge("fade_sweep_fraction_done", "share of the sweep's run-steps done", SWEEP_ONLY)
         self.runs_written(start.finished if start else {})
+
+    def add(self, packs: list[Pack]) -> None:
+        """Packs of the stage to follow (those a race's later rounds hand out, too)."""
+        self.experiment.update({p.pack_id: p.experiment.label for p in packs})
+        self.label_of.update({c.config_id: p.experiment.label for p in packs for c in p.configs})
+        self.higher.update({p.experiment.label: get_task(p.experiment.task).higher_is_better for p in packs})
 
     def runs_written(self, totals: Mapping[str, SeedTotals]) -> None:
         """Runs written (a pack's, or the store's at start) join their configurations' totals; the best

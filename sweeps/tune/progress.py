@@ -101,6 +101,25 @@ class SweepProgress(Callback):
         self._ended_at: float | None = None  # when Tune's experiment ended: the packs' clock stops there
         self._display: ProgressDisplay | None = None  # made in `setup`, in the driver
 
+    def add(self, packs: list[Pack]) -> None:
+        """Packs handed out after the start (a race's next rounds), pending until their trials start."""
+        for pack in packs:
+            self.status.trials[pack.pack_id] = TrialStatus(pack.pack_id, "pending", 0, pack.run_steps)
+            self._runs[pack.pack_id] = pack.runs
+        self._packs.extend(packs)
+        if self._gauges is not None:
+            self._gauges.add(packs)
+        self.status.run_steps_total = max(self.status.run_steps_total, sum(t.run_steps_total for t in self.status.trials.values()))
+
+    def race(self, rounds: dict[str, tuple[int, bool]], most_rounds: int, most_run_steps: int) -> None:
+        """Where a race stands: each method's round (and whether it is finished), and the most run-steps the
+        race can need, which is the total its progress counts towards (a race ends below it)."""
+        self.status.rounds = {label: number for label, (number, _) in rounds.items()}
+        self.status.rounds_finished = [label for label, (_, done) in rounds.items() if done]
+        self.status.rounds_most = most_rounds
+        self.status.run_steps_total = max(most_run_steps, sum(t.run_steps_total for t in self.status.trials.values()))
+        self._refresh(force=True)
+
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks with the experiment state; the display and its maker stay behind.
         return {**self.__dict__, "_display": None, "_make_display": None, "_gauges": None, "_gauge_start": None}

@@ -10,6 +10,7 @@ is rebuilt from the current sweep's own experiments and configs (sweeps.spec).
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Callable
 
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
@@ -152,6 +153,16 @@ def resumable(store: Store, recorded: dict[str, Pack], finished: Runs, dtype: st
         taken |= runs
         packs.append(pack)
     return packs, {p.pack_id: str(checkpoints[p.pack_id][1]) for p in packs}
+
+
+@dataclass(frozen=True)
+class StageStart:
+    """What a stage's Tune experiment starts with: the first packs, the checkpoints resumed packs continue from
+    (pack id -> checkpoint folder), and the packs earlier runs finished (shown as done)."""
+
+    packs: list[Pack]
+    resume_from: dict[str, str]
+    earlier: list[Pack]
 
 
 def covered(finished: Runs, resumed: list[Pack]) -> Runs:

@@ -1,7 +1,7 @@
 """The Ray Tune trainable: one trial runs one pack. The only Tune calls made on workers.
 
-Tune sees a short summary per chunk (for its dashboard and our progress display); the
-full per-seed curves and scores go to the Parquet store, not through Tune. Every
+Tune sees a short summary of the chunks (for its dashboard and our progress display), at most
+every REPORT_EVERY_SECONDS and with each checkpoint; the full per-seed curves and scores go to the Parquet store, not through Tune. Every
 `checkpoint_every` chunks the pack's whole state (weights, traces, metrics so far,
 stream position) goes into a Tune checkpoint, so a retried trial continues from there.
 Beside the tensors, `pack.json` names the pack and its progress: a resumed sweep finds
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,11 +22,16 @@ import ray
 from ray import tune
 
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
-from sweeps.spec import Pack
+from sweeps.spec import Config, Experiment
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import CheckpointRecord, write_record
 from sweeps.store.store import Store
 from sweeps.tune.metrics import as_report, config_totals
+from sweeps.tune.searcher import pack_of
+
+# A report is a round trip to the driver (the trial's thread waits for it): a chunk of a small pack (a race's
+# later rounds) takes a fraction of that, so progress goes to Tune at most this often (and with each checkpoint).
+REPORT_EVERY_SECONDS = 0.5
 
 if TYPE_CHECKING:
     from sweeps.packs import ChunkProgress
@@ -46,13 +52,14 @@ def _summary(progress: ChunkProgress) -> dict:
 def pack_trainable(
     config: dict,
     *,
-    packs: dict[str, Pack],
+    index: dict[str, tuple[Experiment, Config]],
     store_uri: str,
     writer: str | None,
     resume_from: dict[str, str],
     options: ExecutionOptions,
 ) -> None:
-    """Run the pack named by config["pack_id"] (from its last checkpoint, if any) and write its results
+    """Run the pack `config` names (searcher.pack_config; rebuilt from `index`, the sweep's configurations by id:
+    searcher.pack_of) from its last checkpoint, if any, and write its results
     into the store at `store_uri` (a `StoreLocation.uri`).
 
     The last checkpoint is this trial's own (a retry), else the one `resume_from` names for
@@ -66,7 +73,7 @@ def pack_trainable(
     from sweeps.packs import make_runner
     from sweeps.packs.neural import use_tf32
 
-    pack = packs[config["pack_id"]]
+    pack = pack_of(config, index)
     store = Store.open(store_uri)  # a local path or an object-store URI (credentials: this worker's chain)
     if store.pack_written(pack):
         # Finished before an interruption that Tune's experiment state did not record yet.
@@ -93,6 +100,7 @@ def pack_trainable(
         runner = new_runner()  # half-loaded state: start clean
     restored_from = runner.steps_done
     last = None
+    reported_at = time.monotonic()
     for chunk, last in enumerate(runner.run(), start=1):
         if last.steps_done == last.total_steps:
             break
@@ -104,8 +112,10 @@ def pack_trainable(
                                           total_steps=pack.experiment.settings.steps, dtype=options.dtype)
                 write_record(StoreLocation.parse(directory), CHECKPOINT_META, record)
                 tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(directory))
-        else:
+            reported_at = time.monotonic()
+        elif time.monotonic() - reported_at >= REPORT_EVERY_SECONDS:
             tune.report(metrics)
+            reported_at = time.monotonic()
     outcome = runner.outcome()
     store.write_pack(pack, outcome, writer)  # only while the driver still holds the store
     # The final report comes after the write, so a finished trial means written results.

@@ -1,4 +1,5 @@
-"""The Tune wiring: one Tune experiment whose trials are packs, with the trainable, the
+"""The Tune wiring: one Tune experiment whose trials are packs, handed out by a `PackSearcher`
+(searcher.py: a grid's packs, or a race's rounds as they are decided), with the trainable, the
 placement of each trial, the run config, signals and Tune's log noise handled.
 
 Interrupts are honest: SIGINT (Ctrl-C) or SIGTERM stops Tune's trials, finished packs stay
@@ -17,34 +18,37 @@ from dataclasses import dataclass
 
 from ray import tune
 
-from sweeps.spec import TUNING, Pack, PackResources, Sweep
+from sweeps.spec import TUNING, CostModel, Pack, PackResources, Sweep
+from sweeps.spec.plan import pack_seconds
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
 from sweeps.store.store import Store
 from sweeps.tune.metrics import gauge_start
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
-from sweeps.tune.resume import TUNE_PREFIX, packs_record
+from sweeps.tune.resume import TUNE_PREFIX, config_index, packs_record
+from sweeps.tune.searcher import Next, PackSearcher, search
 from sweeps.tune.trainable import pack_trainable
 from tasks import get_task
 
 
-def _trainable(packs: dict[str, Pack], results_dir: StoreLocation, writer: str | None, options: ExecutionOptions,
+def _trainable(index: dict, results_dir: StoreLocation, writer: str | None, options: ExecutionOptions,
                resources: PackResources, resume_from: dict[str, str]):
-    """The trainable with what every trial shares, put in Ray's object store once: the packs, the store (as
-    its URI: workers rebuild the location, credentials from their own chain), the writer's token, where
-    interrupted packs continue from, and the run's options, whole."""
-    trainable = tune.with_parameters(pack_trainable, packs=packs, store_uri=results_dir.uri, writer=writer,
+    """The trainable with what every trial shares, put in Ray's object store once: the sweep's configurations
+    by id (a trial's config names its pack by ids: searcher.pack_config), the store (as its URI: workers
+    rebuild the location, credentials from their own chain), the writer's token, where interrupted packs
+    continue from, and the run's options, whole."""
+    trainable = tune.with_parameters(pack_trainable, index=index, store_uri=results_dir.uri, writer=writer,
                                      resume_from=resume_from, options=options)
-    return tune.with_resources(trainable, pack_placement(packs, resources))
+    return tune.with_resources(trainable, pack_placement(index, resources))
 
 
-def pack_placement(packs: dict[str, Pack], resources: PackResources):
+def pack_placement(index: dict, resources: PackResources):
     """Each trial's request: the GPU share for packs of GPU-capable (neural) tasks, CPUs alone
     for CPU-only (linear) ones, so one sweep fills both kinds of slot."""
 
     def request(config: dict) -> tune.PlacementGroupFactory:
-        task = get_task(packs[config["pack_id"]].experiment.task)
+        task = get_task(index[config["configs"][0]][0].task)
         return tune.PlacementGroupFactory([resources.for_task(task.runs_on_gpu).as_tune()])
 
     return request
@@ -127,6 +131,19 @@ class Signals:
 
 
 @dataclass(frozen=True)
+class Planned:
+    """What the packs were planned for: the slots that run them at once and the cost model (the order they
+    are handed out in)."""
+
+    slots: int  # packs at once, CPU and GPU slots together
+    costs: CostModel
+    gpu: bool  # whether GPU-capable tasks run on GPUs
+
+    def device(self, pack: Pack) -> str:
+        return "cuda" if self.gpu and get_task(pack.experiment.task).runs_on_gpu else "cpu"
+
+
+@dataclass(frozen=True)
 class Phase:
     """What the Tune experiment of this run did."""
 
@@ -138,43 +155,54 @@ class Phase:
 
 
 def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], store: Store,
-              options: ExecutionOptions, resources: PackResources, earlier: list[Pack]) -> Phase:
-    """Run the packs (of one stage) as one new Tune experiment; raises SweepInterrupted or RuntimeError
-    unless all finish."""
+              options: ExecutionOptions, resources: PackResources, earlier: list[Pack], plan: Planned,
+              after: Next | None = None, progress: SweepProgress | None = None) -> Phase:
+    """Run the packs (of one stage) as one new Tune experiment, and the packs `after` adds as trials end (the
+    rounds of a race); raises SweepInterrupted or RuntimeError unless all finish. `plan`: the slots and the
+    cost model the packs were planned with; `progress`: the callback to report to (made here if None)."""
     _quiet_tune()
     results_dir = store.location  # Tune writes its experiment and checkpoints beside the results
     results_dir.makedirs()
-    name = _new_experiment(results_dir, packs_record(sweep, packs))
-    by_id = {p.pack_id: p for p in packs}
+    record = packs_record(sweep, packs)
+    name = _new_experiment(results_dir, record)
     stage = packs[0].stage
     label = sweep.name if stage == TUNING else f"{sweep.name} ({stage})"
-    progress = SweepProgress(label, packs, results_dir, finished=earlier, display=options.display,
-                             gauges=gauge_start(sweep, store, stage))
+    progress = progress or SweepProgress(label, packs, results_dir, finished=earlier, display=options.display,
+                                         gauges=gauge_start(sweep, store, stage))
+    ran: dict[str, Pack] = {p.pack_id: p for p in packs}
+
+    def handed(pack: Pack) -> None:  # a pack a round added: in the packs record before its trial exists
+        if pack.pack_id not in record.packs:
+            record.packs.update(packs_record(sweep, [pack]).packs)
+            write_record(results_dir, f"{name}/{PACKS_FILE}", record)
+            progress.add([pack])
+        ran[pack.pack_id] = pack
+
+    searcher = PackSearcher(packs, lambda p: pack_seconds(p, plan.costs, plan.device(p)), handed, after)
     grid = None
     try:
         tuner = tune.Tuner(
-            _trainable(by_id, results_dir, store.writer, options, resources, resume_from),
-            param_space={"pack_id": tune.grid_search(list(by_id))},
-            tune_config=tune.TuneConfig(reuse_actors=True),
+            _trainable(config_index(sweep), results_dir, store.writer, options, resources, resume_from),
+            tune_config=tune.TuneConfig(search_alg=search(searcher, plan.slots), num_samples=-1, reuse_actors=True),
             run_config=_run_config(name, results_dir, options, progress),
         )
         grid = tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
         pass
     done = store.reopened().finished_runs(stage)  # what the trials committed
-    written = {p.pack_id for p in [*earlier, *packs] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
+    written = {p.pack_id for p in [*earlier, *ran.values()] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
     failed = [] if grid is None else [r.config.get("pack_id") for r in grid if r.error and r.config.get("pack_id") not in written]
-    unfinished = [pid for pid in by_id if pid not in written and pid not in failed]
+    unfinished = [pid for pid in ran if pid not in written and pid not in failed]
     if grid is None or unfinished:
         progress.finish("interrupted", written)
-        raise SweepInterrupted(len(written), len(earlier) + len(packs), results_dir)
+        raise SweepInterrupted(len(written), len(earlier) + len(ran), results_dir)
     if failed:
         progress.finish("failed", written)
         raise RuntimeError(
-            f"{len(failed)} of {len(packs)} packs failed ({', '.join(failed)}) after retries; the others are saved: "
+            f"{len(failed)} of {len(ran)} packs failed ({', '.join(failed)}) after retries; the others are saved: "
             f"fix the cause and rerun with --resume. First error: {grid.errors[0]}"
         )
     progress.finish("finished", written)
     compute = sum(r.metrics.get("compute_seconds", 0.0) for r in grid if r.metrics)
     restored = frozenset(pid for pid, t in progress.status.trials.items() if t.restored_from_step > 0)
-    return Phase(len(packs), sum(p.run_steps for p in packs), compute, frozenset(progress.status.nodes), restored)
+    return Phase(len(ran), sum(p.run_steps for p in ran.values()), compute, frozenset(progress.status.nodes), restored)

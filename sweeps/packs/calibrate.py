@@ -1,0 +1,67 @@
+"""`fade-sweep run --dry-run --calibrate`: each experiment's engine timed in process (torch and numba load
+here, and kernels compile or load from numba's cache): the measured rates replace the cost table's
+(sweeps.spec.costs) in the dry run's estimate (dryrun.py).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import replace
+
+import numba
+import torch
+
+from sweeps.packs import make_runner
+from sweeps.spec import Experiment, Pack, make_config
+from tasks import get_task
+
+CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
+CALIBRATION_RUNS = {"linear": 200, "neural": 50}
+STREAM_CALIBRATION_STEPS = 20_000  # steps of one stream drawn to time a task's streams
+UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, so the draw is not served from the BlockCache
+
+
+def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
+              runs: int | None = None, engine: str | None = None, clock: Callable[[], float] = time.perf_counter) -> float:
+    """Run-steps per second of a short pack of this experiment: on one CPU thread, or on the
+    GPU with `runs` runs (a GPU's rate depends on how full the pack is; the first chunk,
+    with its CUDA-graph capture, is not timed), by the engine the sweep would run it on.
+    `clock`: wall time (what a run will take here, now), or `time.process_time` for the CPU's own
+    rate, which other jobs on a loaded machine barely move (benchmarks/bench_learner_costs.py)."""
+    family = get_task(experiment.task).family
+    configs = experiment.configs()
+    wanted = runs or CALIBRATION_RUNS[family]
+    n_configs = max(1, -(-wanted // len(seeds)))
+    configs = (configs * (n_configs // len(configs) + 1))[:n_configs]
+    steps = CALIBRATION_STEPS[family]
+    short = replace(experiment, settings=replace(experiment.settings, steps=steps, bin=steps))
+    pack = Pack(short, tuple(make_config(short, c) for c in configs), seeds)
+    numba.set_num_threads(1)
+    torch.set_num_threads(1)
+    runner = make_runner(pack, steps // 4, dtype, device, engine)
+    chunks = runner.run()
+    next(chunks)  # compiles the kernel / captures the graph
+    if device == "cuda":
+        torch.cuda.synchronize()
+    start = clock()
+    for _ in chunks:
+        pass
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return pack.runs * (steps - steps // 4) / (clock() - start)
+
+
+def stream_seconds(experiment: Experiment, seeds: int) -> float:
+    """Seconds to draw `seeds` streams of this experiment's task settings, whole length, on one thread.
+
+    A pack draws each of its seeds' streams once for all its configs, and a worker's BlockCache
+    keeps them for the packs that follow, so each slot draws each stream about once: a cost per
+    slot, not per run (a 1-config pack of 10 linear seeds spends more on its streams than on its
+    runs). Timed on STREAM_CALIBRATION_STEPS steps of a seed no sweep uses (nothing cached)."""
+    steps = experiment.settings.steps
+    n = min(steps, STREAM_CALIBRATION_STEPS)
+    stream = get_task(experiment.task).make_stream(experiment.settings, UNCACHED_SEED)
+    start = time.perf_counter()
+    stream.chunk(0, n)
+    return seeds * steps * (time.perf_counter() - start) / n
