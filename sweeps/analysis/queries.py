@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Iterable
 
 import numpy as np
 import polars as pl
@@ -27,7 +28,7 @@ from sweeps.analysis.race import stored_race
 from sweeps.analysis.raced import RaceSummary, race_summary, raced_scores
 from sweeps.spec import TUNING
 from sweeps.store import Store
-from sweeps.store.dataset import STAGE
+from sweeps.store.dataset import SETTING_COLUMNS, STAGE
 from tasks import TASKS
 
 DDOF = 1  # sample standard deviation across seeds
@@ -87,9 +88,18 @@ def config_curves(curves: pl.LazyFrame, config_id: str) -> pl.LazyFrame:
 
 
 def variant_columns(frame: pl.LazyFrame) -> list[str]:
-    """The task and its settings: what separates one table from another (e.g. noise level)."""
-    known = {"optimizer", "config_id", "step", *HYPERPARAMETER_COLUMNS, *PER_RUN, *CELL_STATS, STAGE, *RACE_COLUMNS}
-    return [c for c in frame.collect_schema().names() if c not in known]
+    """The task and its settings: what separates one table from another (e.g. noise level). Named
+    positively (`SETTING_COLUMNS`): a column of a researcher's learner's own hyperparameter is no variant."""
+    return [c for c in frame.collect_schema().names() if c in SETTING_COLUMNS]
+
+
+def hyperparameter_columns(names: Iterable[str]) -> list[str]:
+    """The hyperparameter columns among `names`: the built-in ones in their order, then those of the
+    researchers' learners (every column that is no key, setting, statistic or per-run value)."""
+    names = list(names)
+    known = {"optimizer", "config_id", "step", *SETTING_COLUMNS, *PER_RUN, *CELL_STATS, STAGE, *RACE_COLUMNS}
+    return [h for h in HYPERPARAMETER_COLUMNS if h in names] + [
+        c for c in names if c not in known and c not in HYPERPARAMETER_COLUMNS]
 
 
 def cells(frame: pl.LazyFrame, stat: str = "mean") -> pl.DataFrame:

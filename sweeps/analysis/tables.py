@@ -165,7 +165,8 @@ def _html(grid: Grid) -> str:
 
 
 def selected_hyperparameters(row: dict) -> str:
-    return ", ".join(f"{n}={row[n]:g}" for n in queries.HYPERPARAMETER_COLUMNS if row.get(n) is not None)
+    return ", ".join(f"{n}={row[n]:g}" for n in queries.hyperparameter_columns(row)
+                     if isinstance(row.get(n), float))
 
 
 def outlier_footnote(label: str, outliers: str | None) -> str | None:
