@@ -63,6 +63,9 @@ def submit(sweep: Sweep, address: str, storage: str, run_args: list[str], pip: l
     staging = Path(tempfile.mkdtemp(prefix="fade-sweep-job-"))
     try:
         (staging / "sweep.yaml").write_text(yaml.safe_dump(sweep.document, sort_keys=False))
+        for learner in sweep.learners:  # a researcher's module beside the sweep file stays beside it
+            if learner.module_file:
+                shutil.copy(learner.module_file, staging / Path(learner.module_file).name)
         runtime_env = {
             "working_dir": str(staging),
             "py_modules": [str(Path(m.__file__).parent) for m in (fade_core, tasks, sweeps, cluster)],
