@@ -59,6 +59,7 @@ class Analysis:
     def of(cls, store: Store, stat: str = "mean", stage: str = TUNING) -> Analysis:
         """The analysis of one stage's runs (tuning: the grid; confirmation: the selected configurations).
         A raced sweep's tuning scores carry the race's columns (RACE_COLUMNS, from race.json)."""
+        own_hyperparameters(store)
         scores, expected = store.scan("scores", stage=stage), store.expected_runs(stage)
         summary = None
         if stage == TUNING and store.sweep is not None and store.sweep.race is not None:
@@ -95,11 +96,22 @@ def variant_columns(frame: pl.LazyFrame) -> list[str]:
 
 def hyperparameter_columns(names: Iterable[str]) -> list[str]:
     """The hyperparameter columns among `names`: the built-in ones in their order, then those of the
-    researchers' learners (every column that is no key, setting, statistic or per-run value)."""
-    names = list(names)
-    known = {"optimizer", "config_id", "step", *SETTING_COLUMNS, *PER_RUN, *CELL_STATS, STAGE, *RACE_COLUMNS}
-    return [h for h in HYPERPARAMETER_COLUMNS if h in names] + [
-        c for c in names if c not in known and c not in HYPERPARAMETER_COLUMNS]
+    researchers' learners of the stores analysed so far (`own_hyperparameters`)."""
+    names = set(names)
+    return [h for h in (*HYPERPARAMETER_COLUMNS, *_OWN_HYPERPARAMETERS) if h in names]
+
+
+# The hyperparameters of the researchers' learners of the stores this process has analysed (store.json's
+# records, sweeps.spec.own): the tables tell them from the columns they compute by these names, which a
+# rule may not take (sweeps.spec.own.RESERVED_COLUMNS).
+_OWN_HYPERPARAMETERS: dict[str, None] = {}
+
+
+def own_hyperparameters(store: Store) -> None:
+    """Make the recorded sweep's own hyperparameters columns the tables show (in the rules' order)."""
+    sweep = store.sweep
+    for learner in sweep.learners if sweep is not None else ():
+        _OWN_HYPERPARAMETERS.update(dict.fromkeys(h.name for h in learner.own))
 
 
 def cells(frame: pl.LazyFrame, stat: str = "mean") -> pl.DataFrame:

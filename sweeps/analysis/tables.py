@@ -165,8 +165,7 @@ def _html(grid: Grid) -> str:
 
 
 def selected_hyperparameters(row: dict) -> str:
-    return ", ".join(f"{n}={row[n]:g}" for n in queries.hyperparameter_columns(row)
-                     if isinstance(row.get(n), float))
+    return ", ".join(f"{n}={row[n]:g}" for n in queries.hyperparameter_columns(row) if row.get(n) is not None)
 
 
 def outlier_footnote(label: str, outliers: str | None) -> str | None:

@@ -38,7 +38,8 @@ REFERENCE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")
 RESERVED_COLUMNS = frozenset({
     "task", "optimizer", "config_id", "seed", "score", "diverged", "steps", "wall_seconds", "stage", "step", "mse",
     "race_status", "eliminated_round", "mean", "std", "sem", "median", "iqm", "min", "max", "ci_low", "ci_high",
-    "stat", "stat_value", "seeds", "diverged_seeds", "any_diverged", "outliers", "outlier_seeds",
+    "stat", "stat_value", "seeds", "diverged_seeds", "any_diverged", "outliers", "outlier_seeds", "reference",
+    "status", "settings", "hyperparameter", "interactions", "rank", "method",
     *(f.name for task in TASKS.values() for f in dataclasses.fields(task.settings_type)),
 })
 

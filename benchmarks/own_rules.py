@@ -1,0 +1,13 @@
+"""A researcher's copy of FADE with one hyperparameter of its own, rho (the decay trace's leak), for
+benchmarks/bench_own_linear.py: rho = 1 is FADE itself, with one multiply more per component."""
+
+from fade_core.linear import clamp, exp, hyperparameter
+
+
+@hyperparameter("rho", "leak of the decay trace", low=0.0, high=1.0)
+def fade_rho(x, delta, w, beta, h, gamma, g, lo, hi, alpha, theta_lambda, gamma0, rho):
+    gamma = clamp(gamma + theta_lambda * delta * x * g, lo, hi)
+    l = exp(gamma)
+    g = rho * g * max(1 - l - alpha * x * x, 0) - l * w
+    w = (1 - l) * w + alpha * delta * x
+    return w, beta, h, gamma, g
