@@ -1,5 +1,5 @@
 """A researcher's linear rule against the built-in `fade` on the same pack, once compiled: the user's copy
-of FADE with a hyperparameter of its own (benchmarks/own_rules.py: fade_rho, rho = 1) and `fade`, their
+of FADE with a hyperparameter of its own (benchmarks/own_rules.py: fade_leaky, rho = 1) and `fade`, their
 compiled "cpu" drivers timed alternately in one process (CPU time, one thread, best of --repeats).
 
     python benchmarks/bench_own_linear.py                # float32 and float64, 200 runs of 10 seeds
@@ -52,7 +52,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args()
     numba.set_num_threads(1)
-    own = own_learner("fade_rho", own_rules.fade_rho)
+    own = own_learner("fade_leaky", own_rules.fade_leaky)
     for dtype in (torch.float32, torch.float64):
         built_in = _timer(LINEAR_LEARNERS["fade"], args.runs, args.seeds, args.steps, dtype, HP)
         theirs = _timer(own, args.runs, args.seeds, args.steps, dtype, {**HP, "rho": 1.0})
@@ -61,7 +61,7 @@ def main() -> None:
             a.append(built_in())
             b.append(theirs())
         rate = args.runs * args.steps
-        print(f"{str(dtype).split('.')[-1]}: fade {rate / min(a) / 1e6:.2f}M run-steps/s, fade_rho (own) "
+        print(f"{str(dtype).split('.')[-1]}: fade {rate / min(a) / 1e6:.2f}M run-steps/s, fade_leaky (own) "
               f"{rate / min(b) / 1e6:.2f}M run-steps/s: own/built-in time {min(b) / min(a):.3f}x")
 
 

@@ -126,8 +126,13 @@ def connect(address: str | None = None, num_cpus: int | None = None, py_modules:
     return _dashboard_url(context)
 
 
+SHIPPED_MODULES = "FADE_SWEEP_SHIPPED_MODULES"  # set by `fade-sweep submit`: the job's runtime environment has them
+
+
 def _runtime_env(py_modules: tuple[str, ...]) -> dict | None:
-    return {"py_modules": list(py_modules)} if py_modules else None
+    """The driver's runtime environment: none inside a submitted job, whose own carries the modules (Ray
+    merges the two per key, and refuses two `py_modules`)."""
+    return {"py_modules": list(py_modules)} if py_modules and not os.environ.get(SHIPPED_MODULES) else None
 
 
 _RAYLET_LOG_TAIL = re.compile(r"\s*Last \d+ lines of the Raylet logs:.*", re.DOTALL)

@@ -5,6 +5,7 @@ rule the store recorded."""
 import math
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,18 +19,7 @@ from sweeps.store import Store
 from tasks import make_stream
 
 MODULE = "leaky_rules_for_test"
-RULE = '''
-from fade_core.linear import clamp, exp, hyperparameter
-
-
-@hyperparameter("rho", "leak of the decay trace", low=0.0, high=1.0)
-def fade_leaky(x, delta, w, beta, h, gamma, g, lo, hi, alpha, theta_lambda, gamma0, rho):
-    gamma = clamp(gamma + theta_lambda * delta * x * g, lo, hi)
-    l = exp(gamma)
-    g = rho * g * max(1 - l - alpha * x * x, 0) - l * w
-    w = (1 - l) * w + alpha * delta * x
-    return w, beta, h, gamma, g
-'''
+RULE = (Path(__file__).resolve().parents[1] / "benchmarks" / "own_rules.py").read_text()  # README's example
 STEPS, BIN, SEEDS = 1500, 500, 2
 GRID = {"alpha": 0.02, "theta_lambda": 0.01, "gamma0": -3.0, "rho": [0.5, 0.9]}
 SWEEP = {"name": "leaky", "task": "linear_tracking", "task_settings": {"steps": STEPS, "bin": BIN, "noise": 1.0},
@@ -168,3 +158,58 @@ def test_an_own_rule_with_a_range_refuses_a_value_outside_it(tmp_path, capsys):
     free = {**SWEEP, "optimizers": {"fade_leaky": {**GRID, "rho": 1.5}}}
     unranged = RULE.replace('@hyperparameter("rho", "leak of the decay trace", low=0.0, high=1.0)\n', "")
     assert main(["run", str(_write(tmp_path, unranged, free)), "--storage", str(tmp_path / "store"), "--dry-run"]) == 0
+
+
+def test_submit_ships_the_module_to_the_workers_and_beside_the_sweep(tmp_path, monkeypatch):
+    from sweeps.cli import jobs
+    from sweeps.spec import load_sweep
+
+    sent = {}
+
+    class FakeClient:
+        def submit_job(self, **kw):
+            sent.update(kw, staged=sorted(p.name for p in Path(kw["runtime_env"]["working_dir"]).iterdir()))
+            return "raysubmit_1"
+
+    monkeypatch.setattr(jobs, "client", lambda address: FakeClient())
+    sweep = load_sweep(_write(tmp_path))
+    assert jobs.submit(sweep, "http://127.0.0.1:8265", str(tmp_path / "storage"), []) == "raysubmit_1"
+    module = str((tmp_path / f"{MODULE}.py").resolve())
+    assert module in sent["runtime_env"]["py_modules"] and f"{MODULE}.py" in sent["staged"]
+
+
+def test_an_own_rule_of_five_hyperparameters_agrees_across_engines(tmp_path):
+    """More hyperparameters than any built-in rule (the lane buffer's rows grow), unary minus and
+    division: the vector kernel against the reference engine, float64."""
+    import torch
+
+    from fade_core.linear import own_learner
+    from fade_core.linear.runs import advance, hyperparameter_matrix, init_state
+
+    (tmp_path / "wide_rules.py").write_text(textwrap.dedent('''
+        from fade_core.linear import exp
+
+        def wide(x, delta, w, beta, h, gamma, g, lo, hi, alpha, a1, a2, a3, a4):
+            step = alpha / (1 + a1 * x * x)
+            w = w + step * delta * x - a2 * w + (-a3) * w * a4
+            return w, beta, h, gamma, g
+        '''))
+    sys.path.insert(0, str(tmp_path))
+    try:
+        learner = own_learner("wide", __import__("wide_rules").wide)
+    finally:
+        sys.path.remove(str(tmp_path))
+    steps, runs, d = 400, 11, 5
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(steps, runs, d, generator=gen, dtype=torch.float64)
+    y = torch.randn(steps, runs, generator=gen, dtype=torch.float64)
+    hp = hyperparameter_matrix(learner, {"alpha": 0.05, "a1": 0.3, "a2": torch.linspace(0, 0.01, runs), "a3": 0.002,
+                                         "a4": 0.5}, runs, torch.float64)
+    out = {}
+    for engine in ("cpu", "reference"):
+        state = init_state(learner, hp, torch.full((runs, d), 0.1, dtype=torch.float64))
+        losses = torch.empty(runs, steps, dtype=torch.float64)
+        advance(learner, hp, state, x, y, torch.arange(runs), losses, engine=engine)
+        out[engine] = (losses, state.w)
+    for fast, plain in zip(out["cpu"], out["reference"]):
+        torch.testing.assert_close(fast, plain, rtol=1e-11, atol=0)
