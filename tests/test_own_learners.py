@@ -213,3 +213,21 @@ def test_an_own_rule_of_five_hyperparameters_agrees_across_engines(tmp_path):
         out[engine] = (losses, state.w)
     for fast, plain in zip(out["cpu"], out["reference"]):
         torch.testing.assert_close(fast, plain, rtol=1e-11, atol=0)
+
+
+def test_an_entry_point_offers_a_learner_the_sweep_does_not_declare(tmp_path, monkeypatch):
+    from importlib import metadata
+
+    from sweeps.spec import load_sweep, own
+
+    package = tmp_path / "site"
+    package.mkdir()
+    (package / "plugin_rules_for_test.py").write_text(RULE)
+    monkeypatch.syspath_prepend(str(package))
+    entry = metadata.EntryPoint("fade_leaky", "plugin_rules_for_test:fade_leaky", own.ENTRY_POINTS)
+    monkeypatch.setattr(own.metadata, "entry_points", lambda group: [entry] if group == own.ENTRY_POINTS else [])
+    sweep = {k: v for k, v in SWEEP.items() if k != "learners"}
+    loaded = load_sweep(_write(tmp_path, RULE, sweep))
+    (learner,) = loaded.learners
+    assert learner.reference == "plugin_rules_for_test:fade_leaky" and learner.module_file == ""
+    assert [e.learner for e in loaded.experiments] == [None, learner]

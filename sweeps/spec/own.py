@@ -14,6 +14,7 @@ store.json, which is all its readers (`table`, `status`, `verify`, `report`) nee
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import importlib
 import importlib.util
 import re
@@ -60,6 +61,7 @@ class DeclaredLearner:
     own: tuple[Hyperparameter, ...]  # those not in HYPERPARAMETERS, with their ranges
     source: str  # the rule's source text, recorded (never executed from the store)
     sha256: str
+    module_sha256: str = ""  # of module_file's bytes: a module file is imported again only if it is that file
 
     def range_of(self, name: str) -> Hyperparameter:
         return next((h for h in self.own if h.name == name), None) or HYPERPARAMETERS[name]
@@ -77,9 +79,13 @@ class DeclaredLearner:
         return cls(**{**record, "hyperparameters": tuple(record["hyperparameters"]), "own": own})
 
 
-def _import(module: str, module_file: str, where: str) -> Any:
-    """The module: from its file when there is one (the same name in sys.modules), else imported by name."""
+def _import(module: str, module_file: str, where: str, module_sha256: str = "") -> Any:
+    """The module: from its file when there is one (the same name in sys.modules), else imported by name.
+    `module_sha256`: the file's recorded hash; another file is refused before it runs."""
     if module_file and Path(module_file).is_file():
+        if module_sha256 and hashlib.sha256(Path(module_file).read_bytes()).hexdigest() != module_sha256:
+            raise LearnerError(f"{where}: {module_file} changed since the store recorded it (its sha256 differs); "
+                               "restore it, or run it under another sweep name or --storage")
         loaded = sys.modules.get(module)
         if loaded is not None and getattr(loaded, "__file__", None) == module_file:
             return loaded
@@ -104,9 +110,9 @@ def _import(module: str, module_file: str, where: str) -> Any:
         raise LearnerError(f"{where}: importing {module} failed: {type(err).__name__}: {err}") from None
 
 
-def _function(reference: str, module_file: str, where: str) -> Callable:
+def _function(reference: str, module_file: str, where: str, module_sha256: str = "") -> Callable:
     module_name, function = reference.split(":")
-    module = _import(module_name, module_file, where)
+    module = _import(module_name, module_file, where, module_sha256)
     rule = getattr(module, function, None)
     if rule is None:
         raise LearnerError(f"{where}: module {module_name} has no function {function}")
@@ -125,7 +131,7 @@ def load_rule(declared: DeclaredLearner, where: str = "") -> LinearLearner:
     """The declared learner's rule, imported from where the run took it and registered for the kernels;
     LearnerError if it is gone or its source is not the one recorded (sha256)."""
     where = where or f"learner {declared.name} ({declared.reference})"
-    rule = _function(declared.reference, declared.module_file, where)
+    rule = _function(declared.reference, declared.module_file, where, declared.module_sha256)
     try:
         learner = own_learner(declared.name, rule)
     except RuleError as err:
@@ -154,8 +160,9 @@ def declare(name: str, reference: str, folder: Path | None, where: str) -> Decla
         raise LearnerError(f"{where}: {err}") from None
     _check_names(name, learner, where)
     source = rule_source(rule)
+    module_sha256 = hashlib.sha256(Path(module_file).read_bytes()).hexdigest() if module_file else ""
     return DeclaredLearner(name, "linear", reference, module_file, learner.hyperparameters, learner.own, source,
-                           source_digest(source))
+                           source_digest(source), module_sha256)
 
 
 def _used_optimizers(document: dict) -> set[str]:
