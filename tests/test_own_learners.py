@@ -83,6 +83,9 @@ def test_readers_never_import_the_rule(finished, capsys):
                         ["report", str(results), "--out", str(root / "report.html")]):
             assert main(command) == 0, command
         assert "rho=" in capsys.readouterr().out
+        assert main(["table", str(results), "--kind", "sensitivity"]) == 0  # one gamma0 x theta_lambda grid per rho
+        titles = [line for line in capsys.readouterr().out.splitlines() if line.startswith("### ")]
+        assert sum("fade_leaky, alpha=0.02, rho=" in t for t in titles) == len(GRID["rho"])
         assert MODULE not in sys.modules
         assert main(["run", str(root / "leaky.yaml"), "--storage", str(root / "store"), "--resume"]) == 2
         assert "no module" in capsys.readouterr().err

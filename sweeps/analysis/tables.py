@@ -235,7 +235,7 @@ def _sensitivity_grid(table: SensitivityTable, race: str = "") -> Grid:
                 tied.add((i, j))
             row.append(text)
         rows.append(row)
-    title = f"{variant_title(table.variant)}: {table.optimizer}, alpha={table.alpha:g}"
+    title = f"{variant_title(table.variant)}: {table.optimizer}, {table.at}"
     robust = (f"Robustness: {table.within} of {table.usable} non-diverged cells "
               f"({100 * table.robust:.0f}%) within 5% of the best." if table.usable else "Robustness: no usable cell.")
     note = (_score_note(table.variant["task"], table.stat)
