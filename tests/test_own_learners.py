@@ -98,7 +98,8 @@ def test_resume_and_confirm_take_the_recorded_rule(finished, capsys):
     assert main(["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--resume",
                  "--no-report"]) == 0
     assert main(["confirm", str(results), "--seeds", "1"]) == 0
-    changed = RULE.replace("rho * g *", "rho * (g *").replace("max(1 - l - alpha * x * x, 0) -", "max(1 - l - alpha * x * x, 0)) -")
+    changed = RULE.replace("rho * g *", "rho * (g *").replace("max(1 - l - alpha * x * x, 0) -",
+                                                              "max(1 - l - alpha * x * x, 0)) -")
     _write(root, changed)
     try:
         capsys.readouterr()

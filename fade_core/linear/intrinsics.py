@@ -207,7 +207,8 @@ def advance(typingctx, step, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_
     lo, hi, tile_losses)`: steps t0 .. t1 - 1 of a block, every component and lane.
 
     `step` picks the code: a tuple of literals (learner key: a built-in's name or a researcher's
-    rule's name@digest, `rules.learner_for_key`; dtype name, lanes, partial sums, pipeline stages), a constant of the caller (`kernel.driver` closes over it), so each
+    rule's name@digest, `rules.learner_for_key`; dtype name, lanes, partial sums, pipeline
+    stages), a constant of the caller (`kernel.driver` closes over it), so each
     learner and dtype compiles its own; the loop over components runs in `stages` pipeline
     stages (fewer for a rule too shallow; none with several partial sums). The state is in
     A's rows STATE_ROWS, the hyperparameters in rows ROW_HP on and the float64 loss sums in

@@ -113,7 +113,8 @@ def _check_expression(rule: Callable, node: ast.AST, known: set[str]) -> None:
         elif isinstance(part, ast.UnaryOp) and not isinstance(part.op, (ast.USub, ast.UAdd)):
             raise RuleError(f"{_where(rule, part)}: operator {type(part.op).__name__} in rule {rule.__name__}; a "
                             "rule uses + - * / only")
-        elif isinstance(part, ast.Constant) and (isinstance(part.value, bool) or not isinstance(part.value, (int, float))):
+        elif isinstance(part, ast.Constant) and (isinstance(part.value, bool)
+                                                 or not isinstance(part.value, (int, float))):
             raise RuleError(f"{_where(rule, part)}: {part.value!r} in rule {rule.__name__}; a rule's constants are "
                             "numbers")
         elif isinstance(part, ast.Name) and part.id not in known and part.id not in FUNCTIONS:
@@ -130,7 +131,8 @@ def _check_signature(rule: Callable) -> tuple[str, ...]:
     try:
         parameters = list(inspect.signature(rule).parameters.values())
     except (TypeError, ValueError):
-        raise RuleError(f"{rule!r}: not a function; a rule is def NAME({', '.join(STATE_ARGS)}, hyperparameters...)") from None
+        raise RuleError(f"{rule!r}: not a function; a rule is def NAME({', '.join(STATE_ARGS)}, "
+                        "hyperparameters...)") from None
     names = tuple(p.name for p in parameters)
     plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in parameters)
     hps = names[len(STATE_ARGS):]
@@ -158,18 +160,20 @@ def check_rule(rule: Callable) -> tuple[str, ...]:
         raise RuleError(f"{_where(rule, last)}: rule {rule.__name__} must end with `return w, beta, h, gamma, g` "
                         "(the new state)")
     for statement in body:
-        if isinstance(statement, ast.Assign) and len(statement.targets) == 1 and isinstance(statement.targets[0], ast.Name):
+        assigns = isinstance(statement, ast.Assign) and len(statement.targets) == 1
+        if assigns and isinstance(statement.targets[0], ast.Name):
             _check_expression(rule, statement.value, known)
             known.add(statement.targets[0].id)
-        elif isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name) and statement.target.id in known:
+        elif isinstance(statement, ast.AugAssign) and getattr(statement.target, "id", None) in known:
             _check_expression(rule, ast.BinOp(statement.target, statement.op, statement.value, lineno=statement.lineno),
                               known)
         elif statement is last:
             for value in last.value.elts:
                 _check_expression(rule, value, known)
         elif isinstance(statement, _BRANCHES):
-            raise RuleError(f"{_where(rule, statement)}: a Python branch on a value ({type(statement).__name__.lower()}) "
-                            f"in rule {rule.__name__}; the kernel traces straight-line code: use max, min or clamp")
+            raise RuleError(f"{_where(rule, statement)}: a Python branch on a value "
+                            f"({type(statement).__name__.lower()}) in rule {rule.__name__}; the kernel traces "
+                            "straight-line code: use max, min or clamp")
         else:
             raise RuleError(f"{_where(rule, statement)}: {type(statement).__name__} in rule {rule.__name__}; a rule "
                             "is assignments (NAME = expression) and one return at its end")
@@ -182,7 +186,8 @@ def own_ranges(rule: Callable, hyperparameters: tuple[str, ...]) -> tuple[Hyperp
     stated = getattr(rule, RANGES, {})
     for name in stated:
         if name not in hyperparameters or name in HYPERPARAMETERS:
-            why = "a built-in hyperparameter keeps its range" if name in HYPERPARAMETERS else "not one of its parameters"
+            why = ("a built-in hyperparameter keeps its range" if name in HYPERPARAMETERS
+                   else "not one of its parameters")
             raise RuleError(f"{_where(rule)}: @hyperparameter({name!r}) on rule {rule.__name__}: {why}")
     return tuple(stated.get(n, Hyperparameter(n, f"{n} (a hyperparameter of {rule.__name__})"))
                  for n in hyperparameters if n not in HYPERPARAMETERS)

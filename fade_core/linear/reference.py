@@ -33,8 +33,9 @@ def _clamp(v, lo, hi):
 def _apply(count: int) -> Callable:
     """The adapter that passes a run's row of the (R, P) matrix to a rule as its `count` trailing
     arguments (numba calls a function with a fixed number of arguments): written out once per count."""
+    row = ", ".join(f"p[{j}]" for j in range(count))
     source = (f"def apply(rule, x, delta, w, beta, h, gamma, g, lo, hi, p):\n"
-              f"    return rule(x, delta, w, beta, h, gamma, g, lo, hi, {', '.join(f'p[{j}]' for j in range(count))})\n")
+              f"    return rule(x, delta, w, beta, h, gamma, g, lo, hi, {row})\n")
     namespace: dict = {}
     exec(compile(source, f"<reference adapter of {count} hyperparameters>", "exec"), namespace)  # our own text only
     return numba.njit(namespace["apply"])

@@ -131,8 +131,8 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
         expected = expected.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(keys).unique()
         observed = expected.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
     grid = observed.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).sort(
-        [*variant, "optimizer", "alpha", *own], descending=[*([False] * len(variant)), False, True, *([False] * len(own))],
-        nulls_last=True
+        [*variant, "optimizer", "alpha", *own],
+        descending=[*([False] * len(variant)), False, True, *([False] * len(own))], nulls_last=True
     )
     tables = []
     for group_key, group in grid.group_by([*variant, "optimizer", "alpha", *own], maintain_order=True):
@@ -170,8 +170,8 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
         else:
             full = full.with_columns(best=pl.lit(False), within_5pct=pl.lit(False), tied=pl.lit(False))
         full = full.sort("gamma0", "theta_lambda", descending=[True, False])
-        variant_values, (optimizer, alpha), fixed = (group_key[: len(variant)], group_key[len(variant): len(variant) + 2],
-                                                      group_key[len(variant) + 2:])
+        variant_values, (optimizer, alpha) = group_key[: len(variant)], group_key[len(variant): len(variant) + 2]
+        fixed = group_key[len(variant) + 2:]
         tables.append(
             SensitivityTable(
                 dict(zip(variant, variant_values)),

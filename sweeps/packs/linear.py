@@ -39,7 +39,8 @@ class LinearPackRunner(PackRunner):
             raise ValueError(f"linear learners run on CPUs only, not {device}")
         super().__init__(pack, chunk_steps, dtype, engine)
         own = pack.experiment.learner  # a researcher's rule: imported where the run took it, its source checked
-        self.learner: LinearLearner = load_rule(own) if own is not None else get_linear_learner(pack.experiment.optimizer)
+        self.learner: LinearLearner = (load_rule(own) if own is not None
+                                       else get_linear_learner(pack.experiment.optimizer))
         self.hp = hyperparameter_matrix(self.learner, self.hyperparameter_columns(self.learner.hyperparameters),
                                         pack.runs, dtype)
         w0 = initial_weights(pack.seeds, self.streams[0].dim, dtype)[self.run_slot]

@@ -327,7 +327,8 @@ class SweepFile(Block):
         for optimizer, grid in grids.given():
             if optimizer not in optimizers_for(task) and optimizer not in own:
                 choices = ", ".join((*optimizers_for(task), *own))
-                raise _fail(f"unknown optimizer for task {task.name}; choose one of {choices}", f"{grids_at}.{optimizer}")
+                raise _fail(f"unknown optimizer for task {task.name}; choose one of {choices}",
+                            f"{grids_at}.{optimizer}")
             learner = own.get(optimizer)
             takes = learner.hyperparameters if learner else optimizer_hyperparameters(task, optimizer)
             axes = tuple((name, _in_range(task, optimizer, name, getattr(grid, name), f"{grids_at}.{optimizer}.{name}",
@@ -374,8 +375,8 @@ def document_model(own: tuple[DeclaredLearner, ...] = ()) -> type[SweepFile]:
     ones (`SweepFile` itself when there are none)."""
     if not own:
         return SweepFile
-    optimizers = create_model("Optimizers", __base__=Optimizers, **_grids({d.name: tuple(map(d.range_of, d.hyperparameters))
-                                                                         for d in own}))
+    grids = _grids({d.name: tuple(map(d.range_of, d.hyperparameters)) for d in own})
+    optimizers = create_model("Optimizers", __base__=Optimizers, **grids)
     variant = create_model("Variant", __base__=Variant, optimizers=(optimizers | None, None))
     variants = Annotated[list[variant], AfterValidator(_non_empty)]
     model = create_model("SweepFile", __base__=SweepFile, optimizers=(optimizers | None, None),

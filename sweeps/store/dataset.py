@@ -45,7 +45,8 @@ from tasks import TASKS
 
 KEYS_SCHEMA = {"config_id": pl.String, "seed": pl.Int64}
 # The task and its settings columns (`steps` included): what tells a file's experiments apart beside the optimizer.
-SETTING_COLUMNS = frozenset({"task", "steps", *(f.name for t in TASKS.values() for f in dataclasses.fields(t.settings_type))})
+SETTING_COLUMNS = frozenset({"task", "steps",
+                             *(f.name for t in TASKS.values() for f in dataclasses.fields(t.settings_type))})
 BUILT_IN = frozenset({*LINEAR_LEARNERS, *NEURAL_LEARNERS})  # files of other optimizers may have columns of their own
 STAGE = "stage"  # the column (and manifest key) naming a row's stage
 
