@@ -1,8 +1,9 @@
 """Which code runs a pack: the engines, where each exists, and the default per (task, device).
 
 An engine runs a learner's rule for R runs at once. Each family has a reference engine
-that the fast ones are tested against (tests/test_linear_engines.py,
-tests/test_neural_engines.py, at the tolerances stated there and in docs/architecture.md):
+that the fast ones are tested against (tests/test_linear_engines.py; the neural engines
+against a plain one-run PyTorch loop in tests/test_neural_learners.py and tests/test_triton*.py,
+at the tolerances stated there and in docs/architecture.md):
 
     reference   linear: a plain compiled loop over `fade_core/linear/rules.py`, one run and
                 one step at a time (`fade_core/linear/reference.py`)

@@ -53,12 +53,13 @@ def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]
     return {k: torch.tensor(v, dtype=dtype) for k, v in values.items()}
 
 
-def make_runs(learner: str, arch: Architecture, seeds: list[int], hp: dict[str, list[float]], loss: Loss,
+def make_runs(learner: str | NeuralLearner, arch: Architecture, seeds: list[int], hp: dict[str, list[float]], loss: Loss,
               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, engine: str | None = None) -> NeuralRuns:
     """Notebook entry point: R = len(seeds) runs, run r initialised from seeds[r] with hp[...][r].
 
+    `learner`: a registered learner's name, or a `NeuralLearner` of any parts (not registered).
     `engine`: one of NEURAL_ENGINES (None: "cpu" on a CPU, "triton" on CUDA)."""
-    spec = get_neural_learner(learner)
+    spec = learner if isinstance(learner, NeuralLearner) else get_neural_learner(learner)
     net = BatchedMLP.from_seeds(arch, list(seeds), device, dtype)
     if engine is None:
         engine = CPU if net.flat.device.type == "cpu" else TRITON
