@@ -30,8 +30,11 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fade_core.linear import LINEAR_LEARNERS, advance, hyperparameter_matrix, init_state  # noqa: E402
-from fade_core.linear.kernel import LANE_ROWS, LANES  # noqa: E402  (8; 16 for the adaptive float32 rules)
+from fade_core.linear.intrinsics import sum_row  # noqa: E402
+from fade_core.linear.kernel import LANES  # noqa: E402  (8; 16 for the adaptive float32 rules)
 from tests.test_linear_learners import reference  # noqa: E402  (the plain per-run loop)
+
+LANE_ROWS = sum_row(3) + 1  # a built-in rule's lane buffer rows
 
 HP = {"alpha": 0.01, "lambda": 0.01, "theta_alpha": 0.01, "beta0": -4.6, "theta_lambda": 0.01, "gamma0": -2.3, "theta": 0.01}
 D = 20  # inputs of the linear tracking task

@@ -74,7 +74,7 @@ def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster
         ) from None
 
 
-def connect(address: str | None = None, num_cpus: int | None = None) -> str | None:
+def connect(address: str | None = None, num_cpus: int | None = None, py_modules: tuple[str, ...] = ()) -> str | None:
     """Attach to the cluster at `address`, or start an embedded local Ray when it is None.
 
     With `address` None and RAY_ADDRESS set, attaches to $RAY_ADDRESS and says so (callers
@@ -83,6 +83,9 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str | No
     already running on the machine is left alone.
 
     Returns the dashboard's URL when Ray reports one.
+
+    `py_modules`: module files every worker imports (a researcher's rules beside the sweep file), shipped
+    in the job's runtime environment, so they reach a cluster's workers too.
 
     The embedded Ray listens on loopback only: its node IP stays 127.0.0.1 (`loopback_node_ip`),
     so Ray binds its servers (GCS, raylet, object manager, workers, agents) there instead of
@@ -102,7 +105,8 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str | No
         check_reachable(address)
         try:
             with loopback_node_ip():  # 127.0.0.1:PORT stays loopback (a cluster listening there only)
-                context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+                context = ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+                                   runtime_env=_runtime_env(py_modules))
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise ClusterError(f"cannot attach to the Ray cluster at {address}: {err}") from None
         _node_deaths_in_one_line()
@@ -116,9 +120,19 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str | No
             _node_ip_address=LOOPBACK,
             logging_level=logging.WARNING,
             log_to_driver=False,
+            runtime_env=_runtime_env(py_modules),
         )
     _node_deaths_in_one_line()
     return _dashboard_url(context)
+
+
+SHIPPED_MODULES = "FADE_SWEEP_SHIPPED_MODULES"  # set by `fade-sweep submit`: the job's runtime environment has them
+
+
+def _runtime_env(py_modules: tuple[str, ...]) -> dict | None:
+    """The driver's runtime environment: none inside a submitted job, whose own carries the modules (Ray
+    merges the two per key, and refuses two `py_modules`)."""
+    return {"py_modules": list(py_modules)} if py_modules and not os.environ.get(SHIPPED_MODULES) else None
 
 
 _RAYLET_LOG_TAIL = re.compile(r"\s*Last \d+ lines of the Raylet logs:.*", re.DOTALL)

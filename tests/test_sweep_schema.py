@@ -50,7 +50,7 @@ def _errors(schema: dict, document) -> list[str]:
 def test_the_schema_names_every_key_and_optimizer(schema):
     assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
     assert set(schema["properties"]) == {"name", "description", "task", "task_settings", "seeds", "optimizers",
-                                         "variants", "resources", "confirm", "race", "engine"}
+                                         "variants", "resources", "confirm", "race", "engine", "learners"}
     assert schema["required"] == ["name"] and schema["additionalProperties"] is False
     grids = schema["$defs"]["Optimizers"]["properties"]
     assert set(grids) == set(every_optimizer())

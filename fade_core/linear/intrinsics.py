@@ -37,20 +37,23 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from fade_core.linear.pipeline import pipelined, stage_cuts
-from fade_core.linear.rules import LINEAR_LEARNERS, STATE_ARGS
+from fade_core.linear.rules import STATE_ARGS, learner_for_key
 from fade_core.linear.simd import Leaf, Traced, Tracer, fma, ieee, shape, splat, traced_rule
-from fade_core.rulebind import parameters
 
 _I64 = ir.IntType(64)
 
-# The rows of a block's lane buffer (d, LANE_ROWS, lanes) float64, viewed as the state's dtype
+# The rows of a block's lane buffer (d, sum_row(P) + 1, lanes) float64, viewed as the state's dtype
 # for all but the float64 row: per component i, the state slots (w, beta, h, gamma, g); in the
-# rows of i = 0 only, the hyperparameters (at most 3) and the float64 loss sums. A row of a
-# component is one vector. (A float32 view has 2 lanes columns; the first lanes are used.)
+# rows of i = 0 only, the P hyperparameters and the float64 loss sums. A row of a component is
+# one vector. (A float32 view has 2 lanes columns; the first lanes are used.)
 STATE_ROWS = ROW_W, ROW_BETA, ROW_H, ROW_GAMMA, ROW_G = (0, 1, 2, 3, 4)
 ROW_HP = 5
-ROW_SUM = ROW_HP + 3
-LANE_ROWS = ROW_SUM + 1
+
+
+def sum_row(hyperparameters: int) -> int:
+    """The row of the loss sums, after the hyperparameters' rows: at least 3 of them (the built-in
+    rules take 1 to 3: one layout for all of them), more for a researcher's rule that takes more."""
+    return ROW_HP + max(3, hyperparameters)
 
 
 class _Buffer:
@@ -203,12 +206,13 @@ def advance(typingctx, step, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_
     """`advance(step, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_full, t0, t1, slots_read,
     lo, hi, tile_losses)`: steps t0 .. t1 - 1 of a block, every component and lane.
 
-    `step` picks the code: a tuple of literals (learner name, dtype name, lanes, partial sums,
-    pipeline stages), a constant of the caller (`kernel.driver` closes over it), so each
+    `step` picks the code: a tuple of literals (learner key: a built-in's name or a researcher's
+    rule's name@digest, `rules.learner_for_key`; dtype name, lanes, partial sums, pipeline
+    stages), a constant of the caller (`kernel.driver` closes over it), so each
     learner and dtype compiles its own; the loop over components runs in `stages` pipeline
     stages (fewer for a rule too shallow; none with several partial sums). The state is in
     A's rows STATE_ROWS, the hyperparameters in rows ROW_HP on and the float64 loss sums in
-    A64's row ROW_SUM, of component 0. Each step's loss (the squared error before the update)
+    A64's row `sum_row`, of component 0. Each step's loss (the squared error before the update)
     goes to row t - t0 of tile_losses (tile, lanes) and is added to the loss sum.
     `slots_read`: how many slots of x and y the lanes read (lane_slot, sorted by slot). Rows
     the rule returns unchanged are not stored."""
@@ -223,8 +227,8 @@ def advance(typingctx, step, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_
 def _block_step(learner: str, dtype_name: str, lanes: int, partial_sums: int, stages: int) -> Callable:
     """`advance`'s code generator for one key: the learner's rule traced into vector code."""
     dtype = np.dtype(dtype_name)
-    rule = LINEAR_LEARNERS[learner].rule
-    n_hp = len(parameters(rule)) - len(STATE_ARGS)
+    record = learner_for_key(learner)
+    rule, n_hp = record.rule, len(record.hyperparameters)
     vectorised = traced_rule(rule, dtype)
     invariant = [name in ("delta", "lo", "hi") for name in STATE_ARGS] + [True] * n_hp
     cuts = stage_cuts(shape(vectorised, invariant, dtype, lanes), stages) if partial_sums == 1 else ()
@@ -241,7 +245,7 @@ def _block_step(learner: str, dtype_name: str, lanes: int, partial_sums: int, st
         real = numba.from_dtype(dtype)
         lo_v = tracer.splat(context.cast(b, args[12], signature.args[12], real))
         hi_v = tracer.splat(context.cast(b, args[13], signature.args[13], real))
-        sum_pointer = rows64.row(ROW_SUM, wide)
+        sum_pointer = rows64.row(sum_row(n_hp), wide)
         loss_sum = cgutils.alloca_once_value(b, b.load(sum_pointer, align=8))
         error = cgutils.alloca_once(b, wide)
 

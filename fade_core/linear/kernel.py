@@ -33,9 +33,8 @@ import numba
 import numpy as np
 
 from fade_core.linear import intrinsics, pipeline, simd, vexp
-from fade_core.linear.intrinsics import (LANE_ROWS, ROW_BETA, ROW_G, ROW_GAMMA, ROW_H, ROW_HP, ROW_SUM, ROW_W,
-                                        advance)
-from fade_core.linear.rules import LINEAR_LEARNERS, LinearLearner
+from fade_core.linear.intrinsics import ROW_BETA, ROW_G, ROW_GAMMA, ROW_H, ROW_HP, ROW_W, advance, sum_row
+from fade_core.linear.rules import LinearLearner, registered
 
 LANES = 8  # runs per block: one AVX2 register of float32 (16 for some learners: `lanes_for`)
 TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 cache
@@ -49,13 +48,13 @@ _FASTMATH = {"nsz", "arcp", "contract", "reassoc"}
 
 
 def _block_driver(step: tuple[str, str, int, int, int], lanes: int, step_size: bool, decay: bool,
-                  widen: bool) -> Callable:
+                  widen: bool, row_sum: int) -> Callable:
     """The chunk driver of one learner and dtype, in plain Python for numba to compile: its
     arguments are compile-time constants (numba freezes a closure's variables), so the block
     step it calls (`intrinsics.advance`, whose code `step` picks), its lanes and the rows it
     copies are fixed, and the branches on them compiled away. `step_size`, `decay`: the
     learner keeps beta, h / gamma, g; `widen`: float32 runs, whose prediction reads x in
-    float64 too."""
+    float64 too; `row_sum`: the lane buffer's row of the loss sums (`intrinsics.sum_row`)."""
 
     def run_blocks(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, w, beta, h, gamma, g, losses,
                    loss_sums):
@@ -75,7 +74,7 @@ def _block_driver(step: tuple[str, str, int, int, int], lanes: int, step_size: b
         d, n_hp, blocks = w.shape[1], p.shape[1], lane_run.shape[0]
         keep_losses = losses.shape[1] > 0
         # Every row of A64 that the rule reads is written before it is read.
-        A64 = np.empty((d, LANE_ROWS, lanes))
+        A64 = np.empty((d, row_sum + 1, lanes))
         A = A64.view(w.dtype)
         lane_slot = np.empty(lanes, np.int64)
         tile_losses = np.empty((tile, lanes), w.dtype)  # a block's, step-major
@@ -115,7 +114,7 @@ def _block_driver(step: tuple[str, str, int, int, int], lanes: int, step_size: b
                 for l in range(lanes):
                     r = runs[l]
                     lane_slot[l] = run_slot[r] if slots_read[b] > 2 else tile_row[run_slot[r]]  # where the lane reads
-                    A64[0, ROW_SUM, l] = loss_sums[r]
+                    A64[0, row_sum, l] = loss_sums[r]
                     for j in range(n_hp):
                         A[0, ROW_HP + j, l] = p[r, j]
                     for i in range(d):  # only the rows the learner keeps
@@ -130,7 +129,7 @@ def _block_driver(step: tuple[str, str, int, int, int], lanes: int, step_size: b
                     r = runs[l]
                     if keep_losses:
                         losses[r, t0:t1] = tile_losses[: t1 - t0, l]
-                    loss_sums[r] = A64[0, ROW_SUM, l]
+                    loss_sums[r] = A64[0, row_sum, l]
                     for i in range(d):
                         w[r, i] = A[i, ROW_W, l]
                         if step_size:
@@ -162,11 +161,12 @@ def driver(learner: LinearLearner, dtype: np.dtype, stages: int | None = None) -
     lanes = lanes_for(learner, dtype)
     if stages is None:
         stages = PIPELINE_STAGES if learner.adaptive else 1
-    if LINEAR_LEARNERS.get(learner.name) is not learner:
-        raise ValueError(f"linear learner {learner.name!r} is not the one registered in LINEAR_LEARNERS under its name")
-    step = (learner.name, dtype.name, lanes, partial_sums, stages)
+    if not registered(learner):
+        raise ValueError(f"linear learner {learner.name!r} is not the one registered in LINEAR_LEARNERS under its name "
+                         "(a researcher's rule: fade_core.linear.own_learner registers it)")
+    step = (learner.key, dtype.name, lanes, partial_sums, stages)
     run_blocks = _block_driver(step, lanes, learner.adapts_step_size, learner.adapts_decay,
-                               bool(dtype == np.float32))
+                               bool(dtype == np.float32), sum_row(len(learner.hyperparameters)))
     sources = (learner.rule, vexp, simd, pipeline, intrinsics)
     digest = hashlib.sha1("".join(map(inspect.getsource, sources)).encode()).hexdigest()[:12]
     run_blocks.__qualname__ = f"run_blocks_{learner.name}_{dtype.name}_{stages}_{digest}"  # its cache file's name

@@ -29,24 +29,16 @@ def _clamp(v, lo, hi):
     return lambda v, lo, hi: min(max(v, lo), hi)
 
 
-# The rule's hyperparameters are its trailing arguments (1 to 3): one adapter per count
-# passes a run's row of the (R, P) matrix.
-@numba.njit
-def _apply1(rule, x, delta, w, beta, h, gamma, g, lo, hi, p):
-    return rule(x, delta, w, beta, h, gamma, g, lo, hi, p[0])
-
-
-@numba.njit
-def _apply2(rule, x, delta, w, beta, h, gamma, g, lo, hi, p):
-    return rule(x, delta, w, beta, h, gamma, g, lo, hi, p[0], p[1])
-
-
-@numba.njit
-def _apply3(rule, x, delta, w, beta, h, gamma, g, lo, hi, p):
-    return rule(x, delta, w, beta, h, gamma, g, lo, hi, p[0], p[1], p[2])
-
-
-_APPLY = {1: _apply1, 2: _apply2, 3: _apply3}
+@functools.cache
+def _apply(count: int) -> Callable:
+    """The adapter that passes a run's row of the (R, P) matrix to a rule as its `count` trailing
+    arguments (numba calls a function with a fixed number of arguments): written out once per count."""
+    row = ", ".join(f"p[{j}]" for j in range(count))
+    source = (f"def apply(rule, x, delta, w, beta, h, gamma, g, lo, hi, p):\n"
+              f"    return rule(x, delta, w, beta, h, gamma, g, lo, hi, {row})\n")
+    namespace: dict = {}
+    exec(compile(source, f"<reference adapter of {count} hyperparameters>", "exec"), namespace)  # our own text only
+    return numba.njit(namespace["apply"])
 
 
 @numba.njit
@@ -82,5 +74,5 @@ def advance_reference(learner: LinearLearner, p: np.ndarray, lo: float, hi: floa
                       loss_sums: np.ndarray) -> None:
     """The reference engine on C-contiguous arrays: `state` = (w, beta, h, gamma, g), each (R, d),
     updated in place; the rest as `kernel.driver`'s drivers take them."""
-    _advance(_APPLY[len(learner.hyperparameters)], _compiled_rule(learner.rule), p, float(lo), float(hi), run_slot,
+    _advance(_apply(len(learner.hyperparameters)), _compiled_rule(learner.rule), p, float(lo), float(hi), run_slot,
              x, y, *state, losses, loss_sums)

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from fade_core.hyperparameters import HYPERPARAMETERS
+from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
 from fade_core.rulebind import parameters
 
 exp = math.exp
@@ -34,7 +34,7 @@ def clamp(v: float, lo: float, hi: float) -> float:
 # from what the rule reads. beta0 and gamma0 only set the initial state: the rules
 # that take them leave them unread. Returns the new (w, beta, h, gamma, g).
 STATE_ARGS = ("x", "delta", "w", "beta", "h", "gamma", "g", "lo", "hi")
-_KEYWORDS = {"lam": "lambda"}
+KEYWORDS = {"lam": "lambda"}
 
 
 def sgd(x, delta, w, beta, h, gamma, g, lo, hi, alpha):
@@ -107,17 +107,20 @@ class LinearLearner:
     name: str
     rule: Callable = field(repr=False)  # the per-component update (plain Python, compiled by the kernel)
     summary: str
+    own: tuple[Hyperparameter, ...] = ()  # a researcher's rule: its hyperparameters not in HYPERPARAMETERS (own.py)
+    key: str = ""  # what the compiled kernels look the rule up by (`learner_for_key`); the name by default
     hyperparameters: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
         names = parameters(self.rule)
         if names[: len(STATE_ARGS)] != STATE_ARGS:
             raise ValueError(f"linear learner {self.name!r}: a rule starts with the parameters {', '.join(STATE_ARGS)}")
-        hyperparameters = tuple(_KEYWORDS.get(n, n) for n in names[len(STATE_ARGS) :])
-        unknown = [n for n in hyperparameters if n not in HYPERPARAMETERS]
+        hyperparameters = tuple(KEYWORDS.get(n, n) for n in names[len(STATE_ARGS) :])
+        unknown = [n for n in hyperparameters if n not in HYPERPARAMETERS and n not in {h.name for h in self.own}]
         if unknown:
             raise ValueError(f"linear learner {self.name!r}: {', '.join(unknown)} not in HYPERPARAMETERS")
         object.__setattr__(self, "hyperparameters", hyperparameters)
+        object.__setattr__(self, "key", self.key or self.name)
 
     @property
     def adapts_step_size(self) -> bool:
@@ -147,6 +150,25 @@ LINEAR_LEARNERS: dict[str, LinearLearner] = {
         LinearLearner("coupled", coupled, "L2-derived coupled FADE + IDBD, tied theta"),
     )
 }
+
+
+_OWN: dict[str, LinearLearner] = {}  # the researchers' rules registered in this process, by key (own.py)
+
+
+def register(learner: LinearLearner) -> LinearLearner:
+    """Make a researcher's learner known to the compiled kernels under its key (`own.own_learner`);
+    returns the one registered under that key (the same source gives the same key)."""
+    return _OWN.setdefault(learner.key, learner)
+
+
+def learner_for_key(key: str) -> LinearLearner:
+    """The learner the compiled kernels know by `key`: a built-in's name or a registered rule's key."""
+    return LINEAR_LEARNERS[key] if key in LINEAR_LEARNERS else _OWN[key]
+
+
+def registered(learner: LinearLearner) -> bool:
+    """Whether `learner` is the one the kernels find under its key."""
+    return (LINEAR_LEARNERS.get(learner.key) or _OWN.get(learner.key)) is learner
 
 
 def get_linear_learner(name: str) -> LinearLearner:

@@ -195,6 +195,14 @@ class Traced:
     def __rtruediv__(self, other):
         return self._binary(other, "fdiv", None, reflected=True)
 
+    def __neg__(self):
+        if self.is_int:
+            raise TypeError("negation of integer vectors is not traced")
+        return self.tracer.op(lambda b, v: b.fneg(v), (self,), False)
+
+    def __pos__(self):
+        return self
+
     def __rshift__(self, other):
         return self._binary(other, "", "ashr")
 

@@ -99,7 +99,7 @@ def paired_table(analysis: Analysis, best: pl.DataFrame, reference: str | None =
         pl.when(pl.col("status").is_in(["ok", "reference"])).then(pl.col(c)).otherwise(None).alias(c)
         for c in results
     )
-    hyper = [c for c in queries.HYPERPARAMETER_COLUMNS if c in rows.columns]
+    hyper = queries.hyperparameter_columns(rows.columns)
     return rows.select(*variant, "optimizer", "config_id", *hyper, *COMPARE_COLUMNS, "seeds", "status").sort(
         [*variant, "optimizer"]
     )

@@ -37,7 +37,7 @@ def _frame(frame: pl.LazyFrame | pl.DataFrame) -> pl.LazyFrame:
 
 def _hyperparameters(frame: pl.LazyFrame | pl.DataFrame) -> list[str]:
     names = _frame(frame).collect_schema().names()
-    return [h for h in queries.HYPERPARAMETER_COLUMNS if h in names]
+    return queries.hyperparameter_columns(names)
 
 
 def selected_configs(tuning: pl.LazyFrame | pl.DataFrame, stat: str = "mean") -> pl.DataFrame:
@@ -110,7 +110,7 @@ def confirmation_grids(table: pl.DataFrame, stat: str, seeds_note: str = "", unc
     """The confirmation table as renderable grids (tables.render), one per setting; `unconfirmed` (the lines of
     `unconfirmable`) are footnotes of the first, so a method the best table lists is never missing without a word."""
     variant = [c for c in table.columns if c not in (*CONFIRM_COLUMNS, "optimizer", "config_id", "stat",
-                                                        *queries.HYPERPARAMETER_COLUMNS)]
+                                                        *queries.hyperparameter_columns(table.columns))]
     name = tables.STAT_NAMES[stat]
     grids = []
     for _, group in table.group_by(variant, maintain_order=True):

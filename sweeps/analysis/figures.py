@@ -165,7 +165,7 @@ def grid_figures(variant: dict, usable: pl.DataFrame, cells: pl.DataFrame, impor
 
 
 def varied(cells: pl.DataFrame) -> list[str]:
-    return [h for h in queries.HYPERPARAMETER_COLUMNS if h in cells.columns and cells[h].drop_nulls().n_unique() > 1]
+    return [h for h in queries.hyperparameter_columns(cells.columns) if cells[h].drop_nulls().n_unique() > 1]
 
 
 def _slices(cells: pl.DataFrame, hyper: list[str], best: dict, variant: dict, stat: str) -> go.Figure:

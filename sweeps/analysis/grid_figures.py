@@ -151,7 +151,7 @@ def heatmap(table: tables.SensitivityTable, unstable: frozenset[str] = frozenset
     fig.update_layout(shapes=sorted(outlines, key=lambda shape: shape["line"]["color"] == "#e41a1c"))
     robust = f"{table.within}/{table.usable} non-diverged cells within 5% of the best" if table.usable else "no usable cell"
     fig.update_layout(
-        title=f"Sensitivity: {tables.variant_title(table.variant)}, {table.optimizer}, alpha={table.alpha:g}"
+        title=f"Sensitivity: {tables.variant_title(table.variant)}, {table.optimizer}, {table.at}"
               f"<br><sub>{tables.STAT_NAMES[table.stat]} over seeds; best cell outlined red; {tables.TIED_MARK} dashed black: "
               f"tied with the best (95% CIs overlap); unstable: a finite blow-up (README statistics); {robust}</sub>",
         xaxis_title="theta_lambda (0 = fixed decay)", yaxis_title="gamma0", xaxis_type="category", yaxis_type="category",

@@ -62,7 +62,7 @@ def importance_table(analysis: Analysis) -> pl.DataFrame:
     if analysis.race is not None:  # every cell on the same seeds (module doc)
         shared = pl.col("seed").is_in(shared_seeds(analysis.scores))
         cells = queries.cells(analysis.scores.filter(shared), analysis.stat)
-    keys = [*variant, "optimizer", "config_id", *(c for c in queries.HYPERPARAMETER_COLUMNS if c in cells.columns)]
+    keys = [*variant, "optimizer", "config_id", *queries.hyperparameter_columns(cells.columns)]
     observed = cells.select(*keys, "stat_value", "diverged_seeds").with_columns(
         unstable=unstable_cells(cells, [*variant, "optimizer"]))
     if not analysis.complete:  # cells the sweep asked for and the store lacks make the grid not full
@@ -72,7 +72,7 @@ def importance_table(analysis: Analysis) -> pl.DataFrame:
     rows = []
     for key, group in observed.group_by([*variant, "optimizer"], maintain_order=True):  # one per method
         base = dict(zip([*variant, "optimizer"], key))
-        hyper = [h for h in queries.HYPERPARAMETER_COLUMNS if h in group.columns and group[h].drop_nulls().n_unique() > 1]
+        hyper = [h for h in queries.hyperparameter_columns(group.columns) if group[h].drop_nulls().n_unique() > 1]
         if not hyper:
             continue  # nothing varies: no decomposition to make
         usable = group.filter((pl.col("diverged_seeds") == 0) & pl.col("stat_value").is_finite() & ~pl.col("unstable"))

@@ -108,7 +108,7 @@ def _swatch(method: str) -> str:
 
 def configurations_table(cells: pl.DataFrame, variant_cols: list[str], stat: str, unstable: pl.Series) -> str:
     """Every configuration, one row each, sortable by clicking a column heading."""
-    hyper = [h for h in queries.HYPERPARAMETER_COLUMNS if h in cells.columns and cells[h].drop_nulls().len()]
+    hyper = [h for h in queries.hyperparameter_columns(cells.columns) if cells[h].drop_nulls().len()]
     shown = [c for c in variant_cols if cells[c].n_unique() > 1]
     header = [*shown, "method", *hyper, tables.STAT_NAMES[stat], "std", "95% CI", "seeds", "diverged seeds", "note"]
     rows = []

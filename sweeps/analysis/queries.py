@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Iterable
 
 import numpy as np
 import polars as pl
@@ -27,7 +28,7 @@ from sweeps.analysis.race import stored_race
 from sweeps.analysis.raced import RaceSummary, race_summary, raced_scores
 from sweeps.spec import TUNING
 from sweeps.store import Store
-from sweeps.store.dataset import STAGE
+from sweeps.store.dataset import SETTING_COLUMNS, STAGE
 from tasks import TASKS
 
 DDOF = 1  # sample standard deviation across seeds
@@ -58,6 +59,7 @@ class Analysis:
     def of(cls, store: Store, stat: str = "mean", stage: str = TUNING) -> Analysis:
         """The analysis of one stage's runs (tuning: the grid; confirmation: the selected configurations).
         A raced sweep's tuning scores carry the race's columns (RACE_COLUMNS, from race.json)."""
+        own_hyperparameters(store)
         scores, expected = store.scan("scores", stage=stage), store.expected_runs(stage)
         summary = None
         if stage == TUNING and store.sweep is not None and store.sweep.race is not None:
@@ -87,9 +89,29 @@ def config_curves(curves: pl.LazyFrame, config_id: str) -> pl.LazyFrame:
 
 
 def variant_columns(frame: pl.LazyFrame) -> list[str]:
-    """The task and its settings: what separates one table from another (e.g. noise level)."""
-    known = {"optimizer", "config_id", "step", *HYPERPARAMETER_COLUMNS, *PER_RUN, *CELL_STATS, STAGE, *RACE_COLUMNS}
-    return [c for c in frame.collect_schema().names() if c not in known]
+    """The task and its settings: what separates one table from another (e.g. noise level). Named
+    positively (`SETTING_COLUMNS`): a column of a researcher's learner's own hyperparameter is no variant."""
+    return [c for c in frame.collect_schema().names() if c in SETTING_COLUMNS]
+
+
+def hyperparameter_columns(names: Iterable[str]) -> list[str]:
+    """The hyperparameter columns among `names`: the built-in ones in their order, then those of the
+    researchers' learners of the stores analysed so far (`own_hyperparameters`)."""
+    names = set(names)
+    return [h for h in (*HYPERPARAMETER_COLUMNS, *_OWN_HYPERPARAMETERS) if h in names]
+
+
+# The hyperparameters of the researchers' learners of the stores this process has analysed (store.json's
+# records, sweeps.spec.own): the tables tell them from the columns they compute by these names, which a
+# rule may not take (sweeps.spec.own.RESERVED_COLUMNS).
+_OWN_HYPERPARAMETERS: dict[str, None] = {}
+
+
+def own_hyperparameters(store: Store) -> None:
+    """Make the recorded sweep's own hyperparameters columns the tables show (in the rules' order)."""
+    sweep = store.sweep
+    for learner in sweep.learners if sweep is not None else ():
+        _OWN_HYPERPARAMETERS.update(dict.fromkeys(h.name for h in learner.own))
 
 
 def cells(frame: pl.LazyFrame, stat: str = "mean") -> pl.DataFrame:

@@ -51,11 +51,11 @@ from typing import Iterable
 import numpy as np
 import polars as pl
 
-from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.analysis import stats
 from sweeps.analysis.raced import DECISION_SCHEMA, ELIMINATED, SURVIVOR, TEST
 from sweeps.spec import Experiment, Sweep
 from sweeps.store import Store
+from sweeps.store.dataset import SETTING_COLUMNS
 from sweeps.store.records import RaceDecision, RaceMethod, RaceRecord, RecordError
 from tasks import TASKS
 
@@ -125,7 +125,7 @@ def test_scale(loss: np.ndarray, higher_is_better: bool) -> np.ndarray:
 def method_columns(scores: pl.DataFrame) -> list[str]:
     """The task, its settings and the optimizer of per-seed scores: what a race compares within (the columns of
     `queries.variant_columns` and the optimizer; this module is below `queries`, whose Analysis replays races)."""
-    return [c for c in scores.columns if c not in PER_RUN_COLUMNS and c not in HYPERPARAMETERS]
+    return [c for c in scores.columns if c not in PER_RUN_COLUMNS and (c in SETTING_COLUMNS or c == "optimizer")]
 
 
 def decide(scores: pl.DataFrame, alpha: float, round_number: int = 1) -> pl.DataFrame:

@@ -133,7 +133,7 @@ def robustness_table(tuning: pl.LazyFrame | pl.DataFrame) -> pl.DataFrame:
         varied = [c for c in settings if method[c].n_unique() > 1]  # what tells this method's settings apart
         if not varied:
             continue
-        hyper = [h for h in queries.HYPERPARAMETER_COLUMNS if h in method.columns and method[h].null_count() < method.height]
+        hyper = [h for h in queries.hyperparameter_columns(method.columns) if method[h].null_count() < method.height]
         rows.append({"task": task, "optimizer": optimizer, **_method_row(method, varied, hyper)})
     schema = {"task": pl.String, "optimizer": pl.String}
     return pl.DataFrame(rows).sort("task", "optimizer") if rows else pl.DataFrame(schema=schema)

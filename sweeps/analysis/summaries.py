@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import polars as pl
 
@@ -101,6 +101,12 @@ class SensitivityTable:
     stat: str = "mean"
     within: int = 0  # usable cells within 5% of the best (the best included)
     usable: int = 0  # cells with every seed finished and finite
+    fixed: dict = field(default_factory=dict)  # a researcher's learner's own hyperparameters, one grid per value
+
+    @property
+    def at(self) -> str:
+        """Where in the grid this table is: "alpha=0.01" (and ", rho=0.9" for a learner's own)."""
+        return ", ".join(f"{k}={v:g}" for k, v in {"alpha": self.alpha, **self.fixed}.items())
 
     @property
     def robust(self) -> float:
@@ -114,7 +120,8 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
     from the results themselves. Cells are ranked on the analysis' statistic.
     """
     variant, stat = analysis.variant, analysis.stat
-    keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
+    own = [h for h in queries.hyperparameter_columns(analysis.cells.columns) if h not in queries.HYPERPARAMETER_COLUMNS]
+    keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda", *own]
     raced = [c for c in queries.RACE_COLUMNS if c in analysis.cells.columns]  # a raced sweep: still in, or out when
     values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds",
               *raced]
@@ -124,10 +131,11 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
         expected = expected.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).select(keys).unique()
         observed = expected.join(observed, on=keys, how="full", coalesce=True, nulls_equal=True)
     grid = observed.filter(pl.col("gamma0").is_not_null() & pl.col("theta_lambda").is_not_null()).sort(
-        [*variant, "optimizer", "alpha"], descending=[*([False] * len(variant)), False, True], nulls_last=True
+        [*variant, "optimizer", "alpha", *own],
+        descending=[*([False] * len(variant)), False, True, *([False] * len(own))], nulls_last=True
     )
     tables = []
-    for group_key, group in grid.group_by([*variant, "optimizer", "alpha"], maintain_order=True):
+    for group_key, group in grid.group_by([*variant, "optimizer", "alpha", *own], maintain_order=True):
         axes = group.select("gamma0").unique().join(group.select("theta_lambda").unique(), how="cross")
         full = axes.join(group.drop(variant), on=["gamma0", "theta_lambda"], how="left")
         full = full.with_columns(
@@ -162,7 +170,8 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
         else:
             full = full.with_columns(best=pl.lit(False), within_5pct=pl.lit(False), tied=pl.lit(False))
         full = full.sort("gamma0", "theta_lambda", descending=[True, False])
-        *variant_values, optimizer, alpha = group_key
+        variant_values, (optimizer, alpha) = group_key[: len(variant)], group_key[len(variant): len(variant) + 2]
+        fixed = group_key[len(variant) + 2:]
         tables.append(
             SensitivityTable(
                 dict(zip(variant, variant_values)),
@@ -172,6 +181,7 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
                 stat,
                 int(full["within_5pct"].sum()),
                 ok.height,
+                {k: v for k, v in zip(own, fixed) if v is not None},
             )
         )
     return tables
@@ -189,6 +199,7 @@ def sensitivity_frame(tables: list[SensitivityTable]) -> pl.DataFrame:
                 *(pl.lit(v).alias(k) for k, v in t.variant.items()),
                 optimizer=pl.lit(t.optimizer),
                 alpha=pl.lit(t.alpha),
+                *(pl.lit(v, pl.Float64).alias(k) for k, v in t.fixed.items()),
                 robust_within_5pct=pl.lit(t.robust, pl.Float64),
                 usable_cells=pl.lit(t.usable, pl.Int64),
             )

@@ -165,7 +165,7 @@ def _html(grid: Grid) -> str:
 
 
 def selected_hyperparameters(row: dict) -> str:
-    return ", ".join(f"{n}={row[n]:g}" for n in queries.HYPERPARAMETER_COLUMNS if row.get(n) is not None)
+    return ", ".join(f"{n}={row[n]:g}" for n in queries.hyperparameter_columns(row) if row.get(n) is not None)
 
 
 def outlier_footnote(label: str, outliers: str | None) -> str | None:
@@ -235,7 +235,7 @@ def _sensitivity_grid(table: SensitivityTable, race: str = "") -> Grid:
                 tied.add((i, j))
             row.append(text)
         rows.append(row)
-    title = f"{variant_title(table.variant)}: {table.optimizer}, alpha={table.alpha:g}"
+    title = f"{variant_title(table.variant)}: {table.optimizer}, {table.at}"
     robust = (f"Robustness: {table.within} of {table.usable} non-diverged cells "
               f"({100 * table.robust:.0f}%) within 5% of the best." if table.usable else "Robustness: no usable cell.")
     note = (_score_note(table.variant["task"], table.stat)

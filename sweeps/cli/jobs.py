@@ -25,7 +25,7 @@ import cluster
 import fade_core
 import sweeps
 import tasks
-from cluster.connect import check_reachable
+from cluster.connect import SHIPPED_MODULES, check_reachable
 from cluster.errors import ClusterError
 from sweeps.spec import Sweep
 from sweeps.store.location import StoreLocation, is_uri
@@ -63,14 +63,18 @@ def submit(sweep: Sweep, address: str, storage: str, run_args: list[str], pip: l
     staging = Path(tempfile.mkdtemp(prefix="fade-sweep-job-"))
     try:
         (staging / "sweep.yaml").write_text(yaml.safe_dump(sweep.document, sort_keys=False))
+        own = sorted({d.module_file for d in sweep.learners if d.module_file})
+        for module in own:  # a researcher's module beside the sweep file stays beside it, and reaches the workers
+            shutil.copy(module, staging / Path(module).name)
         runtime_env = {
             "working_dir": str(staging),
-            "py_modules": [str(Path(m.__file__).parent) for m in (fade_core, tasks, sweeps, cluster)],
+            "py_modules": [*(str(Path(m.__file__).parent) for m in (fade_core, tasks, sweeps, cluster)), *own],
+            "env_vars": {SHIPPED_MODULES: "1"},  # the job's driver then adds none of its own (connect.py)
         }
         if pip:
             runtime_env["pip"] = pip
         if os.environ.get("FADE_SWEEP_DEBUG"):
-            runtime_env["env_vars"] = {"FADE_SWEEP_DEBUG": os.environ["FADE_SWEEP_DEBUG"]}
+            runtime_env["env_vars"]["FADE_SWEEP_DEBUG"] = os.environ["FADE_SWEEP_DEBUG"]
         command = ["python", "-m", "sweeps.cli", "run", "--storage", storage, "--address", "auto", *run_args]
         # Run from the storage directory (a local store) or a scratch directory (an object store):
         # Ray may clean up the job's working_dir before the driver ends, and Tune resolves paths

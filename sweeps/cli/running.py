@@ -73,10 +73,11 @@ def cmd_run(args: argparse.Namespace) -> None:
             print(note)
     store.preflight(sweep, options.dtype, args.resume)  # before Ray loads: a refusal in well under a second
     _check_stream_cache()  # before Ray starts
+    compiling = _compile_own(sweep, options)
     from sweeps.tune.driver import confirm_sweep, run_sweep
 
     outcome = run_sweep(sweep, store, resume=args.resume, options=options)
-    _summary(outcome, "every (config, seed) already has a score")
+    _summary(outcome, "every (config, seed) already has a score", compiling)
     print(f"Results: {outcome.results_dir}\n")
     print(best_text(outcome.store, args.table_format).rstrip("\n"))
     if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
@@ -155,7 +156,23 @@ def _execution_options(args: argparse.Namespace, sweep) -> ExecutionOptions:
                             display=progress_display)
 
 
-def _summary(outcome, nothing: str) -> None:
+def _compile_own(sweep, options: ExecutionOptions) -> float:
+    """The sweep's own linear rules, loaded from where the run took them (refused in one line if gone or
+    changed since the store recorded them) and compiled before Ray and the packs start; their seconds."""
+    from fade_core.linear import RuleError
+    from sweeps.packs.linear import compile_own
+    from sweeps.spec.own import LearnerError
+
+    try:
+        seconds = compile_own(sweep.experiments, options.dtype, options.engine)
+    except (LearnerError, RuleError) as err:
+        raise UserError(f"{sweep.source}: {err}") from None
+    for name, took in seconds.items():
+        print(f"Compiled learner {name} ({options.dtype}) in {took:.1f} s (numba caches it by the rule's source)")
+    return sum(seconds.values())
+
+
+def _summary(outcome, nothing: str, compiling: float = 0.0) -> None:
     """What a run or confirm did: resumed runs and packs, then the Done line (or that nothing ran)."""
     from sweeps.cli.text import done_line
 
@@ -168,7 +185,7 @@ def _summary(outcome, nothing: str) -> None:
     if outcome.packs:
         # a raced run's status.json is its last round's: its times and rate would not be the run's
         raced = outcome.store.sweep is not None and outcome.store.sweep.race is not None and outcome.store.race is not None
-        print(done_line(outcome, None if raced else outcome.store.status()))
+        print(done_line(outcome, None if raced else outcome.store.status(), compiling))
     else:
         print(f"Nothing to run: {nothing}.")
 
@@ -186,8 +203,10 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     seeds = args.seeds or sweep.confirm_seeds or len(sweep.seeds)
     options = _execution_options(args, sweep)  # its dtype is the store's (confirm has no --dtype)
     _check_stream_cache()  # before Ray starts
+    dtype = store.record.dtype if store.record is not None else options.dtype
+    compiling = _compile_own(sweep, dataclasses.replace(options, dtype=dtype))
     outcome = confirm_sweep(store, seeds, stat=args.stat, options=options)
-    _summary(outcome, "every confirmation run already has a score")
+    _summary(outcome, "every confirmation run already has a score", compiling)
     print(f"Results: {outcome.results_dir}\n")
     print(stage_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
 

@@ -84,13 +84,16 @@ def rounds_text(status: SweepStatus) -> str:
         f"{names[label]} {n}{' done' if label in done else ''}" for label, n in status.rounds.items())
 
 
-def done_line(run: SweepRun, status: SweepStatus | None) -> str:
+def done_line(run: SweepRun, status: SweepStatus | None, compiling: float = 0.0) -> str:
     """The closing line of a run: what ran, the wall time split into Ray's start and the packs' time,
-    and the throughput as the progress display and `status` show it (from `status` when there is one)."""
+    and the throughput as the progress display and `status` show it (from `status` when there is one);
+    `compiling`: seconds spent compiling the sweep's own rules before Ray started, in neither."""
     packs_seconds = (run.wall_seconds - run.ray_start_seconds) if status is None else status.updated_at - status.started_at
     steps = run.run_steps if status is None else status.run_steps_this_run  # not what a checkpoint restored
     rate = steps / packs_seconds if packs_seconds else 0.0
     split = f"Ray start {run.ray_start_seconds:.1f} s" + (f", packs {packs_seconds:.1f} s" if packs_seconds else "")
+    if compiling:
+        split += f"; compiling own learners {compiling:.1f} s before, apart"
     packs = f"{run.packs} pack{'' if run.packs == 1 else 's'}"
     return (f"Done: {packs}, {steps:.3e} run-steps in {run.wall_seconds:.1f} s wall ({split}); "
             f"{format_rate(rate)} while packs ran, {run.slots} packs at once on {len(run.nodes)} node(s)")

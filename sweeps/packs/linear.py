@@ -9,6 +9,9 @@ exp(beta) of every weight group the stream names (e.g. relevant / irrelevant) ar
 
 from __future__ import annotations
 
+import time
+from typing import Iterable
+
 import numpy as np
 import torch
 
@@ -17,7 +20,10 @@ from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperpa
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
 from sweeps.packs.rowwise import row_means, trailing_sums
-from sweeps.spec import Pack
+from fade_core.linear.kernel import driver
+from sweeps.spec import Experiment, Pack
+from sweeps.spec.engines import experiment_engine
+from sweeps.spec.own import load_rule
 from tasks.stream import stacked
 
 # Adaptive per-weight slot of the state -> the curve prefix of its mean rate.
@@ -32,7 +38,9 @@ class LinearPackRunner(PackRunner):
         if torch.device(device).type != "cpu":
             raise ValueError(f"linear learners run on CPUs only, not {device}")
         super().__init__(pack, chunk_steps, dtype, engine)
-        self.learner: LinearLearner = get_linear_learner(pack.experiment.optimizer)
+        own = pack.experiment.learner  # a researcher's rule: imported where the run took it, its source checked
+        self.learner: LinearLearner = (load_rule(own) if own is not None
+                                       else get_linear_learner(pack.experiment.optimizer))
         self.hp = hyperparameter_matrix(self.learner, self.hyperparameter_columns(self.learner.hyperparameters),
                                         pack.runs, dtype)
         w0 = initial_weights(pack.seeds, self.streams[0].dim, dtype)[self.run_slot]
@@ -75,3 +83,19 @@ class LinearPackRunner(PackRunner):
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {**self.state._asdict(), "loss_sum": torch.from_numpy(self.loss_sum),
                 **{f"curve.{k}": torch.from_numpy(v) for k, v in self.curves.items()}}
+
+
+def compile_own(experiments: Iterable[Experiment], dtype: str, engine: str | None = None) -> dict[str, float]:
+    """Each researcher's linear rule of these experiments, imported where the run took it and checked
+    against its recorded source (LearnerError), then compiled into the "cpu" engine's driver before any
+    pack starts (numba caches it, keyed by the rule's source, so the packs load it): {name: seconds}."""
+    seconds = {}
+    for experiment in experiments:
+        if experiment.learner is None or experiment.learner.family != "linear" or experiment.learner.name in seconds:
+            continue
+        learner = load_rule(experiment.learner)
+        started = time.perf_counter()
+        if experiment_engine(experiment, "cpu", engine) == CPU:
+            driver(learner, np.dtype(dtype))
+        seconds[experiment.learner.name] = time.perf_counter() - started
+    return seconds

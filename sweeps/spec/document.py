@@ -16,6 +16,7 @@ states the ranges that hold for every family.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Annotated, Any, ClassVar, Iterator, Literal
 
 from pydantic import (
@@ -37,6 +38,7 @@ from pydantic_core import PydanticCustomError
 from fade_core.engines import ENGINE_NAMES, engine_problem
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
 from sweeps.spec.learners import every_optimizer, hyperparameter_spec, optimizer_hyperparameters, optimizers_for
+from sweeps.spec.own import DeclaredLearner
 from sweeps.spec.race import DEFAULT_ALPHA, DEFAULT_MIN_SEEDS, DEFAULT_SEEDS_PER_ROUND, Race
 from sweeps.spec.resources import PackResources
 from sweeps.spec.sweep import Experiment, Sweep, confirmation_seeds, cpu_only_tasks, short, size_problem
@@ -175,12 +177,17 @@ class OptimizerGrids(Block):
         return ((name, getattr(self, name)) for name in self._given)
 
 
+def _grids(takes: dict[str, tuple[Hyperparameter, ...]]) -> dict[str, Any]:
+    """The grid block of each optimizer, by name: its hyperparameters' axes."""
+    return {name: (create_model(name, __base__=Grid, __doc__=f"The grid of {name}.",
+                                **{h.name: (_axis(h), ...) for h in hyperparameters}),
+                   Field(None, json_schema_extra=lambda schema: schema.pop("default")))  # absent, never null
+            for name, hyperparameters in takes.items()}
+
+
 Optimizers = create_model(
     "Optimizers", __base__=OptimizerGrids,
-    **{name: (create_model(name, __base__=Grid, __doc__=f"The grid of {name}.",
-                           **{h: (_axis(HYPERPARAMETERS[h]), ...) for h in takes}),
-              Field(None, json_schema_extra=lambda schema: schema.pop("default")))  # absent, never null
-       for name, takes in every_optimizer().items()},
+    **_grids({name: tuple(HYPERPARAMETERS[h] for h in takes) for name, takes in every_optimizer().items()}),
 )
 
 
@@ -232,10 +239,18 @@ def _race_or_boolean(schema: dict) -> None:
     schema["anyOf"].append({"type": "boolean", "description": "true: race with the defaults"})
 
 
+Learners = Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
+                          Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")]],
+                     problem("must be a mapping of learner name -> module:function, got {value}"),
+                     Field(description="learners of your own: name -> module:function (a module beside the sweep file, "
+                                       "or importable); README 'Bring your own learner'")]
+
+
 class SweepFile(Block):
     """A FADE sweep file (interface.md): what to run; `fade-sweep run FILE` runs it."""
 
     model_config = ConfigDict(title="FADE sweep file")
+    OWN: ClassVar[dict[str, DeclaredLearner]] = {}  # the learners of its `learners:` block (`document_model`)
     MISSING = "missing; a sweep file needs it (its keys are {keys})"
     NOT_A_MAPPING = "a sweep file must be a YAML mapping with keys {keys}"
     name: Annotated[str, Field(pattern=NAME_PATTERN, description="results go under <storage>/<name>/"),
@@ -252,6 +267,7 @@ class SweepFile(Block):
     race: Annotated[RaceBlock | None, BeforeValidator(lambda v: {} if v is True else None if v is False else v),
                     Field(json_schema_extra=_race_or_boolean)] = None
     engine: Engine | None = None
+    learners: Learners | None = None
     _sweep: Sweep = PrivateAttr()
 
     def to_sweep(self, source: str, document: dict) -> Sweep:
@@ -282,7 +298,7 @@ class SweepFile(Block):
         resources = self.resources or Resources()
         self._sweep = Sweep(name=self.name, seeds=seeds, experiments=tuple(experiments), source="",
                             resources=PackResources(resources.cpus_per_pack, resources.gpus_per_pack),
-                            confirm_seeds=confirm, race=self._race(count))
+                            confirm_seeds=confirm, race=self._race(count), learners=tuple(self.OWN.values()))
         return self
 
     def _experiments(self, prefix: str, block: Variant) -> Iterator[Experiment]:
@@ -307,13 +323,18 @@ class SweepFile(Block):
         wrong_engine = engine_problem(engine, task.name) if engine is not None else None
         if wrong_engine:
             raise _fail(wrong_engine, at)
+        own = {name: d for name, d in self.OWN.items() if d.family == task.family}
         for optimizer, grid in grids.given():
-            if optimizer not in optimizers_for(task):
-                raise _fail(f"unknown optimizer for task {task.name}; choose one of {', '.join(optimizers_for(task))}",
+            if optimizer not in optimizers_for(task) and optimizer not in own:
+                choices = ", ".join((*optimizers_for(task), *own))
+                raise _fail(f"unknown optimizer for task {task.name}; choose one of {choices}",
                             f"{grids_at}.{optimizer}")
-            axes = tuple((name, _in_range(task, optimizer, name, getattr(grid, name), f"{grids_at}.{optimizer}.{name}"))
-                         for name in optimizer_hyperparameters(task, optimizer))
-            yield Experiment(task.name, settings, optimizer, axes, engine)
+            learner = own.get(optimizer)
+            takes = learner.hyperparameters if learner else optimizer_hyperparameters(task, optimizer)
+            axes = tuple((name, _in_range(task, optimizer, name, getattr(grid, name), f"{grids_at}.{optimizer}.{name}",
+                                          learner))
+                         for name in takes)
+            yield Experiment(task.name, settings, optimizer, axes, engine, learner)
 
     def _race(self, seed_count: int) -> Race | None:
         """The race of a `race:` block, checked against the sweep's seeds."""
@@ -332,9 +353,11 @@ class SweepFile(Block):
         return Race(first, self.race.max_seeds, self.race.alpha, self.race.seeds_per_round or DEFAULT_SEEDS_PER_ROUND)
 
 
-def _in_range(task: TaskSpec, optimizer: str, name: str, values: tuple, at: str) -> tuple[float, ...]:
-    """The axis as floats, each value in the hyperparameter's range for the task's learner family."""
-    spec, why = hyperparameter_spec(task, optimizer, name)
+def _in_range(task: TaskSpec, optimizer: str, name: str, values: tuple, at: str,
+              learner: DeclaredLearner | None = None) -> tuple[float, ...]:
+    """The axis as floats, each value in the hyperparameter's range for the task's learner family (a
+    researcher's learner: the range its rule states, any finite value where it states none)."""
+    spec, why = (learner.range_of(name), "") if learner else hyperparameter_spec(task, optimizer, name)
     for value in values:
         try:
             accepted = spec.accepts(float(value))
@@ -344,6 +367,22 @@ def _in_range(task: TaskSpec, optimizer: str, name: str, values: tuple, at: str)
             scope = f" for {task.family} {optimizer} ({why})" if why else ""
             raise _fail(f"{short(value)} is out of range; {name} ({spec.meaning}) must be {spec.allowed()}{scope}", at)
     return tuple(float(v) for v in values)
+
+
+@functools.cache
+def document_model(own: tuple[DeclaredLearner, ...] = ()) -> type[SweepFile]:
+    """The sweep file's model with the grids of these learners of the researcher's own beside the built-in
+    ones (`SweepFile` itself when there are none)."""
+    if not own:
+        return SweepFile
+    grids = _grids({d.name: tuple(map(d.range_of, d.hyperparameters)) for d in own})
+    optimizers = create_model("Optimizers", __base__=Optimizers, **grids)
+    variant = create_model("Variant", __base__=Variant, optimizers=(optimizers | None, None))
+    variants = Annotated[list[variant], AfterValidator(_non_empty)]
+    model = create_model("SweepFile", __base__=SweepFile, optimizers=(optimizers | None, None),
+                         variants=(variants | None, None))
+    model.OWN = {d.name: d for d in own}
+    return model
 
 
 def sweep_schema() -> dict:

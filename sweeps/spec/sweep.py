@@ -16,6 +16,7 @@ from functools import cached_property
 from typing import Any
 
 from sweeps.spec.config import Config, make_config
+from sweeps.spec.own import DeclaredLearner
 from sweeps.spec.race import Race
 from sweeps.spec.resources import PackResources
 from tasks import TASKS
@@ -45,6 +46,7 @@ class Experiment:
     optimizer: str
     grid: tuple[tuple[str, tuple[float, ...]], ...]  # (hyperparameter, values), in the learner's order
     engine: str | None = None  # the sweep file's `engine:` (None: the default for the task and device)
+    learner: DeclaredLearner | None = None  # the optimizer is a researcher's learner (`learners:`, sweeps.spec.own)
 
     @property
     def size(self) -> int:
@@ -85,6 +87,7 @@ class Sweep:
     confirm_seeds: tuple[int, ...] = ()  # `confirm: {seeds: ...}`: the fresh seeds of the confirmation stage
     race: Race | None = None  # `race:`: seeds given in rounds (sweeps.spec.race); None: every cell gets every seed
     document: dict = field(compare=False, repr=False, default_factory=dict)  # the YAML as read, for the store
+    learners: tuple[DeclaredLearner, ...] = ()  # the researcher's own learners it declares (sweeps.spec.own)
 
     @property
     def runs(self) -> int:

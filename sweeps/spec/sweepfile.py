@@ -30,7 +30,8 @@ from typing import Any, get_args
 
 from pydantic import ValidationError
 
-from sweeps.spec.document import Block, SweepFile
+from sweeps.spec.document import Block, SweepFile, document_model
+from sweeps.spec.own import DeclaredLearner, LearnerError, load_declared
 from sweeps.spec.sweep import Experiment, Sweep, short
 from sweeps.spec.yamlfile import SweepError, read_yaml, yaml_data
 from tasks import get_task
@@ -45,20 +46,34 @@ def load_sweep(path: str | Path) -> Sweep:
         raise SweepError(f"{path}: a directory, not a sweep file (give a YAML file or a preset name: `fade-sweep presets`)")
     if not path.is_file():
         raise SweepError(f"{path}: no such sweep file (give a YAML file or a preset name: `fade-sweep presets`)")
-    return parse_sweep(read_yaml(path), str(path))
-
-
-def parse_sweep_text(text: str, source: str) -> Sweep:
-    """A sweep from YAML text (a store's sweep.yaml), read by the same rules as a sweep file."""
-    return parse_sweep(yaml_data(text, source), source)
-
-
-def parse_sweep(document: Any, source: str) -> Sweep:
-    """Validate an already-parsed sweep document (a mapping)."""
+    document = read_yaml(path)
     try:
-        return SweepFile.model_validate(document).to_sweep(source, document)
+        own = load_declared(document, path.parent)  # the `learners:` block: imports the researcher's modules
+    except LearnerError as err:
+        raise SweepError(f"{path}: {err}") from None
+    return parse_sweep(document, str(path), own)
+
+
+def parse_sweep_text(text: str, source: str, own: tuple[DeclaredLearner, ...] = ()) -> Sweep:
+    """A sweep from YAML text (a store's sweep.yaml), read by the same rules as a sweep file; `own`: the
+    learners of its `learners:` block as the store records them (no code is imported)."""
+    return parse_sweep(yaml_data(text, source), source, own)
+
+
+def parse_sweep(document: Any, source: str, own: tuple[DeclaredLearner, ...] = ()) -> Sweep:
+    """Validate an already-parsed sweep document (a mapping); `own`: its declared learners, loaded
+    (`own.load_declared`) or as a store records them."""
+    declared = set(document.get("learners") or {}) if isinstance(document, dict) and isinstance(
+        document.get("learners") or {}, dict) else set()
+    if declared - {d.name for d in own}:
+        missing = ", ".join(sorted(declared - {d.name for d in own}))
+        raise SweepError(f"{source}: learners: {missing} not recorded (store.json keeps what a store's readers know "
+                         "of its learners); run the sweep file again with --resume to record them")
+    model = document_model(tuple(own))
+    try:
+        return model.model_validate(document).to_sweep(source, document)
     except ValidationError as err:
-        raise SweepError(f"{source}: {describe(err)}") from None
+        raise SweepError(f"{source}: {describe(err, model)}") from None
 
 
 def _block_of(annotation: Any) -> type[Block] | None:
@@ -68,9 +83,9 @@ def _block_of(annotation: Any) -> type[Block] | None:
     return next((b for b in map(_block_of, get_args(annotation)) if b is not None), None)
 
 
-def _walk(loc: tuple) -> tuple[type[Block], str]:
+def _walk(loc: tuple, model: type[Block] = SweepFile) -> tuple[type[Block], str]:
     """The innermost block along `loc` and its path as the file names it (`variants[0].optimizers.fade`)."""
-    block, path = SweepFile, ""
+    block, path = model, ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
@@ -88,7 +103,7 @@ def _path_of(loc: tuple) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
 
 
-def describe(error: ValidationError) -> str:
+def describe(error: ValidationError, model: type[Block] = SweepFile) -> str:
     """The first problem of a sweep file's validation as one line: "key.path: what is wrong; the fix"."""
     errors = error.errors()
     loc, kind = errors[0]["loc"], errors[0]["type"]
@@ -96,13 +111,13 @@ def describe(error: ValidationError) -> str:
         at = errors[0]["ctx"]["at"] or _path_of(loc)
         return f"{at}: {errors[0]['msg']}" if at else errors[0]["msg"]
     if kind in ("extra_forbidden", "invalid_key", "missing"):  # invalid_key: a key that is no string (YAML `1: 2`)
-        block, path = _walk(loc[:-1])
+        block, path = _walk(loc[:-1], model)
         key = str(loc[-1])
         if kind != "missing":
             return f"{_path_of((*loc[:-1], key))}: {block.phrase(block.UNKNOWN, key=key)}"
         missing = ", ".join(str(e["loc"][-1]) for e in errors if e["type"] == "missing" and e["loc"][:-1] == loc[:-1])
         return f"{path or key}: {block.phrase(block.MISSING, missing=missing)}"
-    block, path = _walk(loc)
+    block, path = _walk(loc, model)
     if kind in ("model_type", "dict_type", "list_type") and path == _path_of(loc):  # a block's value has the wrong shape
         phrase = block.phrase(block.NOT_A_LIST if kind == "list_type" else block.NOT_A_MAPPING)
         return f"{path}: {phrase}" if path else phrase

@@ -12,8 +12,9 @@ Layout under RESULTS_DIR (= <storage>/<sweep name>):
 
 Data files do not contain `task` and `optimizer`: they are hive partitions, read from the
 path (so pyarrow.dataset(partitioning="hive"), pandas, DuckDB and polars agree). Every file
-carries every hyperparameter column (null where the optimizer does not take it) and the
-task's settings, so files of different optimizers concatenate.
+carries every built-in hyperparameter column (null where the optimizer does not take it) and the
+task's settings, so files of different optimizers concatenate; a researcher's learner's files add
+its own hyperparameters (sweeps.spec.own), and are scanned apart and concatenated diagonally.
 
 Stages. A pack belongs to one stage (sweeps.spec.STAGES): `tuning` (the sweep's grid on its
 seeds) or `confirmation` (selected configurations on fresh seeds, see records.ConfirmationRecord). Its manifest
@@ -34,16 +35,30 @@ import numpy as np
 import polars as pl
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.spec import TUNING, Pack, Sweep
+from fade_core.linear import LINEAR_LEARNERS
+from fade_core.neural import NEURAL_LEARNERS
+from sweeps.spec import TUNING, Experiment, Pack, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import MANIFESTS, Selection, StoreError, damage
 from sweeps.store.records import PARTITIONS, Manifest
+from tasks import TASKS
 
 KEYS_SCHEMA = {"config_id": pl.String, "seed": pl.Int64}
+# The task and its settings columns (`steps` included): what tells a file's experiments apart beside the optimizer.
+SETTING_COLUMNS = frozenset({"task", "steps",
+                             *(f.name for t in TASKS.values() for f in dataclasses.fields(t.settings_type))})
+BUILT_IN = frozenset({*LINEAR_LEARNERS, *NEURAL_LEARNERS})  # files of other optimizers may have columns of their own
 STAGE = "stage"  # the column (and manifest key) naming a row's stage
 
 
 # ---------------------------------------------------------------- the runs of a pack
+
+
+def hyperparameter_columns(experiment: Experiment) -> list[str]:
+    """The hyperparameter columns of an experiment's files: every built-in one, then those of its
+    learner's own (a researcher's rule, sweeps.spec.own), typed Float64 like them."""
+    own = [h.name for h in experiment.learner.own] if experiment.learner is not None else []
+    return [*HYPERPARAMETERS, *own]
 
 
 def run_keys(pack: Pack) -> pl.DataFrame:
@@ -59,7 +74,8 @@ def run_keys(pack: Pack) -> pl.DataFrame:
             "optimizer": [pack.experiment.optimizer] * len(configs),
             "config_id": [c.config_id for c in configs],
             **{k: [v] * len(configs) for k, v in settings.items()},
-            **{name: pl.Series(name, [v.get(name) for v in values], pl.Float64) for name in HYPERPARAMETERS},
+            **{name: pl.Series(name, [v.get(name) for v in values], pl.Float64)
+               for name in hyperparameter_columns(pack.experiment)},
         }
     )
     rows = per_config.gather(np.repeat(np.arange(len(configs)), seeds))
@@ -75,7 +91,7 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
 
     The location scans (local files: polars itself; object stores: a pyarrow dataset over the
     store's filesystem, so the same credentials chain and endpoint)."""
-    by_task: dict[tuple[str, bool], list[str]] = {}
+    by_task: dict[tuple[str, bool, str], list[str]] = {}
     for m in manifests:
         rel = m.files[kind].path
         if why := damage(location, m, kind):
@@ -83,9 +99,11 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
                 f"{location.url(rel)}: {why} ({MANIFESTS}/{m.name}); run `fade-sweep verify {location}`, and "
                 "`fade-sweep run ... --resume` to set the damaged pack aside and run it again"
             )
-        by_task.setdefault((m.task, m.stage is None), []).append(rel)
+        own = "" if m.optimizer in BUILT_IN else m.optimizer  # a researcher's learner: columns of its own
+        by_task.setdefault((m.task, m.stage is None, own), []).append(rel)
     frames = {key: location.scan_parquet(rels, PARTITIONS) for key, rels in by_task.items()}
-    return [frame.with_columns(pl.lit(TUNING).alias(STAGE)) if legacy else frame for (_, legacy), frame in frames.items()]
+    return [frame.with_columns(pl.lit(TUNING).alias(STAGE)) if legacy else frame
+            for (_, legacy, _), frame in frames.items()]
 
 
 def scan_selection(location: StoreLocation, selection: Selection, kind: str) -> pl.LazyFrame | None:

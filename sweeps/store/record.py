@@ -27,6 +27,7 @@ from importlib import metadata
 import yaml
 
 from sweeps.spec import LOCATION_SETTINGS, TUNING, Sweep, SweepError, parse_sweep_text
+from sweeps.spec.own import DeclaredLearner
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import read_manifests, runs_of
 from sweeps.store.records import STATUS_FILE, RecordError, StoreRecord, read_record, write_record
@@ -58,10 +59,11 @@ def read_store_record(location: StoreLocation) -> StoreRecord | None:
     return read_record(location, STORE_RECORD, StoreRecord)
 
 
-def read_sweep(location: StoreLocation, sha256: str = "") -> Sweep | None:
+def read_sweep(location: StoreLocation, sha256: str = "", learners: tuple[DeclaredLearner, ...] = ()) -> Sweep | None:
     """The store's current sweep (sweep.yaml), if recorded; SweepError naming the file if it is not one,
     or if its bytes are not those recorded (`sha256`, store.json's: a truncated sweep.yaml may still
-    parse, as a smaller sweep)."""
+    parse, as a smaller sweep). `learners`: its own learners as store.json records them (data: no code
+    is imported to read a store)."""
     try:
         raw = location.read_bytes(SWEEP_RECORD)
     except FileNotFoundError:
@@ -69,12 +71,37 @@ def read_sweep(location: StoreLocation, sha256: str = "") -> Sweep | None:
     if sha256 and hashlib.sha256(raw).hexdigest() != sha256:
         raise SweepError(f"{location.url(SWEEP_RECORD)}: changed or truncated since it was recorded "
                          f"(its sha256 is not the one {STORE_RECORD} records)")
-    return parse_sweep_text(raw.decode(errors="replace"), location.url(SWEEP_RECORD))
+    return parse_sweep_text(raw.decode(errors="replace"), location.url(SWEEP_RECORD), learners)
+
+
+def recorded_learners(record: StoreRecord | None) -> tuple[DeclaredLearner, ...]:
+    """The sweep's own learners as store.json records them."""
+    try:
+        return tuple(DeclaredLearner.from_record(r) for r in record.learners) if record is not None else ()
+    except (KeyError, TypeError) as err:
+        raise SweepError(f"{STORE_RECORD}: learners: not a learner record ({err})") from None
 
 
 def recorded_sweep(location: StoreLocation, record: StoreRecord | None) -> Sweep | None:
     """The store's sweep, checked against `record` (store.json, None: not readable) where it has its hash."""
-    return read_sweep(location, record.sweep_sha256 if record is not None else "")
+    if record is None:
+        return read_sweep(location)
+    return read_sweep(location, record.sweep_sha256, recorded_learners(record))
+
+
+def _learner_conflict(old: StoreRecord | None, new: Sweep, stored: set[tuple[str, int]]) -> str | None:
+    """A learner of the researcher's own whose rule is not the one the store's runs of it ran."""
+    before = {d.name: d for d in recorded_learners(old)}
+    for learner in new.learners:
+        was = before.get(learner.name)
+        if was is None or was.sha256 == learner.sha256:
+            continue
+        runs = {c.config_id for e in new.experiments if e.optimizer == learner.name for c in e.cells}
+        if any(config in runs for config, _ in stored):
+            return (f"learners.{learner.name}: the rule's source changed since the store recorded it (sha256 "
+                    f"{learner.sha256[:12]}, recorded {was.sha256[:12]}); restore it, or run it under another sweep "
+                    "name or --storage")
+    return None
 
 
 def _identity(settings) -> dict:
@@ -140,6 +167,9 @@ def _checked(location: StoreLocation, sweep: Sweep, dtype: str) -> tuple[StoreRe
         conflict = _settings_conflict(old, sweep, stored)
         if conflict:
             raise SweepError(f"{sweep.source}: {conflict}")
+    conflict = _learner_conflict(store, sweep, stored)
+    if conflict:
+        raise SweepError(f"{sweep.source}: {conflict}")
     return store, old, stored, damaged
 
 
@@ -187,6 +217,7 @@ def check_and_record(location: StoreLocation, sweep: Sweep, dtype: str) -> list[
         updated_at=now,
         sweep_sha256=hashlib.sha256(text.encode()).hexdigest(),
         history=history,
+        learners=[d.to_record() for d in sweep.learners],
     )
     write_record(location, STORE_RECORD, record, durable=True)
     return notices

@@ -122,6 +122,7 @@ class StoreRecord(_Record):
     updated_at: float
     sweep_sha256: str = ""
     history: list[str] = []
+    learners: list[dict[str, Any]] = []  # the sweep's own learners as data (sweeps.spec.own.DeclaredLearner.to_record)
 
 
 class LockHolder(_Record):

@@ -71,7 +71,9 @@ class Verification:
         self.problems.append((kind, line))
 
 
-def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str) -> None:
+def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str, own: tuple[str, ...] = ()) -> None:
+    """One data file of manifest `m`; `own`: the hyperparameter columns of its optimizer's own (a
+    researcher's learner, as store.json records it), Float64 like the built-in ones."""
     entry = m.files[kind]
     rel = entry.path
     where = f"{MANIFESTS}/{m.name}"
@@ -102,7 +104,7 @@ def _check_file(v: Verification, location: StoreLocation, m: Manifest, kind: str
     inside = [c for c in PARTITIONS if c in schema.names]
     if inside:
         v.add("schema", f"{rel}: stores the partition column(s) {', '.join(inside)} inside (they belong in the path)")
-    for name, dtype in EXPECTED_TYPES[kind].items():
+    for name, dtype in {**EXPECTED_TYPES[kind], **dict.fromkeys(own, pa.float64())}.items():
         if name not in schema.names:
             v.add("schema", f"{rel}: column {name} missing")
         elif schema.field(name).type != dtype:
@@ -159,9 +161,10 @@ def verify_store(location: StoreLocation) -> Verification:
                                       "(`fade-sweep run ... --resume` sets it aside and runs them again)")
     manifests.sort(key=lambda m: m.order)
     v.packs = len(manifests)
+    own = {d.name: tuple(h.name for h in d.own) for d in (sweep.learners if sweep is not None else ())}
     for m in manifests:
         for kind in KINDS:
-            _check_file(v, location, m, kind)
+            _check_file(v, location, m, kind, own.get(m.optimizer, ()))
 
     holders: dict[tuple[str, int], list[Manifest]] = defaultdict(list)  # tuning runs
     confirming: dict[tuple[str, int], list[Manifest]] = defaultdict(list)

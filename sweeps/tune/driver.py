@@ -74,11 +74,13 @@ class _Cluster:
         return Planned(self.slots + self.gpu_slots, plan["costs"], plan["gpu"])
 
 
-def _connect(store: Store, options: ExecutionOptions, resources: PackResources) -> _Cluster:
-    """Where it runs, checked before anything is written (a bad address, resources or storage: exit 2, no folder)."""
+def _connect(store: Store, options: ExecutionOptions, resources: PackResources, sweep: Sweep) -> _Cluster:
+    """Where it runs, checked before anything is written (a bad address, resources or storage: exit 2, no folder).
+    The sweep's own learners' module files travel to the workers (Ray's runtime environment)."""
     quiet_tune()  # before Ray starts: its banners and hints do not apply to a sweep's output
     started = time.perf_counter()
-    dashboard_url = connect(options.address, options.num_cpus)
+    modules = tuple(sorted({d.module_file for d in sweep.learners if d.module_file}))
+    dashboard_url = connect(options.address, options.num_cpus, modules)
     ray_start = time.perf_counter() - started
     if options.display is not None and dashboard_url:  # a run a person follows: how to open its dashboard
         for line in dashboard_notice(dashboard_url):
@@ -186,7 +188,7 @@ def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store =
     # loading Ray, makes the same refusals sooner.)
     with store.writing():
         store.check_run(sweep, options.dtype, resume)
-        cluster = _connect(store, options, resources)
+        cluster = _connect(store, options, resources, sweep)
         # The store records the sweep it holds (checking the change again, now under the lock).
         for line in store.record_sweep(sweep, options.dtype):
             options.notice(line)
@@ -242,7 +244,7 @@ def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds:
     check_task_data(sweep)
     check_engines(sweep.experiments, resources.gpus, options.engine)  # an engine that cannot run: exit 2, before Ray
     with store.writing():  # taken before Ray starts, as in run_sweep
-        cluster = _connect(store, options, resources)
+        cluster = _connect(store, options, resources, sweep)
         try:
             earlier = store.confirmation
         except RecordError as err:  # damaged: recorded anew below (the runs it named stay in the store)
