@@ -36,7 +36,7 @@ import polars as pl
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.spec import TUNING, Pack, Sweep
 from sweeps.store.location import StoreLocation
-from sweeps.store.manifests import MANIFESTS, Selection, StoreError, damage
+from sweeps.store.manifests import Selection
 from sweeps.store.records import PARTITIONS, Manifest
 
 KEYS_SCHEMA = {"config_id": pl.String, "seed": pl.Int64}
@@ -77,13 +77,7 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
     store's filesystem, so the same credentials chain and endpoint)."""
     by_task: dict[tuple[str, bool], list[str]] = {}
     for m in manifests:
-        rel = m.files[kind].path
-        if why := damage(location, m, kind):
-            raise StoreError(
-                f"{location.url(rel)}: {why} ({MANIFESTS}/{m.name}); run `fade-sweep verify {location}`, and "
-                "`fade-sweep run ... --resume` to set the damaged pack aside and run it again"
-            )
-        by_task.setdefault((m.task, m.stage is None), []).append(rel)
+        by_task.setdefault((m.task, m.stage is None), []).append(m.files[kind].path)
     frames = {key: location.scan_parquet(rels, PARTITIONS) for key, rels in by_task.items()}
     return [frame.with_columns(pl.lit(TUNING).alias(STAGE)) if legacy else frame for (_, legacy), frame in frames.items()]
 
