@@ -52,8 +52,12 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster") -> None:
-    """Fail fast (seconds, not minutes of retries) when an address does not answer.
+ATTACH_FIX = ("check the address, start one with `ray start --head`, or omit --address (and unset RAY_ADDRESS) to run "
+              "on an embedded local Ray")
+
+
+def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster", fix: str = ATTACH_FIX) -> None:
+    """Fail fast (seconds, not minutes of retries) when an address does not answer; `fix` says what to do.
 
     Takes HOST:PORT, ray://HOST:PORT and http(s)://HOST:PORT; "auto" checks $RAY_ADDRESS
     when that is set (Ray would use it), else nothing (Ray looks for a local cluster).
@@ -68,10 +72,7 @@ def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster
         with socket.create_connection((host, port), timeout=timeout):
             pass
     except OSError as err:
-        raise ClusterError(
-            f"cannot reach a {what} at {host}:{port} ({err.strerror or err}); check the address, start one with "
-            "`ray start --head`, or omit --address (and unset RAY_ADDRESS) to run on an embedded local Ray"
-        ) from None
+        raise ClusterError(f"cannot reach a {what} at {host}:{port} ({err.strerror or err}); {fix}") from None
 
 
 def connect(address: str | None = None, num_cpus: int | None = None) -> str | None:
