@@ -3,11 +3,13 @@
 Embedded means embedded: with no address the service starts its own local Ray
 (`address="local"`), even when another Ray runs on the machine. It attaches only when
 asked: `--address`, or `RAY_ADDRESS` set in the environment (which `fade-sweep run` and
-`confirm` say on their first line).
+`confirm` say on their first line). An embedded Ray is recorded (`cluster/embedded.py`), and
+every connect first stops what is left of a recorded one whose driver was killed.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -19,6 +21,7 @@ from urllib.parse import urlparse
 
 import ray
 
+from cluster import embedded
 from cluster.errors import ClusterError
 
 RAY_ADDRESS = "RAY_ADDRESS"
@@ -91,6 +94,7 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str | No
     """
     if ray.is_initialized():
         return None
+    embedded.reap_orphans()  # what is left of an embedded Ray whose driver was killed (-9): only those recorded
     source = "--address"
     if address is None and address_from_environment():
         address, source = address_from_environment(), "RAY_ADDRESS"
@@ -118,6 +122,8 @@ def connect(address: str | None = None, num_cpus: int | None = None) -> str | No
             logging_level=logging.WARNING,
             log_to_driver=False,
         )
+    embedded.record(context.address_info["session_dir"])  # for the next command, should this driver be killed
+    atexit.register(embedded.forget)
     _node_deaths_in_one_line()
     return _dashboard_url(context)
 

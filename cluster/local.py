@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -35,6 +34,9 @@ from pathlib import Path
 from cluster.connect import SINGLE_HOST
 from cluster.errors import ClusterError
 from cluster.ports import holder, listener, started_at
+from cluster.processes import cluster_pids, descendants, running, same_process, signal_all
+
+__all__ = ["LocalCluster", "cluster_pids", "descendants", "running", "start_local_cluster", "stop_local_cluster"]
 
 LOOPBACK = "127.0.0.1"
 CLUSTER_RECORD = "fade-local-cluster.json"  # in the cluster's folder: the processes `down` stops that do not name it
@@ -149,8 +151,7 @@ def _recorded_pids(temp_dir: Path) -> set[int]:
         server = json.loads((temp_dir / CLUSTER_RECORD).read_text())["client_server"]
     except (OSError, ValueError, KeyError, TypeError):
         return set()
-    same = server and started_at(server["pid"]) == server["started_at"]
-    return descendants({server["pid"]}) if same else set()
+    return descendants({server["pid"]}) if server and same_process(server["pid"], server["started_at"]) else set()
 
 
 def _node_ports(base: int) -> list[str]:
@@ -171,67 +172,16 @@ def _wait_for_nodes(local: LocalCluster, count: int, timeout: float = 60.0) -> N
     raise RuntimeError(f"the local cluster did not reach {count} nodes within {timeout:.0f} s")
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process (Linux /proc)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # not a process, or gone
-    return parents
-
-
-def descendants(roots: set[int]) -> set[int]:
-    """`roots` and every process below them."""
-    parents, found = _parents(), set(roots)
-    while more := {pid for pid, parent in parents.items() if parent in found} - found:
-        found |= more
-    return found
-
-
-def cluster_pids(temp_dir: Path) -> set[int]:
-    """The processes of the cluster kept in `temp_dir`: those naming it on their command line (its
-    daemons), and their descendants (workers and agents, which rename themselves)."""
-    marker, roots = re.compile(re.escape(os.fsencode(temp_dir)) + rb"(/|\x00|$)"), set()
-    for pid in _parents():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.search(f.read()) and pid != os.getpid():
-                    roots.add(pid)
-        except OSError:
-            continue
-    return descendants(roots)
-
-
 def stop_local_cluster(temp_dir: Path, grace: float = 10.0) -> None:
     """Stop the cluster kept in `temp_dir` by its PIDs (SIGTERM, then SIGKILL what is left after
     `grace` seconds), and wait until they are gone; other Ray processes on the machine are not touched."""
     pids: set[int] = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         pids |= cluster_pids(temp_dir) | _recorded_pids(temp_dir)
-        _signal({pid for pid in pids if running(pid)}, sig)
+        signal_all({pid for pid in pids if running(pid)}, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(running(pid) for pid in pids):
             time.sleep(0.1)
-
-
-def _signal(pids: set[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def running(pid: int) -> bool:
-    """Whether `pid` is a live process (not gone, not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-    except OSError:
-        return False
 
 
 def main() -> None:
