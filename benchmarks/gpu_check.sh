@@ -1,220 +1,222 @@
 #!/usr/bin/env bash
-# The prepared GPU check, in one device call, under a seconds budget (GPU_CHECK_BUDGET, default 480):
+# The round's GPU check: ONE device call whose whole run, cold compiles included, stays inside
+# GPU_CHECK_BUDGET seconds (default 295: five minutes), so two fit 15 minutes of device time with the
+# machine's starts. Parts, in order of value, each under its own budget (env GPU_CHECK_<PART>_S), cut
+# to what is left of the whole; each step under its own limit, cut to what is left of its part:
 #
-#   bash benchmarks/gpu_bundle.sh                     # here, once: .gpu_bundle/ (what the image lacks)
-#   device run, carry [".gpu_bundle"]: bash benchmarks/gpu_check.sh
-#   bash benchmarks/gpu_check.sh tests packs           # some of: tests bench packs sweep nonlinear
-#   bash benchmarks/gpu_check.sh --dry-run             # what would run, and why a part would be skipped
+#   nonlinear (175 s, issue 39)
+#     nonlinear.tests  65 s  the cuda engine against the torch engine, all 9 learners; pack, position and
+#                            segment invariance; divergence kept to its run (tests/test_cuda_engine.py)
+#     nonlinear.bench  70 s  the cuda engine beside the JAX peer at 240/4,000/1,000 runs: fade_sgd, adam,
+#                            fade_adam, sgd (peer_jax.py --engine cuda; a row per pack size as it ends)
+#     nonlinear.sweep  39 s  gpu_sweep_nonlinear.yaml through Ray Tune on CPUs (engine torch) and on the GPU
+#                            (--gpus-per-pack 1 --engine cuda), compared store against store (the kernels
+#                            the tests compiled come from the disk cache)
+#   emnist    (115 s, issue 40)  benchmarks/gpu_check_emnist.sh, sourced when present: its steps use
+#                            `step`, `note`, `need_ray` below under this part's budget
 #
-# Parts, in order, each with its own budget in seconds (env GPU_CHECK_<PART>_S), cut to what is left of
-# the total; a part that overruns is killed and reported as cut:
-#   tests      (70)  the fused Triton step and update kernels compiled, against the torch ops; the Triton
-#                    engine's packs against the CPU kernel (test_cuda.py -k triton)
-#   bench      (60)  bench_neural.py, EMNIST packs of 2,000 runs: the engines triton_step (the fused step)
-#                    and triton (the per-parameter kernels), fade_sgd and adam
-#   packs      (60)  bench_gpu_packs.py: one large pack vs small L2-resident packs on streams, and the JAX
-#                    peer (peer_jax.py's EMNIST program) at 100 and 2,000 runs
-#   sweep      (120) gpu_sweep.yaml through Ray Tune (--no-report): CPUs only, then --gpus-per-pack 1 and
-#                    0.5, compared store against store (compare_stores.py)
-#   nonlinear  (150) benchmarks/gpu_check_nonlinear.sh if present (the persistent engine's own check; another
-#                    path: GPU_CHECK_NONLINEAR), with OUT set; it runs without a GPU too (it decides)
-# Without a CUDA GPU (or with --dry-run) the CUDA parts are skipped with the reason. The summary comes
-# LAST in the output and in $OUT/summary.txt; every log is in $OUT/gpu_check_logs.tar.gz.
+# A summary line is written (to stdout and $OUT/summary.txt) as each step ends, so a part cut by its
+# budget leaves its finished rows. Every step runs under ONE `timeout` (no script nested in another),
+# which signals its whole process group when the step's limit is up; the limit is never more than what
+# is left of the step's part and of the whole. The run ends by printing the summary, then the figures as
+# NAME<TAB>VALUE lines (benchmarks/gpu_figures.py; also $OUT/figures.tsv). Logs: $OUT/gpu_check_logs.tar.gz.
+#
+#   bash benchmarks/gpu_bundle.sh                 # here, once: .gpu_bundle/ (Ray, polars, pydantic, plotly)
+#   device: run(command="bash benchmarks/gpu_check.sh", carry=[".gpu_bundle"], timeout_s=330)
+#   bash benchmarks/gpu_check.sh nonlinear.tests nonlinear.bench   # some steps or parts (no bundle needed)
+#   bash benchmarks/gpu_check.sh --dry-run        # the plan: every step's command and limit, nothing run
+#
+# The bundle is unpacked only when a step that needs Ray runs (`need_ray`). Without a CUDA GPU the GPU
+# steps are skipped with the reason.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
+export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 py=${PYTHON:-python3}
-all="tests bench packs sweep nonlinear"
+parts_all="nonlinear emnist"
+steps_all="nonlinear.tests nonlinear.bench nonlinear.sweep"
 dry=0
 wanted=()
 for arg in "$@"; do
   case $arg in
     --dry-run) dry=1 ;;
-    tests | bench | packs | sweep | nonlinear) wanted+=("$arg") ;;
-    *) echo "gpu_check.sh: unknown part '$arg'; choose from: $all (and --dry-run)" >&2; exit 2 ;;
+    nonlinear | emnist | nonlinear.tests | nonlinear.bench | nonlinear.sweep) wanted+=("$arg") ;;
+    *) echo "gpu_check.sh: unknown part or step '$arg'; choose from: $parts_all $steps_all (and --dry-run)" >&2; exit 2 ;;
   esac
 done
-parts=" ${wanted[*]:-$all} "
+selection=" ${wanted[*]:-$parts_all} "
 out=${OUT:-/tmp/gpu_check_out}
 logs=$(mktemp -d /tmp/gpu_check_logs.XXXX)
 work=$(mktemp -d /tmp/gpu_check_work.XXXX)
 mkdir -p "$out"
-budget=${GPU_CHECK_BUDGET:-480}
+: >"$out/summary.txt"
+budget=${GPU_CHECK_BUDGET:-295}
 start=$(date +%s)
-deadline=$((start + budget))
-summary=()
+deadline=$((start + budget - 5))  # (5 s for the summary, the figures and the logs' archive)
+part_deadline=$deadline
+sweep_same=missing
 
-note() { summary+=("$(printf '%-13s| %s' "$1" "$2")"); echo "-- $1: $2"; }
-
-# part_budget NAME DEFAULT: the part's seconds (env GPU_CHECK_<NAME>_S), cut to what is left (less 10 s
-# for the summary); 0 when under 3 s are left.
-part_budget() {
-  local var="GPU_CHECK_${1^^}_S" left=$((deadline - $(date +%s) - 10))
-  local want=${!var:-$2}
-  ((left < want)) && want=$left
-  ((want < 3)) && want=0
-  echo "$want"
+# note NAME TEXT: a summary line, now (stdout and summary.txt) and again at the end.
+note() {
+  local line
+  line=$(printf '%-16s| %s' "$1" "$2")
+  echo "$line" >>"$out/summary.txt"
+  echo "-- $line"
 }
 
-# step NAME SECONDS CMD...: CMD with a hard limit, output in $logs/NAME.log; its status (124: cut).
+# wants STEP: whether STEP (part.step) or its part was asked for.
+wants() { [[ $selection == *" $1 "* || $selection == *" ${1%%.*} "* ]]; }
+
+# part NAME DEFAULT_S: starts a part: its deadline is its budget (env GPU_CHECK_<NAME>_S) from now, cut to the whole's.
+part() {
+  local var="GPU_CHECK_${1^^}_S"
+  part_deadline=$(($(date +%s) + ${!var:-$2}))
+  ((part_deadline > deadline)) && part_deadline=$deadline
+  return 0
+}
+
+# step NAME LIMIT CMD...: CMD under one timeout of LIMIT seconds, cut to what is left of the part and the whole;
+# output in $logs/NAME.log. Its status: 124 cut at its limit, 125 not run (no time left). Dry run: prints the plan.
 step() {
-  local name=$1 limit=$2
+  local name=$1 limit=$2 now left
   shift 2
+  now=$(date +%s)
+  left=$((part_deadline - now))
+  ((deadline - now < left)) && left=$((deadline - now))
+  ((left < limit)) && limit=$left
   if ((dry)); then
     echo "would run (${limit} s): $*" >"$logs/$name.log"
     return 0
   fi
-  timeout --kill-after=5 "$limit" "$@" >"$logs/$name.log" 2>&1
+  if ((limit < 5)); then
+    echo "not run: no time left of its part's budget" >"$logs/$name.log"
+    return 125
+  fi
+  timeout --kill-after=3 "$limit" "$@" >"$logs/$name.log" 2>&1
   local rc=$?
-  ((rc == 124 || rc == 137)) && { echo "cut after ${limit}s (its budget)" >>"$logs/$name.log"; rc=124; }
+  ((rc == 137)) && rc=124
+  ((rc == 124)) && echo "cut after ${limit} s (its limit)" >>"$logs/$name.log"
   return $rc
 }
 
-# verdict NAME RC DETAIL: a step's line of the summary (a dry run: the command it would run).
+# verdict NAME RC DETAIL: a step's summary text.
 verdict() {
   if ((dry)); then
-    echo "dry run, $(head -1 "$logs/$1.log" | cut -c1-260)"
+    head -1 "$logs/$1.log" | cut -c1-300
     return
   fi
   case $2 in
-    0) echo "ok $3" ;;
-    124) echo "CUT after its budget; $3" ;;
+    0) echo "ok, $3" ;;
+    124) echo "CUT at its limit; $3" ;;
+    125) echo "not run: no time left of its part" ;;
     *) echo "FAILED (exit $2) $3" ;;
   esac
 }
 
+# need_ray: Ray, polars and pydantic importable, from the image or unpacked once from the bundle; else 1 (noted).
+need_ray() {
+  ((dry)) && return 0
+  if [[ -z ${ray_ready:-} ]]; then
+    local bundle=${FADE_GPU_BUNDLE:-.gpu_bundle}
+    if ! $py -c "import ray, polars, pydantic" 2>/dev/null && [[ -f $bundle/site.tar.xz ]]; then
+      mkdir -p "$work/site" && tar -xJf "$bundle/site.tar.xz" -C "$work/site" 2>"$logs/bundle.log" &&
+        export PYTHONPATH=$work/site:$PYTHONPATH
+    fi
+    ray_ready=$($py -c "import ray, polars, pydantic; print('yes')" 2>&1 | tail -1)
+    note bundle "$([[ $ray_ready == yes ]] && echo "Ray importable ($([[ -d $work/site ]] && echo "unpacked from $bundle" || echo "the image's"))" ||
+      echo "Ray, polars or pydantic missing ($ray_ready); build the bundle: bash benchmarks/gpu_bundle.sh")"
+  fi
+  [[ $ray_ready == yes ]]
+}
+
 finish() {
+  trap - EXIT
+  local figures
+  figures=$($py benchmarks/gpu_figures.py nonlinear --results "$logs/nonlinear_rates.jsonl" --sweep "$sweep_same" 2>&1)
   tar -C "$logs" -czf "$out/gpu_check_logs.tar.gz" . 2>/dev/null
-  rm -rf "$work"
-  {
-    echo "== GPU check summary ($(($(date +%s) - start)) s of a ${budget} s budget$( ((dry)) && echo ', dry run'); logs in gpu_check_logs.tar.gz)"
-    printf '%s\n' "${summary[@]}"
-  } | tee "$out/summary.txt"
+  rm -rf "$work" "$logs"
+  echo "$figures" >"$out/figures.tsv"
+  printf '== figures (NAME<TAB>VALUE)\n%s\n' "$figures" >>"$out/summary.txt"
+  echo
+  echo "== GPU check summary ($(($(date +%s) - start)) s of a ${budget} s budget$( ((dry)) && echo ', dry run'); logs in gpu_check_logs.tar.gz)"
+  cat "$out/summary.txt"
 }
 trap finish EXIT
 
-# -- the machine, what the image lacks, the data -----------------------------------------
-gpu=$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)
-note gpu "${gpu:-none (no nvidia-smi answer)}"
-bundle=${FADE_GPU_BUNDLE:-.gpu_bundle}
-export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
-if [[ -f $bundle/site.tar.xz ]]; then
-  if ((dry)); then
-    note bundle "$bundle/site.tar.xz present ($(($(stat -c %s "$bundle/site.tar.xz") / 1048576)) MiB); not unpacked (dry run)"
-  elif mkdir -p "$work/site" && tar -xJf "$bundle/site.tar.xz" -C "$work/site" 2>"$logs/bundle.log"; then
-    export PYTHONPATH=$work/site:$PYTHONPATH
-    note bundle "unpacked $(du -sm "$work/site" | cut -f1) MB from $bundle/site.tar.xz"
-  else
-    note bundle "FAILED to unpack $bundle/site.tar.xz: $(tail -1 "$logs/bundle.log")"
-  fi
-else
-  note bundle "none at $bundle (bash benchmarks/gpu_bundle.sh builds it): Ray, polars, plotly only if the image has them"
-fi
-if [[ -z ${FADE_EMNIST_DIR:-} ]]; then  # a generated EMNIST-format split: the real data does not travel
-  export FADE_EMNIST_DIR=$work/emnist
-  ((dry)) || $py -c "
-import sys; from pathlib import Path; from tests.emnist_fixture import write_idx_dataset
-write_idx_dataset(Path(sys.argv[1]), images=4000, split='bymerge', train=False)" "$FADE_EMNIST_DIR" >"$logs/emnist.log" 2>&1
-fi
-((dry)) && echo "not probed (dry run)" >"$logs/versions.log" || $py -c "
-import sys
-mods = []
-for name in ('torch', 'triton', 'ray', 'polars', 'plotly', 'pydantic', 'jax'):
-    try:
-        mods.append(f'{name} {__import__(name).__version__}')
-    except Exception as err:
-        mods.append(f'{name} missing ({type(err).__name__})')
-import torch
-gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA'
-print(f'python {sys.version.split()[0]}, {\", \".join(mods)}; {gpu}')
-" >"$logs/versions.log" 2>&1
-note versions "$(tail -1 "$logs/versions.log")"
+# -- the machine -------------------------------------------------------------------------------------
 cuda_reason=""
 if ((dry)); then
   cuda_reason="dry run"
-elif ! $py -c "import sys, torch; sys.exit(not torch.cuda.is_available())" 2>/dev/null; then
-  cuda_reason="no CUDA GPU here (torch.cuda.is_available() is False)"
+else
+  $py -c "
+import sys, torch
+names = []
+for name in ('triton', 'jax', 'cuda.bindings', 'ray'):
+    try:
+        module = __import__(name, fromlist=['_'])
+        names.append(f'{name} {getattr(module, \"__version__\", \"?\")}')
+    except Exception as err:
+        names.append(f'{name} missing ({type(err).__name__})')
+gpu = torch.cuda.get_device_name() if torch.cuda.is_available() else 'NO CUDA'
+print(f'{gpu}; python {sys.version.split()[0]}, torch {torch.__version__}, ' + ', '.join(names))
+sys.exit(0 if torch.cuda.is_available() else 3)" >"$logs/versions.log" 2>&1
+  (($? == 3)) && cuda_reason="no CUDA GPU here (torch.cuda.is_available() is False)"
+  note machine "$(tail -1 "$logs/versions.log" | cut -c1-200)"
 fi
 
-# run_part NAME DEFAULT_S: whether the part runs; a note if it is skipped. Sets $limit.
-run_part() {
-  [[ $parts == *" $1 "* ]] || return 1
-  limit=$(part_budget "$1" "$2")
-  if [[ -n $cuda_reason && $1 != nonlinear ]] && ((!dry)); then
+# gpu_step STEP: whether a GPU step runs (asked for, a GPU here); a note says why not.
+gpu_step() {
+  wants "$1" || return 1
+  if [[ -n $cuda_reason && $cuda_reason != "dry run" ]]; then
     note "$1" "skipped: $cuda_reason"
-    return 1
-  fi
-  if ((limit == 0)); then
-    note "$1" "skipped: the ${budget} s budget is spent"
     return 1
   fi
   return 0
 }
 
-# -- tests: compiled kernels against the torch ops; the Triton engine's packs against the CPU kernel
-if run_part tests 70; then
-  step tests "$limit" $py -m pytest -q -p no:cacheprovider tests/test_triton_step.py tests/test_triton.py \
-    tests/test_cuda.py -k "triton or graphs or fused or pack_size"
-  rc=$?
-  note tests "$(verdict tests $rc "$(grep -E '[0-9]+ (passed|failed|error)' "$logs/tests.log" | tail -1)")"
-  while read -r line; do note "  failed" "$line"; done < <(grep -E '^(FAILED|ERROR)' "$logs/tests.log" | head -6)
-fi
-
-# -- bench: full EMNIST packs through the engine a sweep uses, the fused step against the per-parameter kernels
-if run_part bench 60; then
-  each=$((limit / 4))
-  for spec in ${BENCH_CASES:-fade_sgd:triton_step fade_sgd:triton adam:triton_step adam:triton}; do
-    IFS=: read -r optimizer engine <<<"$spec"
-    step "bench-$optimizer-$engine" "$each" $py benchmarks/bench_neural.py --engine "$engine" \
-      --device cuda --task emnist --optimizer "$optimizer" --runs 2000 --steps "${BENCH_STEPS:-200}" --no-naive
+# -- nonlinear (issue 39) ----------------------------------------------------------------------------
+if wants nonlinear.tests || wants nonlinear.bench || wants nonlinear.sweep; then
+  part nonlinear 175
+  if gpu_step nonlinear.tests; then
+    step nonlinear.tests 65 $py -m pytest -q -p no:cacheprovider tests/test_cuda_engine.py -k "(torch_ops or position or diverging) and not emulated"
     rc=$?
-    note "bench" "$optimizer $engine: $(verdict "bench-$optimizer-$engine" $rc "$(tail -1 "$logs/bench-$optimizer-$engine.log" | cut -c1-120)")"
-  done
-fi
-
-# -- packs: one large pack vs small L2-resident packs on streams, beside the JAX peer --------------
-if run_part packs 60; then
-  step packs "$limit" $py benchmarks/bench_gpu_packs.py --learners fade_sgd,adam --steps 100 \
-    --layouts "${PACK_LAYOUTS:-2000x1,100x1,40x1,20x2,10x4}"
-  rc=$?
-  note packs "$(verdict packs $rc "(rates below)")"
-  table=$(sed -n '/^learner /,$p' "$logs/packs.log")  # the whole table, else the layouts done before a cut
-  while read -r line; do [[ -n $line ]] && note "  packs" "$line"; done <<<"${table:-$(grep -E '^  |^peer' "$logs/packs.log")}"
-fi
-
-# -- sweep: through Ray Tune on CPUs only, then the neural packs on the GPU (whole and half) -------
-if run_part sweep 120; then
-  if ((!dry)) && ! $py -c "import ray, polars, pydantic" >"$logs/sweep-imports.log" 2>&1; then
-    note sweep "skipped: $(tail -1 "$logs/sweep-imports.log")"
-  else
-    each=$(((limit - 10) / 3))
-    for gpus in cpu 1 0.5; do
-      extra=()
-      [[ $gpus != cpu ]] && extra=(--gpus-per-pack "$gpus")
-      step "sweep-$gpus" "$each" $py -m sweeps.cli run benchmarks/gpu_sweep.yaml --storage "$work/store-$gpus" \
-        --no-report --table-format csv "${extra[@]}"
-      rc=$?
-      note "sweep $gpus" "$(verdict "sweep-$gpus" $rc "$(grep -E '^Done' "$logs/sweep-$gpus.log" | tail -1 | cut -c1-90)")"
-    done
-    step sweep-compare 10 $py benchmarks/compare_stores.py "$work/store-cpu/gpu-check" "$work/store-1/gpu-check" \
-      "$work/store-0.5/gpu-check"
+    note nonlinear.tests "$(verdict nonlinear.tests $rc "$(grep -E '[0-9]+ (passed|failed|error)' "$logs/nonlinear.tests.log" | tail -1)")"
+    while read -r line; do note "  failed" "$line"; done < <(grep -E '^(FAILED|ERROR)' "$logs/nonlinear.tests.log" | head -6)
+  fi
+  if gpu_step nonlinear.bench; then
+    step nonlinear.bench 70 $py benchmarks/peer_jax.py --device cuda --engine cuda --runs 240,4000,1000 \
+      --steps "${BENCH_STEPS:-1000}" --learners fade_sgd,adam,fade_adam,sgd --repeats 2 \
+      --results "$logs/nonlinear_rates.jsonl" --summary "$logs/nonlinear_table.txt"
     rc=$?
-    note "sweep check" "$(verdict sweep-compare $rc "$(tail -1 "$logs/sweep-compare.log")")"
+    note nonlinear.bench "$(verdict nonlinear.bench $rc "rows below: run-steps/s, engine/JAX")"
+    table=$( ( [[ -f $logs/nonlinear_table.txt ]] && cat "$logs/nonlinear_table.txt" ) || grep -E '^(learner|[a-z_]+ +[0-9]+ )' "$logs/nonlinear.bench.log")
+    while read -r line; do [[ -n $line ]] && note "  bench" "$line"; done <<<"$table"
+  fi
+  if gpu_step nonlinear.sweep && need_ray; then
+    sweep=benchmarks/gpu_sweep_nonlinear.yaml
+    step nonlinear.sweep-cpu 17 $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" --engine torch --no-report --table-format csv
+    rc=$?
+    note nonlinear.sweep "$(verdict nonlinear.sweep-cpu $rc "CPUs, engine torch: $(grep -E '^Done' "$logs/nonlinear.sweep-cpu.log" | tail -1 | cut -c1-80)")"
+    step nonlinear.sweep-gpu 17 $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" --gpus-per-pack 1 --engine cuda \
+      --no-report --table-format csv
+    rc=$?
+    note nonlinear.sweep "$(verdict nonlinear.sweep-gpu $rc "GPU, engine cuda: $(grep -E '^Done' "$logs/nonlinear.sweep-gpu.log" | tail -1 | cut -c1-80)")"
+    step nonlinear.compare 5 $py benchmarks/compare_stores.py "$work/store-cpu/nonlinear-check" "$work/store-gpu/nonlinear-check"
+    rc=$?
+    verdict_line=$(tail -1 "$logs/nonlinear.compare.log")  # (yes/no only from compare_stores' own verdict)
+    ((!dry && rc == 0)) && [[ $verdict_line == "same numbers"* ]] && sweep_same=yes
+    ((!dry && rc == 1)) && [[ $verdict_line == *DIFFERENT* || $verdict_line == *"different (config"* ]] && sweep_same=no
+    note nonlinear.sweep "$(verdict nonlinear.compare $rc "$(tail -1 "$logs/nonlinear.compare.log")")"
   fi
 fi
 
-# -- nonlinear: the nonlinear engine's own check (another owner's script), when this checkout has it
-if run_part nonlinear 150; then
-  nonlinear=${GPU_CHECK_NONLINEAR:-benchmarks/gpu_check_nonlinear.sh}
-  if [[ ! -f $nonlinear ]]; then
-    note nonlinear "not present ($nonlinear)"
+# -- emnist (issue 40): its steps, sourced into this script under its part's budget -----------------
+if wants emnist; then
+  part emnist 115
+  emnist=${GPU_CHECK_EMNIST:-benchmarks/gpu_check_emnist.sh}
+  if [[ -f $emnist ]]; then
+    # shellcheck source=/dev/null
+    source "$emnist"
   else
-    # its own summary goes beside the logs (not over this one's summary.txt); its lines join this summary
-    step nonlinear "$limit" env OUT="$out" NONLINEAR_SUMMARY="$logs/nonlinear_summary.txt" bash "$nonlinear"
-    rc=$?
-    note nonlinear "$(verdict nonlinear $rc "$(grep -v '^\s*$' "$logs/nonlinear.log" | tail -1 | cut -c1-120)")"
-    if [[ -f $logs/nonlinear_summary.txt ]]; then
-      while read -r line; do note "  nonlinear" "$line"; done < <(grep -v '^\s*$' "$logs/nonlinear_summary.txt" | tail -n +2)
-    fi
+    note emnist "not present ($emnist): issue 40's steps"
   fi
 fi

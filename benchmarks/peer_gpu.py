@@ -1,4 +1,4 @@
-"""The nonlinear task on one GPU: the persistent engine against the JAX peer (jit(vmap) + lax.scan), same
+"""The nonlinear task on one GPU: the persistent or the cuda engine against the JAX peer (jit(vmap) + lax.scan), same
 process, same data, same GPU; run by `peer_jax.py --device cuda` (or `--device cpu --dry-run`: Triton's
 interpreter and JAX on the CPU at toy sizes, so this code is tested without a GPU).
 
@@ -19,6 +19,7 @@ the kernel's config), and its state once per segment; over the HBM peak (bench_n
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -63,10 +64,22 @@ def nonlinear_data(learner: str, runs: int, steps: int, device: str) -> dict:
             "runs": configs * seeds, "seeds": seeds, "device": device}
 
 
-def engine_side(learner: str, data: dict, config: persistent.KernelConfig) -> tuple[Callable, Callable]:
+def segment_call(engine: str, config: persistent.KernelConfig) -> Callable:
+    """The engine's advance over one segment, as persistent.advance takes it (its result: the launch
+    handle of the persistent engine, None for cuda)."""
+    if engine == "cuda":
+        from fade_core.neural import cuda_engine
+
+        return cuda_engine.advance
+    return lambda *args: persistent.advance(*args, config)
+
+
+def engine_side(learner: str, data: dict, config: persistent.KernelConfig, engine: str = "persistent"
+                ) -> tuple[Callable, Callable]:
     """(timed call over n steps from a fresh state, guard: per-step losses of the first n steps)."""
     arch, device = data["arch"], data["device"]
     x, y, slot = data["x"].to(device), data["y"].to(device), data["slot"].to(device)
+    advance = segment_call(engine, config)
 
     def fresh():
         nets = make_runs(learner, arch, data["slot"].tolist(), data["per_run"], "squared_error", device)
@@ -74,8 +87,8 @@ def engine_side(learner: str, data: dict, config: persistent.KernelConfig) -> tu
 
     def segments(nets, sums, n: int, length: int) -> object:
         for t in range(0, n, length):
-            handle = persistent.advance(nets.learner, arch, nets.state_dict(), nets.hp, x[t : min(n, t + length)],
-                               y[t : min(n, t + length)], slot, sums.tensors(), config)
+            handle = advance(nets.learner, arch, nets.state_dict(), nets.hp, x[t : min(n, t + length)],
+                             y[t : min(n, t + length)], slot, sums.tensors())
         return handle
 
     def timed(n: int, segment: int) -> tuple[float, object]:
@@ -91,8 +104,7 @@ def engine_side(learner: str, data: dict, config: persistent.KernelConfig) -> tu
         nets, sums = fresh()
         totals = []
         for t in range(n):  # one step per segment: the per-step loss is the step's increment of the sum
-            persistent.advance(nets.learner, arch, nets.state_dict(), nets.hp, x[t : t + 1], y[t : t + 1], slot,
-                               sums.tensors(), config)
+            advance(nets.learner, arch, nets.state_dict(), nets.hp, x[t : t + 1], y[t : t + 1], slot, sums.tensors())
             totals.append(sums.loss.clone())
         return np.diff(torch.stack(totals, dim=1).cpu().numpy(), axis=1, prepend=0.0)
 
@@ -143,17 +155,33 @@ def bound(learner: str, arch, config: persistent.KernelConfig, segment: int, pea
     return flops, moved, min(by_flops, by_bytes), "flops" if by_flops < by_bytes else "memory"
 
 
+def describe(engine: str, learner: str, config: persistent.KernelConfig, handle: object, arch) -> str:
+    """The config column: the persistent kernel's knobs and Triton's registers and spills, or the cuda
+    kernel's registers and local memory (the driver's attributes of the loaded kernel)."""
+    if engine == "cuda":
+        from fade_core.neural import cuda_engine
+
+        regs, local = cuda_engine.kernel_resources(NEURAL_LEARNERS[learner], arch, torch.device("cuda"))
+        return f"cuda: {regs} regs, {local} B local"
+    return (f"warps {config.num_warps} stream {config.stream}{'' if config.exact else ' approx'}"
+            f"{f' maxnreg {config.maxnreg}' if config.maxnreg else ''}, {getattr(handle, 'n_regs', '-')} regs,"
+            f" spills {getattr(handle, 'n_spills', '-')}")
+
+
 def max_rel_diff(project: np.ndarray, peer: np.ndarray) -> float:
     diff = np.abs(project - peer) / np.nanmean(np.abs(project), axis=1, keepdims=True)
     return float(np.max(np.where(np.isnan(project) & np.isnan(peer), 0.0, diff)))
 
 
 def compare(learners: list[str], sizes: list[int], steps: int, segment: int, guard_steps: int, repeats: int,
-            device: str, peak_tflops: float, configs: dict[str, persistent.KernelConfig], with_peer: bool = True) -> list[str]:
-    """Prints one line per (learner, runs) as it goes; returns them. Without the peer its columns are nan."""
+            device: str, peak_tflops: float, configs: dict[str, persistent.KernelConfig], with_peer: bool = True,
+            engine: str = "persistent", results: Path | None = None) -> list[str]:
+    """Prints one line per (learner, runs) as it goes; returns them. Without the peer (or for a learner the
+    peer lacks) its columns are nan. `results`: each row also appended to this file as it ends, one JSON
+    object a line (engine, learner, runs, engine_rate, jax_rate, max_rel_diff), for gpu_figures.py."""
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU (Triton interpreter, JAX on CPU)"
     peak_bytes = next((v for k, v in PEAK_GBS.items() if k in name), 3350) * 1e9
-    print(f"{name}; jax {jax.__version__} on {jax.default_backend()}, torch {torch.__version__}; {steps} steps timed,"
+    print(f"{name}; engine {engine}; jax {jax.__version__} on {jax.default_backend()}, torch {torch.__version__}; {steps} steps timed,"
           f" engine segments of {segment}; peak {peak_tflops:g} TFLOP/s fp32, {peak_bytes / 1e9:,.0f} GB/s")
     header = (f"{'learner':<10} {'runs':>5} {'engine/s':>9} {'JAX/s':>9} {'ratio':>6} {'flop/rs':>8} {'B/rs':>7}"
               f" {'bound/s':>9} {'by':>6} {'of bound':>8} {'JAX of':>7} {'max rel diff':>12}  config")
@@ -163,23 +191,27 @@ def compare(learners: list[str], sizes: list[int], steps: int, segment: int, gua
         config = configs.get(learner) or persistent.default_config(NEURAL_LEARNERS[learner])
         for runs in sizes:
             data = nonlinear_data(learner, runs, steps, device)
-            engine, engine_guard = engine_side(learner, data, config)
+            timed, engine_guard = engine_side(learner, data, config, engine)
             diff = theirs = np.nan
-            if with_peer:
+            peer_too = with_peer and learner in NEURAL_PEERS
+            if peer_too:
                 peer, peer_losses = peer_side(learner, data)
                 diff = max_rel_diff(engine_guard(guard_steps), peer_losses(guard_steps))
                 peer(steps)  # compile, warm
-            engine(min(steps, segment), segment)  # compile, warm
-            mine, handle = min((engine(steps, segment) for _ in range(repeats)), key=lambda timing: timing[0])
-            if with_peer:
+            timed(min(steps, segment), segment)  # compile, warm
+            mine, handle = min((timed(steps, segment) for _ in range(repeats)), key=lambda timing: timing[0])
+            if peer_too:
                 theirs = min(peer(steps) for _ in range(repeats))
             rate, peer_rate = data["runs"] * steps / mine, data["runs"] * steps / theirs
             flops, moved, limit, by = bound(learner, data["arch"], config, segment, peak_tflops * 1e12, peak_bytes)
             line = (f"{learner:<10} {data['runs']:>5} {rate:>9.3g} {peer_rate:>9.3g} {rate / peer_rate:>5.2f}x"
                     f" {flops:>8.3g} {moved:>7.3g} {limit:>9.3g} {by:>6} {rate / limit:>8.1%} {peer_rate / limit:>7.1%}"
-                    f" {diff:>12.1e}  warps {config.num_warps} stream {config.stream}{'' if config.exact else ' approx'}{f' maxnreg {config.maxnreg}' if config.maxnreg else ''},"
-                    f" {getattr(handle, 'n_regs', '-')}"
-                    f" regs, spills {getattr(handle, 'n_spills', '-')}")
+                    f" {diff:>12.1e}  {describe(engine, learner, config, handle, data['arch'])}")
             print(line, flush=True)
             lines.append(line)
+            if results is not None:
+                with open(results, "a") as out:
+                    out.write(json.dumps({"engine": engine, "learner": learner, "runs": data["runs"], "engine_rate": rate,
+                                          "jax_rate": None if np.isnan(peer_rate) else peer_rate,
+                                          "max_rel_diff": None if np.isnan(diff) else diff}) + "\n")
     return lines

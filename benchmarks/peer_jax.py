@@ -297,25 +297,29 @@ def parse_list(text: str, allowed: tuple[str, ...], what: str) -> list[str]:
 
 
 def gpu_main(args: argparse.Namespace) -> None:
-    """--device cuda (or --dry-run): the persistent engine against a GPU JAX peer, nonlinear task (peer_gpu.py)."""
+    """--device cuda (or --dry-run): the persistent or cuda engine against a GPU JAX peer, nonlinear task (peer_gpu.py)."""
     os.environ.setdefault("TRITON_INTERPRET", "0" if args.device == "cuda" else "1")
     if args.device == "cuda" and not torch.cuda.is_available():
         fail("--device cuda: torch sees no CUDA GPU here; use --device cpu --dry-run for the toy-sized check")
+    if args.engine == "cuda" and args.device != "cuda":
+        fail("--engine cuda needs --device cuda (NVRTC's kernels run on a GPU only)")
     import peer_gpu
     from fade_core.neural import persistent
 
     from_jax = set(peer_gpu.NEURAL_PEERS)
     learners = parse_list(args.learners or ("fade_sgd,adam,adamw,fade_adam" if not args.dry_run else "fade_sgd,fade_adam"),
-                          tuple(n for n in NEURAL_LEARNERS if n in from_jax), "learner")
+                          tuple(n for n in NEURAL_LEARNERS if n in from_jax or args.no_peer or args.engine == "cuda"),
+                          "learner")
     sizes = [int(r) for r in (args.runs or ("240,1000,4000" if not args.dry_run else "3")).split(",")]
     steps = args.steps or (2000 if not args.dry_run else 6)
     configs = {n: persistent.KernelConfig(num_warps=args.warps or persistent.default_config(NEURAL_LEARNERS[n]).num_warps,
-                                          stream=persistent.default_config(NEURAL_LEARNERS[n]).stream
+                                          stream=0 if args.engine == "cuda"  # (its moments stay on chip: the bytes bound)
+                                          else persistent.default_config(NEURAL_LEARNERS[n]).stream
                                           if args.stream is None else args.stream, exact=not args.approx,
                                           maxnreg=args.maxnreg) for n in learners}
     lines = peer_gpu.compare(learners, sizes, steps, args.segment or min(steps, 1000), min(GUARD, steps) if not args.dry_run
                              else 3, 1 if args.dry_run else args.repeats, args.device, args.peak_tflops, configs,
-                             not args.no_peer)
+                             not args.no_peer, args.engine, Path(args.results) if args.results else None)
     if args.summary:
         Path(args.summary).write_text("\n".join(lines) + "\n")
 
@@ -332,6 +336,9 @@ def main() -> None:
     parser.add_argument("--stream", type=int, choices=[0, 1, 2], help="GPU: which layers' Adam moments stream")
     parser.add_argument("--peak-tflops", type=float, default=60.0, help="GPU: fp32 peak for the bound (H100: ~60)")
     parser.add_argument("--summary", help="GPU: also write the table to this file")
+    parser.add_argument("--engine", choices=["persistent", "cuda"], default="persistent",
+                        help="GPU: the engine timed against the peer (cuda: NVRTC's kernel; a learner the peer lacks runs alone)")
+    parser.add_argument("--results", help="GPU: append each row to this file as JSON, as it ends (gpu_figures.py reads it)")
     parser.add_argument("--no-peer", action="store_true", help="GPU: the engine alone (e.g. to compare its knobs)")
     parser.add_argument("--approx", action="store_true", help="GPU: Adam's divisions and roots approximate (KernelConfig.exact)")
     parser.add_argument("--maxnreg", type=int, help="GPU: registers per thread the kernel may use (KernelConfig.maxnreg)")

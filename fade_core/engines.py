@@ -1,8 +1,9 @@
 """Which code runs a pack: the engines, where each exists, and the default per (task, device).
 
 An engine runs a learner's rule for R runs at once. Each family has a reference engine
-that the fast ones are tested against (tests/test_linear_engines.py,
-tests/test_neural_engines.py, at the tolerances stated there and in docs/architecture.md):
+that the fast ones are tested against (tests/test_linear_engines.py; the neural engines
+against a plain one-run PyTorch loop in tests/test_neural_learners.py and tests/test_triton*.py,
+at the tolerances stated there and in docs/architecture.md):
 
     reference   linear: a plain compiled loop over `fade_core/linear/rules.py`, one run and
                 one step at a time (`fade_core/linear/reference.py`)
@@ -18,6 +19,8 @@ tests/test_neural_engines.py, at the tolerances stated there and in docs/archite
     persistent  neural, one-hidden-layer regression (the nonlinear task): one Triton launch per
                 segment of steps, each run's network on chip (`fade_core/neural/persistent.py`),
                 CUDA; not the default until a GPU measurement puts it ahead of triton
+    cuda        neural, the same tasks as persistent: a CUDA C++ kernel compiled at run time by NVRTC
+                (`fade_core/neural/cuda_engine.py`), one block per run; not the default until measured
 
 The choice is explicit: a sweep file's `engine:` or `fade-sweep run --engine NAME`, else
 `default_engine(task, device)`; a pack's manifest records the engine that ran it. No
@@ -33,7 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT = "reference", "cpu", "torch", "triton", "triton_step", "persistent"
-ENGINE_NAMES = (REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT)
+CUDA = "cuda"
+ENGINE_NAMES = (REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT, CUDA)
 DEVICES = ("cpu", "cuda")
 FAMILY_REFERENCE = {"linear": REFERENCE, "neural": TORCH}  # the engine each family's fast engines are tested against
 
@@ -80,7 +84,9 @@ ENGINES: tuple[EngineRow, ...] = (
               "engine: 57-64M in the same process), 2026-11-27"),
     *_neural_rows("nonlinear_tracking", 114e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),
     EngineRow("nonlinear_tracking", "neural", "cuda", PERSISTENT, False, 4000, None,
-              "not measured: no GPU was lent (benchmarks/gpu_check_nonlinear.sh measures it beside the JAX peer)"),
+              "not measured: no GPU was lent (benchmarks/peer_jax.py --device cuda --engine persistent measures it)"),
+    EngineRow("nonlinear_tracking", "neural", "cuda", CUDA, False, 4000, None,
+              "not measured: no GPU was lent (benchmarks/gpu_check.sh's nonlinear part measures it beside the JAX peer)"),
     *_neural_rows("emnist_label_permuted", 20.2e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),
     *_neural_rows("emnist_partial_permuted", 20.2e3, f"emnist_label_permuted's fade_sgd figure (same network), {_ROOFLINE}"),
 )

@@ -50,7 +50,7 @@ def test_the_table_names_known_tasks_engines_and_where_each_rate_was_measured():
 
 
 @pytest.mark.parametrize("engine, task, device, words", [
-    ("nope", "linear_tracking", "cpu", "engine 'nope' is unknown; engines are reference, cpu, torch, triton, triton_step, persistent"),
+    ("nope", "linear_tracking", "cpu", "engine 'nope' is unknown; engines are reference, cpu, torch, triton, triton_step, persistent, cuda"),
     ("triton", "linear_tracking", "cpu", "engine 'triton' does not run linear_tracking on cpu; choose one of cpu, reference"),
     ("cpu", "nonlinear_tracking", "cuda", "engine 'cpu' does not run nonlinear_tracking on cuda; choose one of triton, torch"),
     ("persistent", "emnist_label_permuted", None, "engine 'persistent' does not run emnist_label_permuted; choose one of"),
@@ -124,7 +124,7 @@ def test_the_manifest_records_the_engine_that_computed_the_pack(tmp_path):
 
 # ---------------------------------------------------------------- the command line
 @pytest.mark.parametrize("engine, words", [
-    ("nope", "engine 'nope' is unknown; engines are reference, cpu, torch, triton, triton_step, persistent"),
+    ("nope", "engine 'nope' is unknown; engines are reference, cpu, torch, triton, triton_step, persistent, cuda"),
     ("triton", "--engine: engine 'triton' does not run linear_tracking on cpu; choose one of cpu, reference"),
     ("", "--engine: engine '' is unknown"),  # an unset shell variable: refused, not taken for the default
 ])

@@ -38,6 +38,21 @@ GRIDS = {  # two configurations each, so runs with different hyperparameters sha
     "fade_sgd_all": [{"alpha": 0.01, "theta_lambda": 2.0, "gamma0": -6.9}, {"alpha": 0.05, "theta_lambda": 0.5, "gamma0": -4.6}],
 }
 SEEDS = (3, 8)
+# Learners no preset names, combining FADE with weight decay and clipping (parts.update's order:
+# FADE's decay, weight decay, base step, clipping), run from their records.
+COMBINED = {
+    "fade_sgd_wd_clip": NeuralLearner("fade_sgd_wd_clip", "sgd", weight_decay="coupled", clip=True, fade="head"),
+    "fade_adamw_clip_all": NeuralLearner("fade_adamw_clip_all", "adam", weight_decay="decoupled", clip=True, fade="all"),
+}
+GRIDS["fade_sgd_wd_clip"] = [{"alpha": 0.05, "lambda": 0.01, "kappa": 1.0, "theta_lambda": 2.0, "gamma0": -4.6},
+                             {"alpha": 0.01, "lambda": 0.1, "kappa": 0.5, "theta_lambda": 0.5, "gamma0": -2.3}]
+GRIDS["fade_adamw_clip_all"] = [{"alpha": 0.003, "lambda": 0.1, "kappa": 1.0, "theta_lambda": 1.0, "gamma0": -4.6},
+                                {"alpha": 0.001, "lambda": 1.0, "kappa": 0.5, "theta_lambda": 0.5, "gamma0": -6.9}]
+LEARNERS = sorted(NEURAL_LEARNERS) + sorted(COMBINED)
+
+
+def learner_of(optimizer: str) -> NeuralLearner:
+    return COMBINED.get(optimizer) or get_neural_learner(optimizer)
 
 
 # ---------------------------------------------------------------- the plain reference
@@ -49,16 +64,15 @@ def reference(optimizer: str, hp: dict, arch: Architecture, seed: int, xs: torch
     linears = [m for m in net if isinstance(m, nn.Linear)]
     params = [p for lin in linears for p in (lin.weight, lin.bias)]
     alpha = hp["alpha"]
-    base = "adam" if "adam" in optimizer else "sgd"
-    if optimizer == "sgd_wd":
-        opt = torch.optim.SGD(params, lr=alpha, weight_decay=hp["lambda"])
-    elif optimizer == "adamw":
+    learner = learner_of(optimizer)
+    base = learner.base
+    if learner.weight_decay == "decoupled":
         opt = torch.optim.AdamW(params, lr=alpha, weight_decay=hp["lambda"])
     elif base == "adam":
-        opt = torch.optim.Adam(params, lr=alpha)
+        opt = torch.optim.Adam(params, lr=alpha, weight_decay=hp.get("lambda", 0.0))
     else:
-        opt = torch.optim.SGD(params, lr=alpha)
-    fade_on = {"fade_sgd": params[-2:], "fade_adam": params[-2:], "fade_sgd_all": params}.get(optimizer, [])
+        opt = torch.optim.SGD(params, lr=alpha, weight_decay=hp.get("lambda", 0.0))
+    fade_on = {"none": [], "head": params[-2:], "all": params}[learner.fade]
     gamma = {id(p): torch.full_like(p, hp.get("gamma0", 0.0)) for p in fade_on}
     trace = {id(p): torch.zeros_like(p) for p in fade_on}
     classification = targets.dtype == torch.int64
@@ -105,7 +119,7 @@ def reference(optimizer: str, hp: dict, arch: Architecture, seed: int, xs: torch
                     trace[id(param)] = g * c - decay * param
                     param.mul_(1 - decay)
         opt.step()
-        if "wclip" in optimizer:
+        if learner.clip:
             with torch.no_grad():
                 for lin in linears:
                     bound = hp["kappa"] / math.sqrt(lin.in_features)
@@ -143,7 +157,7 @@ def batched(optimizer: str, arch, data, dtype, compiled: str):
     seeds = [s for _ in grid for s in SEEDS]
     hp = {k: [c[k] for c in grid for _ in SEEDS] for k in grid[0]}
     loss = "cross_entropy" if data[SEEDS[0]][1].dtype == torch.int64 else "squared_error"
-    runs = make_runs(optimizer, arch, seeds, hp, loss, dtype=dtype, engine=compiled)
+    runs = make_runs(learner_of(optimizer), arch, seeds, hp, loss, dtype=dtype, engine=compiled)
     xs = torch.stack([data[s][0] for s in seeds], dim=1).to(dtype)
     ys = torch.stack([data[s][1] for s in seeds], dim=1)
     ys = ys if ys.dtype == torch.int64 else ys.to(dtype)
@@ -173,22 +187,22 @@ ENGINES = {"compiled-cpu": "cpu", "torch-ops": "torch"}  # test id -> engine nam
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
+@pytest.mark.parametrize("optimizer", LEARNERS)
 def test_nonlinear_float64_matches_reference(optimizer, engine):
     data = {s: nonlinear_data(s) for s in SEEDS}
     check_against_reference(optimizer, NONLINEAR, data, torch.float64, rtol=1e-7, atol=1e-8, compiled=ENGINES[engine])
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
+@pytest.mark.parametrize("optimizer", LEARNERS)
 def test_emnist_float64_matches_reference(optimizer, engine, emnist_dir):
     arch = Architecture((784, 30, 20, 47), negative_slope=0.01)  # narrow hidden layers: same code, quicker reference
-    data = {s: emnist_data(emnist_dir, s, partial=optimizer.startswith("fade")) for s in SEEDS}
+    data = {s: emnist_data(emnist_dir, s, partial=learner_of(optimizer).adapts_decay) for s in SEEDS}
     check_against_reference(optimizer, arch, data, torch.float64, rtol=1e-7, atol=1e-8, compiled=ENGINES[engine])
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("optimizer", sorted(NEURAL_LEARNERS))
+@pytest.mark.parametrize("optimizer", LEARNERS)
 def test_float32_matches_reference_to_float32_tolerance(optimizer, engine):
     data = {s: nonlinear_data(s) for s in SEEDS}
     check_against_reference(optimizer, NONLINEAR, data, torch.float32, rtol=2e-4, atol=2e-5, compiled=ENGINES[engine])
@@ -482,10 +496,12 @@ def test_unknown_attribute_of_the_lazy_package_is_an_attribute_error():
 
 @pytest.mark.parametrize("parts", [{"weight_decay": "coupled"}, {"weight_decay": "decoupled"}, {"clip": True}])
 @pytest.mark.parametrize("fade", ["head", "all"])
-def test_registry_refuses_fade_with_weight_decay_or_clipping(fade, parts):
-    """The compiled kernel's FADE rows apply neither, so such a learner must not exist."""
-    with pytest.raises(ValueError, match="FADE cannot be combined with weight decay or clipping"):
-        NeuralLearner("fade_mixed", "sgd", fade=fade, **parts)
+def test_registry_takes_fade_with_weight_decay_or_clipping(fade, parts):
+    """Every engine applies every part on FADE's parameters (parts.update), so such a learner
+    exists, with the hyperparameters of all its parts (COMBINED runs two of them)."""
+    learner = NeuralLearner("fade_mixed", "sgd", fade=fade, **parts)
+    assert learner.hyperparameters == ("alpha",) + ("lambda",) * ("weight_decay" in parts) + ("kappa",) * ("clip" in parts) + (
+        "theta_lambda", "gamma0")
 
 
 def test_registry_refuses_unknown_parts_and_names():

@@ -2,7 +2,7 @@
 all nine learners, float32; pack, position, wave and segment invariance; divergence kept to its run.
 
 Without a GPU the kernel runs in Triton's interpreter (TRITON_INTERPRET=1, numpy on the CPU) at
-short streams; with one, compiled, at longer ones (`benchmarks/gpu_check_nonlinear.sh` runs these).
+short streams; with one, compiled, at longer ones.
 Tolerance: test_cuda.py's (RTOL 2e-3, ATOL 1e-4: float32 on two engines whose sums are ordered
 differently); measured in the interpreter after 30 steps: 1e-5 relative or better (the test: 15). Invariance
 is bitwise: a run's program reads nothing of the other runs'.
@@ -27,6 +27,9 @@ from fade_core.neural import NEURAL_LEARNERS, StepSums, persistent, triton_updat
 from fade_core.neural.runs import make_runs  # noqa: E402
 from sweeps.packs.neural import NeuralPackRunner  # noqa: E402
 from tests.test_cuda import RTOL, ATOL, _assert_close, _pack, _run  # noqa: E402
+from tests.test_neural_learners import COMBINED  # noqa: E402 (FADE with weight decay and clipping)
+
+LEARNERS = {**NEURAL_LEARNERS, **COMBINED}
 
 if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
     importlib.reload(triton_update)
@@ -44,10 +47,10 @@ SEEDS = [0, 1, 0, 1]  # run r reads stream slot r % 2
 def _runs(learner: str, arch: Architecture, runs: list[int], device: str = DEVICE, hp=None, engine="torch",
           dtype=torch.float32):
     """Runs `runs` (indices into SEEDS/HP) of `learner`, starting as a full pack's would."""
-    spec = NEURAL_LEARNERS[learner]
+    spec = LEARNERS[learner]
     hp = hp or HP
     values = {k: [hp[k][r] for r in runs] for k in spec.hyperparameters}
-    return make_runs(learner, arch, [SEEDS[r] for r in runs], values, "squared_error", device, dtype, engine=engine)
+    return make_runs(spec, arch, [SEEDS[r] for r in runs], values, "squared_error", device, dtype, engine=engine)
 
 
 def _stream(arch: Architecture, steps: int, seed: int = 0, dtype=torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
@@ -73,7 +76,7 @@ def _everything(nets, sums: StepSums) -> dict[str, torch.Tensor]:
     return {**{k: v for k, v in nets.state_dict().items()}, **named}
 
 
-@pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
+@pytest.mark.parametrize("learner", sorted(LEARNERS))
 def test_every_learner_matches_the_torch_ops_and_the_cpu_kernel(learner):
     runs = [0, 1, 2] if GPU else [1, 2]  # (runs 1 and 2 read different slots)
     x, y = _stream(STUDENT, STEPS)

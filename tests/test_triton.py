@@ -35,13 +35,17 @@ ARCH = Architecture((5, 7, 6, 4), negative_slope=0.01)
 RUNS = 3
 HP = {"alpha": [0.01, 0.003, 0.05], "lambda": [0.01, 0.1, 0.001], "kappa": [0.3, 1.0, 2.0],
       "theta_lambda": [0.5, 0.0, 2.0], "gamma0": [-4.6, -1.0, -9.2]}
-FUSED = sorted(n for n, spec in NEURAL_LEARNERS.items() if spec.base == "adam" or spec.fade != "none")
+from tests.test_neural_learners import COMBINED  # noqa: E402 (FADE with weight decay and clipping)
+
+LEARNERS = {**NEURAL_LEARNERS, **COMBINED}
+# Every learner the fused kernel runs (coupled decay runs the torch ops), the combined one included.
+FUSED = sorted(n for n, spec in LEARNERS.items() if (spec.base == "adam" or spec.fade != "none") and spec.weight_decay != "coupled")
 
 
 def _runs(learner: str, loss: str, fused: bool, dtype=torch.float32) -> NeuralRuns:
-    spec = NEURAL_LEARNERS[learner]
+    spec = LEARNERS[learner]
     hp = {k: HP[k] for k in spec.hyperparameters}
-    return make_runs(learner, ARCH, list(range(RUNS)), hp, loss, DEVICE, dtype, engine="triton" if fused else "torch")
+    return make_runs(spec, ARCH, list(range(RUNS)), hp, loss, DEVICE, dtype, engine="triton" if fused else "torch")
 
 
 def _batch(loss: str, gen: torch.Generator, dtype) -> tuple[torch.Tensor, torch.Tensor]:

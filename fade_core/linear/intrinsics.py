@@ -39,6 +39,7 @@ from numba.extending import intrinsic
 from fade_core.linear.pipeline import pipelined, stage_cuts
 from fade_core.linear.rules import LINEAR_LEARNERS, STATE_ARGS
 from fade_core.linear.simd import Leaf, Traced, Tracer, fma, ieee, shape, splat, traced_rule
+from fade_core.rulebind import parameters
 
 _I64 = ir.IntType(64)
 
@@ -223,7 +224,7 @@ def _block_step(learner: str, dtype_name: str, lanes: int, partial_sums: int, st
     """`advance`'s code generator for one key: the learner's rule traced into vector code."""
     dtype = np.dtype(dtype_name)
     rule = LINEAR_LEARNERS[learner].rule
-    n_hp = len(rule.__code__.co_varnames[: rule.__code__.co_argcount]) - len(STATE_ARGS)
+    n_hp = len(parameters(rule)) - len(STATE_ARGS)
     vectorised = traced_rule(rule, dtype)
     invariant = [name in ("delta", "lo", "hi") for name in STATE_ARGS] + [True] * n_hp
     cuts = stage_cuts(shape(vectorised, invariant, dtype, lanes), stages) if partial_sums == 1 else ()

@@ -13,12 +13,12 @@ literals the state's dtype.
 
 from __future__ import annotations
 
-import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Callable
 
 from fade_core.hyperparameters import HYPERPARAMETERS
+from fade_core.rulebind import parameters
 
 exp = math.exp
 
@@ -110,7 +110,7 @@ class LinearLearner:
     hyperparameters: tuple[str, ...] = field(init=False)
 
     def __post_init__(self) -> None:
-        names = tuple(inspect.signature(self.rule).parameters)
+        names = parameters(self.rule)
         if names[: len(STATE_ARGS)] != STATE_ARGS:
             raise ValueError(f"linear learner {self.name!r}: a rule starts with the parameters {', '.join(STATE_ARGS)}")
         hyperparameters = tuple(_KEYWORDS.get(n, n) for n in names[len(STATE_ARGS) :])

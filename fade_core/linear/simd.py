@@ -17,7 +17,6 @@ state's dtype. A lane's result never depends on the other lanes.
 
 from __future__ import annotations
 
-import types
 from typing import Callable, NamedTuple, Sequence
 
 import numba
@@ -28,6 +27,7 @@ from numba.extending import intrinsic
 
 from fade_core.linear import vexp
 from fade_core.linear.rules import clamp
+from fade_core.rulebind import bind
 
 # Plain IEEE operations: no reassociation, NaN/inf kept, and no 'contract' either, so LLVM
 # fuses nothing on its own: which multiply-adds fuse is the tracer's choice
@@ -279,9 +279,8 @@ def _float_from_bits(bits: Traced, like: Traced) -> Traced:
 
 
 def _retraced(function: Callable, **names) -> Callable:
-    """`function` with its global `names` rebound (and max / min traced)."""
-    scope = {**function.__globals__, "max": _max, "min": _min, **names}
-    return types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__, function.__closure__)
+    """`function` with its global `names` rebound (and max / min traced): rulebind's one helper."""
+    return bind(function, {"max": _max, "min": _min, **names})
 
 
 def traced_rule(rule: Callable, dtype: np.dtype) -> Callable:

@@ -2,8 +2,9 @@
 the compiled kernel (cpu_kernel.run_segment), on the state a `NeuralRuns` holds.
 
 Batched torch ops stream every run's weights through memory once per op and step; the
-kernel keeps a run in one thread and its parameters in cache instead. It is tested against
-the torch ops (the reference) learner by learner in tests/test_neural_engines.py.
+kernel keeps a run in one thread and its parameters in cache instead. It and the torch ops
+(the reference) are tested learner by learner against a plain one-run PyTorch loop in
+tests/test_neural_learners.py.
 """
 
 from __future__ import annotations

@@ -27,13 +27,15 @@ from typing import NamedTuple
 import numba
 import numpy as np
 
-from fade_core.neural.cpu_elements import ERRORS, FASTMATH, adam_constants, fade_constants, null_adam
+from fade_core.neural.cpu_elements import ERRORS, FASTMATH, adam_constants, clip_bound, fade_constants, null_adam
+from fade_core.neural.cpu_elements import shrink as shrink_factor
 from fade_core.neural.cpu_layers import (
     activate,
     activation_backward,
     adam_rank_one,
     adam_rank_one_then_affine,
     affine,
+    any_rank_one,
     fade_adam_rank_one,
     fade_sgd_rank_one,
     sgd_l2_rank_one,
@@ -125,16 +127,20 @@ def run_segment(setup, hp, state, data, sums):
         adam_scalars = np.empty(7, dtype=params.dtype)
         bounds = np.empty(layers, dtype=params.dtype)  # each layer's clipping bound (inf: none)
         for layer in range(layers):
-            bounds[layer] = kappa[r] / math.sqrt(sizes[layer]) if clip else np.inf
+            bounds[layer] = clip_bound(kappa[r], sizes[layer]) if clip else np.inf
         fc = fade_constants(params)
         one = ones[0]  # 1 in the parameters' dtype (numba makes float32 op int a float64)
         head_factor = np.ones(n_out, dtype=params.dtype)
-        shrink = one - a * la if wd_mode == WD_DECOUPLED else one  # AdamW's decay factor
+        shrink = shrink_factor(a, la, fc) if wd_mode == WD_DECOUPLED else one  # AdamW's decay factor
         # A plain-SGD or any Adam first layer (not under FADE) fuses its update with the next
         # step's forward (see sgd_rank_one_then_affine, adam_rank_one_then_affine);
         # z[:sizes[1]] then holds W0 @ x_t when step t starts.
         fused_sgd = not (fade_start == 0 or adam_base or clip or wd_mode != WD_NONE)
-        fused_adam = adam_base and fade_start > 0
+        fused_adam = adam_base and fade_start > 0 and wd_mode != WD_COUPLED
+        # Parts no special row below combines (FADE with weight decay or clipping, SGD with
+        # decoupled decay or clipped coupled decay, Adam with coupled decay): `any_rank_one`.
+        general = (wd_mode == WD_COUPLED and (adam_base or clip)) or (wd_mode == WD_DECOUPLED and not adam_base)
+        general_fade = general or wd_mode != WD_NONE or clip
         fused = fused_sgd or fused_adam
         zero_in = np.zeros(n_in, dtype=params.dtype)
         # (starts[0], not a literal 0: a literal would compile a differently-vectorised copy)
@@ -205,7 +211,10 @@ def run_segment(setup, hp, state, data, sums):
                 d_in = delta[below:z_off] if back else delta[:0]
                 fade_on = w0 >= fade_start
                 factor = head_factor if layer == layers - 1 and classification else ones[:fan_out]
-                if fade_on and not adam_base:
+                if general_fade if fade_on else general:
+                    any_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, la, shrink,
+                                 th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in)
+                elif fade_on and not adam_base:
                     fade_sgd_rank_one(p, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
                                       back, d_in, row_buffer)
                 elif fade_on:

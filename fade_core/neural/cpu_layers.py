@@ -2,9 +2,11 @@
 the forward product, each learner's update of the weight rows fused with a product, the
 bias update and the activation.
 
-The update of a weight row is one function per combination of learner parts (sgd, sgd with
-coupled decay, FADE under sgd or Adam, Adam), each storing to few arrays so that LLVM
-vectorises it; the per-parameter rules are `cpu_elements`', the dot products `cpu_arith`'s.
+The update of a weight row is one function per combination of learner parts the registered
+learners use (sgd, sgd with coupled decay, FADE under sgd or Adam, Adam), each storing to
+few arrays so that LLVM vectorises it, and `any_rank_one` for every other combination (FADE
+with weight decay or clipping, ...); the per-parameter rules are `cpu_elements`' (printed
+from `parts`), the dot products `cpu_arith`'s.
 Compiled like the kernel, with no fast-math flag.
 """
 
@@ -13,7 +15,8 @@ from __future__ import annotations
 import numba
 
 from fade_core.neural.cpu_arith import axpy_dot, dot, fma
-from fade_core.neural.cpu_elements import ERRORS, FASTMATH, adam, adam_alpha_eff, fade, fade_apply, fade_decay
+from fade_core.neural.cpu_elements import (ERRORS, FASTMATH, adam, adam_alpha_eff, clip_to, coupled_decay, decoupled_decay, fade,
+                                           fade_apply, fade_decay, sgd)
 from fade_core.neural.rules import WD_COUPLED, WD_DECOUPLED
 
 # The loops below are separate (not inlined) functions over slices that start at 0:
@@ -119,7 +122,7 @@ def fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, al
         for i in range(fan_in):
             xi = inp[i]
             tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha, fc)
-            pr[i] = fma(-alpha, dj * xi, w)
+            pr[i] = sgd(w, dj * xi, alpha)
 
 
 @_dense
@@ -182,6 +185,39 @@ def adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, 
 
 
 @_dense
+def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, lam, shrink, theta, bound, fc,
+                 first_step, ac, wd_mode, adam_base, clip_on, fade_on, back, delta_in):
+    """Any learner's parts on the layer whose W starts at p[w0] (`parts.update`'s order: FADE's
+    decay, weight decay, base step, clipping), the parts chosen per call; `back` as in
+    `sgd_rank_one`. The rows above are the registered learners' faster special cases."""
+    if back:
+        delta_in[:] = 0
+    for j in range(fan_out):
+        row, e = w0 + j * fan_in, e0 + j * fan_in
+        dj, fj = delta[j], factor[j]
+        if back:
+            for i in range(fan_in):
+                delta_in[i] = fma(p[row + i], dj, delta_in[i])
+        for i in range(fan_in):
+            xi = inp[i]
+            grad, w = dj * xi, p[row + i]
+            if fade_on:
+                alpha_eff = adam_alpha_eff(v[row + i], alpha, first_step, ac) if adam_base else alpha
+                gm[e + i], tr[e + i], w = fade(gm[e + i], tr[e + i], w, grad, xi * xi * fj, alpha_eff, theta, fc)
+            if wd_mode == WD_COUPLED:
+                grad = coupled_decay(grad, w, lam)
+            elif wd_mode == WD_DECOUPLED:
+                w = decoupled_decay(w, shrink)
+            if adam_base:
+                m[row + i], v[row + i], w = adam(m[row + i], v[row + i], w, grad, ac)
+            else:
+                w = sgd(w, grad, alpha)
+            if clip_on:
+                w = clip_to(w, bound)
+            p[row + i] = w
+
+
+@_dense
 def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, wd_mode, adam_base, clip, bound, fade_on,
                 first_step, ac):
     """Any learner on a bias (gradient delta[j], FADE curvature factor[j]): FADE decay (if on),
@@ -196,15 +232,15 @@ def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, w
             gm[j], tr[j], p[j] = fade(gm[j], tr[j], p[j], grad, factor[j], alpha_eff, theta, fc)
         w = p[j]
         if wd_mode == WD_COUPLED:
-            grad = grad + lam * w
+            grad = coupled_decay(grad, w, lam)
         elif wd_mode == WD_DECOUPLED:
-            w = w * shrink
+            w = decoupled_decay(w, shrink)
         if adam_base:
             m[j], v[j], w = adam(m[j], v[j], w, grad, ac)
         else:
-            w = w - alpha * grad
+            w = sgd(w, grad, alpha)
         if clip:
-            w = min(max(w, -bound), bound)
+            w = clip_to(w, bound)
         p[j] = w
 
 

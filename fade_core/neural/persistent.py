@@ -64,6 +64,7 @@ import triton.language as tl
 
 from fade_core.architecture import Architecture
 from fade_core.neural.rules import BETA1, BETA2, WEIGHT_DECAY_MODES, NeuralLearner
+from fade_core.neural.state import adam_table
 from fade_core.neural.triton_update import _EPS, _GAMMA_MAX, _GAMMA_MIN, _clamp, _div, _exp, _fma, _sqrt
 
 _M_WEIGHT, _V_WEIGHT, _BETA2 = tl.constexpr(1 - BETA1), tl.constexpr(1 - BETA2), tl.constexpr(BETA2)
@@ -280,17 +281,6 @@ def _segment_kernel(
     tl.store(loss_ptr + run, loss_sum)
     tl.store(sq_ptr + run * n_out + oi, sq_sum, mask=om)
     tl.store(active_ptr + run * n_hidden + hi, fired.to(tl.uint8), mask=hm)
-
-
-def adam_table(adam_steps: torch.Tensor, steps: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
-    """Adam's per-step scalars of the segment's steps k = adam_steps + 1 ... + steps, on the
-    device and without a host synchronisation, as TorchOps.adam_scalars computes them:
-    1 - beta1^k (float64: the step alpha / (1 - beta1^k) is divided in float64 per run),
-    sqrt(1 - beta2^k) and 1 / (1 - beta2^(k-1)) (0 before the first step) in the run's dtype."""
-    k = adam_steps + torch.arange(1, steps + 1, device=adam_steps.device, dtype=torch.float64)
-    before = k - 1
-    inv_before = torch.where(before > 0, 1 / (1 - BETA2**before), 0.0)
-    return 1 - BETA1**k, (1 - BETA2**k).sqrt().to(dtype), inv_before.to(dtype)
 
 
 def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.Tensor], hp: dict[str, torch.Tensor],

@@ -1,13 +1,13 @@
 """The neural learners of algorithms.md §2 as combinations of parts, and their constants.
 
-Every learner is a combination of four independent parts, so each rule is written once
-per execution path (torch_ops for CUDA, cpu_kernel for CPUs):
+Every learner is a combination of four independent parts, each written once as a rule in
+parts.py, from which every engine takes its arithmetic:
   base step      sgd | adam (torch.optim conventions, betas 0.9/0.999, eps 1e-8)
   weight decay   none | coupled (L2 in the gradient, SGD's weight_decay) | decoupled (AdamW)
   clipping       every Linear's weight and bias clamped to +-kappa/sqrt(fan_in) after the step
   FADE           none | head | all: per-parameter decay exp(gamma) adapted by the meta-gradient
-                 trace g, applied (decay first) before the base step
-A learner's hyperparameters follow from its parts.
+                 trace g, applied (decay first) before the weight decay and the base step
+A learner's hyperparameters follow from its parts; any combination runs on every engine.
 """
 
 from __future__ import annotations
@@ -15,8 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-GAMMA_MIN, GAMMA_MAX = -15.0, 0.0  # FADE's clamp of the log decay rate
-BETA1, BETA2, EPS = 0.9, 0.999, 1e-8  # Adam, as torch.optim.Adam's defaults
+from fade_core.neural.parts import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN  # noqa: F401 (the learners' constants)
 
 # Weight-decay modes as the compiled kernel reads them.
 WD_NONE, WD_COUPLED, WD_DECOUPLED = 0, 1, 2
@@ -29,9 +28,7 @@ FADE_MODES = ("none", "head", "all")
 class NeuralLearner:
     """One optimizer of algorithms.md §2 as its parts; `hyperparameters` follow from them.
 
-    Raises ValueError for an unknown part, and for FADE combined with weight decay or
-    clipping: no learner of the spec does that, and the compiled CPU kernel's FADE rows
-    apply neither, so such a learner would run a different rule on CPUs than on CUDA.
+    Raises ValueError for an unknown part. The order of the parts is `parts.update`'s.
     """
 
     name: str
@@ -46,12 +43,6 @@ class NeuralLearner:
                                      ("fade", self.fade, FADE_MODES)):
             if value not in allowed:
                 raise ValueError(f"neural learner {self.name!r}: {part} must be one of {', '.join(allowed)}, not {value!r}")
-        if self.fade != "none" and (self.weight_decay != "none" or self.clip):
-            raise ValueError(
-                f"neural learner {self.name!r}: FADE cannot be combined with weight decay or clipping "
-                f"(got weight_decay={self.weight_decay!r}, clip={self.clip}); the compiled CPU kernel does not apply them "
-                "on FADE's parameters"
-            )
         names = ("alpha",) + ("lambda",) * (self.weight_decay != "none") + ("kappa",) * self.clip
         names += ("theta_lambda", "gamma0") * (self.fade != "none")
         object.__setattr__(self, "hyperparameters", names)

@@ -7,6 +7,8 @@
     triton_step  each step's backward products and updates as the fewest passes over the
             weights (triton_fused_step: W^T delta read in the pass that updates W, layer 0's
             update fused with the next step's first-layer forward); CUDA, or the interpreter
+    cuda    a CUDA C++ kernel compiled at run time by NVRTC, a segment per launch, one block per run
+            (cuda_engine.py: one-hidden-layer regression networks, the nonlinear task; float32; CUDA)
     persistent  one Triton launch per segment, each run's network on chip (persistent.py:
             one-hidden-layer regression networks, the nonlinear task; CUDA, or the interpreter)
 """
@@ -17,12 +19,12 @@ import functools
 
 import torch
 
-from fade_core.engines import CPU, PERSISTENT, TORCH, TRITON, TRITON_STEP, EngineError
+from fade_core.engines import CPU, CUDA, PERSISTENT, TORCH, TRITON, TRITON_STEP, EngineError
 from fade_core.mlp import Architecture, BatchedMLP
 from fade_core.neural.rules import NeuralLearner, get_neural_learner
 from fade_core.neural.state import Loss, NeuralRuns
 
-NEURAL_ENGINES = (CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT)
+NEURAL_ENGINES = (CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT, CUDA)
 
 
 def engine_class(name: str, device: torch.device):
@@ -42,6 +44,10 @@ def engine_class(name: str, device: torch.device):
         from fade_core.neural.persistent import PersistentKernel
 
         return PersistentKernel
+    if name == CUDA:
+        from fade_core.neural.cuda_engine import CudaKernel
+
+        return CudaKernel
     raise EngineError(f"engine {name!r} does not run neural learners; choose one of {', '.join(NEURAL_ENGINES)}")
 
 
@@ -53,12 +59,13 @@ def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]
     return {k: torch.tensor(v, dtype=dtype) for k, v in values.items()}
 
 
-def make_runs(learner: str, arch: Architecture, seeds: list[int], hp: dict[str, list[float]], loss: Loss,
+def make_runs(learner: str | NeuralLearner, arch: Architecture, seeds: list[int], hp: dict[str, list[float]], loss: Loss,
               device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32, engine: str | None = None) -> NeuralRuns:
     """Notebook entry point: R = len(seeds) runs, run r initialised from seeds[r] with hp[...][r].
 
+    `learner`: a registered learner's name, or a `NeuralLearner` of any parts (not registered).
     `engine`: one of NEURAL_ENGINES (None: "cpu" on a CPU, "triton" on CUDA)."""
-    spec = get_neural_learner(learner)
+    spec = learner if isinstance(learner, NeuralLearner) else get_neural_learner(learner)
     net = BatchedMLP.from_seeds(arch, list(seeds), device, dtype)
     if engine is None:
         engine = CPU if net.flat.device.type == "cpu" else TRITON

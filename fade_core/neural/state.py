@@ -14,7 +14,7 @@ from typing import Callable, Literal, Protocol
 import torch
 
 from fade_core.mlp import Architecture, BatchedMLP, ForwardCache
-from fade_core.neural.rules import NeuralLearner
+from fade_core.neural.rules import BETA1, BETA2, NeuralLearner
 
 Loss = Literal["squared_error", "cross_entropy"]
 
@@ -138,3 +138,15 @@ class NeuralRuns:
             return None
         n = 2 * self.net.arch.layers
         return self.gamma[n - 2].exp(), self.gamma[n - 1].exp()
+
+
+def adam_table(adam_steps: torch.Tensor, steps: int, dtype: torch.dtype) -> tuple[torch.Tensor, ...]:
+    """Adam's per-step scalars of the segment's steps k = adam_steps + 1 ... + steps, on the
+    device and without a host synchronisation, as TorchOps.adam_scalars computes them (the segment
+    kernels, persistent and cuda, read them per step):
+    1 - beta1^k (float64: the step alpha / (1 - beta1^k) is divided in float64 per run),
+    sqrt(1 - beta2^k) and 1 / (1 - beta2^(k-1)) (0 before the first step) in the run's dtype."""
+    k = adam_steps + torch.arange(1, steps + 1, device=adam_steps.device, dtype=torch.float64)
+    before = k - 1
+    inv_before = torch.where(before > 0, 1 / (1 - BETA2**before), 0.0)
+    return 1 - BETA1**k, (1 - BETA2**k).sqrt().to(dtype), inv_before.to(dtype)

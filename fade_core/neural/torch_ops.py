@@ -2,9 +2,9 @@
 sequence of batched tensor ops, on the state a `NeuralRuns` holds (fade_core.neural.runs).
 
 The torch ops are the neural reference: the CPU kernel (cpu_engine) and the fused Triton
-updates are tested against them learner by learner (tests/test_neural_engines.py,
-tests/test_triton.py), and they are tested against a plain one-run PyTorch loop
-(tests/test_neural_learners.py). A step runs forward, backward and every update of
+updates are tested against them learner by learner (tests/test_triton.py), and they and the
+CPU kernel against a plain one-run PyTorch loop (tests/test_neural_learners.py). The update
+arithmetic is `parts.update` with torch's ops bound to its primitives (`TORCH_PRIMITIVES`). A step runs forward, backward and every update of
 algorithms.md §2 for all R runs with no host synchronisation, so on CUDA a block of steps
 can be captured in a graph. With `fused` (the "triton" engine) the Adam and FADE parameter
 updates run as one Triton kernel each (triton_update); with `whole_step` (the "triton_step"
@@ -21,7 +21,8 @@ import torch
 
 from fade_core.engines import TORCH, TRITON, TRITON_STEP, EngineError
 from fade_core.mlp import ForwardCache
-from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN
+from fade_core.rulebind import bind
+from fade_core.neural import parts
 from fade_core.neural.state import NeuralRuns, StepResult, StepSums
 
 
@@ -41,9 +42,10 @@ class TorchOps:
         self._triton = _triton_kernels() if fused else None
         self._whole_step = _fused_step_kernels() if whole_step else None
         learner, starts = runs.learner, runs.net.arch.offsets()
-        adam_fused = learner.base == "adam" and learner.weight_decay != "coupled"
-        fusable = range(len(starts) - 1) if fused else ()
-        # Parameters whose whole update runs as one fused Triton kernel.
+        adam_fused = learner.base == "adam"
+        fusable = range(len(starts) - 1) if fused and learner.weight_decay != "coupled" else ()
+        # Parameters whose whole update runs as one fused Triton kernel (its launch passes no
+        # coupled decay: those run the torch ops).
         self.fused_params = {i for i in fusable if adam_fused or i in runs.fade_index}
 
     # -- many steps ----------------------------------------------------------------------
@@ -92,7 +94,6 @@ class TorchOps:
         learner, hp = self.runs.learner, self.runs.hp
         params = self.runs.net.parameters()
         k = self.runs.adam_steps  # Adam steps taken before this one
-        k_now = k + 1
         adam = self.adam_scalars(k) if learner.base == "adam" else None
         for index, param in enumerate(params):
             layer, is_bias = divmod(index, 2)
@@ -101,8 +102,8 @@ class TorchOps:
                 self._fused_update(index, param, delta, cache, head_factor, adam)
                 continue
             alpha = _per_run(hp["alpha"], param)
-            fused_sgd = learner.base == "sgd" and index not in self.runs.fade_index
-            if not is_bias and fused_sgd:
+            rank_one = learner.base == "sgd" and learner.weight_decay != "decoupled" and index not in self.runs.fade_index
+            if not is_bias and rank_one:
                 if learner.weight_decay == "coupled":
                     # As torch.optim.SGD(weight_decay): d = G + lambda * P, then P -= alpha * d, per
                     # element. (A shrink factor 1 - alpha*lambda rounds to a multiple of 2^-24 in float32:
@@ -112,22 +113,40 @@ class TorchOps:
                 else:
                     # Rank-one SGD step without materialising the gradient: P -= alpha * delta input^T.
                     param.baddbmm_((delta * -alpha.squeeze(2)).unsqueeze(2), cache.inputs[layer].unsqueeze(1))
+                if learner.clip:
+                    bound = _per_run(self.clip_bound(layer), param)
+                    param.clamp_(min=-bound, max=bound)
                 continue
             grad = delta if is_bias else delta.unsqueeze(2) * cache.inputs[layer].unsqueeze(1)  # outer product
-            if index in self.runs.fade_index:
-                self._fade(index, param, grad, self._curvature(index, cache, head_factor), self._alpha_eff(index, alpha, adam))
-            if learner.weight_decay == "coupled":
-                grad = grad + _per_run(hp["lambda"], param) * param
-            elif learner.weight_decay == "decoupled":
-                param.mul_(1 - alpha * _per_run(hp["lambda"], param))
-            if learner.base == "sgd":
-                param.sub_(alpha * grad)
-            else:
-                self._adam(index, param, grad, adam)
+            self._rule_update(index, param, grad, alpha, cache, head_factor, adam)
         if learner.base == "adam":
-            self.runs.adam_steps.copy_(k_now)
-        if learner.clip:
-            self._clip()
+            self.runs.adam_steps.copy_(k + 1)
+
+    def _rule_update(self, index: int, param: torch.Tensor, grad: torch.Tensor, alpha: torch.Tensor, cache: ForwardCache,
+                     head_factor: torch.Tensor | None, adam: tuple | None) -> None:
+        """`parts.update` on one parameter, its parts the learner's, on tensors; the state in place."""
+        learner, hp, runs = self.runs.learner, self.runs.hp, self.runs
+        fade_on = index in runs.fade_index
+
+        def per_run(name: str) -> torch.Tensor | None:
+            return _per_run(hp[name], param) if name in hp else None
+
+        lam = per_run("lambda")
+        m, v = (runs.adam_m[index], runs.adam_v[index]) if adam else (None, None)
+        gamma, trace = (runs.gamma[index], runs.trace[index]) if fade_on else (None, None)
+        if adam:
+            step, sqrt_bc2, inv_bc2, first = (_per_run(s, param) for s in adam)
+            ac = (first, step, sqrt_bc2, inv_bc2, *_ADAM_COEFFICIENTS)
+        else:
+            ac = (None,) * 8
+        new = _TORCH_PARTS.update(
+            param, grad, self._curvature(index, cache, head_factor) if fade_on else None, alpha, lam,
+            _TORCH_PARTS.shrink(alpha, lam) if learner.weight_decay == "decoupled" else None, per_run("theta_lambda"),
+            _per_run(self.clip_bound(index // 2), param) if learner.clip else None, m, v, gamma, trace, *ac,
+            base=learner.base, weight_decay=learner.weight_decay, clip_on=learner.clip, fade_on=fade_on)
+        for state, value in zip((param, m, v, gamma, trace), new):
+            if state is not None and value is not state:
+                state.copy_(value)
 
     def _fused_update(self, index: int, param: torch.Tensor, delta: torch.Tensor, cache: ForwardCache,
                       head_factor: torch.Tensor | None, adam: tuple | None) -> None:
@@ -144,55 +163,49 @@ class TorchOps:
             head_factor=head_factor if fade and layer == self.runs.net.arch.layers - 1 else None,
         )
 
-    def adam_scalars(self, k: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Adam's per-step scalars for the step after k, computed in float64 and then rounded to
-        the run's dtype (the CPU kernel's `_adam_constants` does the same): per run
-        alpha / (1 - beta1^(k+1)) [R, 1, ...], sqrt(1 - beta2^(k+1)), 1 / (1 - beta2^k) for
-        FADE's v_hat before the update, and whether an Adam step was taken before."""
+    def adam_scalars(self, k: torch.Tensor) -> tuple:
+        """`parts.adam_scalars` for the step after k (k: [R] Adam steps taken), its per-run
+        scalars computed in float64 and then rounded to the run's dtype (the CPU kernel's
+        `adam_constants` does the same) -> (alpha / (1 - beta1^(k+1)), sqrt(1 - beta2^(k+1)),
+        1 / (1 - beta2^k), whether this is the first Adam step) [R] each; the constant coefficients
+        are _ADAM_COEFFICIENTS."""
         dtype = self.runs.net.flat.dtype
-        k_now = k + 1
-        step = (self.runs.hp["alpha"].double() / (1 - BETA1**k_now)).to(dtype)
-        sqrt_bc2 = (1 - BETA2**k_now).sqrt().to(dtype)
-        inv_bc2_before = torch.where(k > 0, 1 / (1 - BETA2**k), 0.0).to(dtype)
-        return step, sqrt_bc2, inv_bc2_before, k > 0
-
-    def _alpha_eff(self, index: int, alpha: torch.Tensor, adam: tuple | None) -> torch.Tensor:
-        """alpha for SGD; for Adam alpha / (sqrt(v_hat) + eps) with v_hat as it stands before
-        this step's update (alpha on the very first step, when there is no v_hat yet)."""
-        if adam is None:
-            return alpha
-        _, _, inv_bc2_before, started = adam
-        v_hat = self.runs.adam_v[index] * inv_bc2_before
-        return torch.where(started, alpha / (v_hat.sqrt() + EPS), alpha)
-
-    def _fade(self, index: int, param: torch.Tensor, grad: torch.Tensor, q: torch.Tensor, alpha_eff: torch.Tensor) -> None:
-        """algorithms.md §2: gamma, decay, trace, then decay the parameter (the base step follows)."""
-        gamma, trace = self.runs.gamma[index], self.runs.trace[index]
-        gamma.sub_(_per_run(self.runs.hp["theta_lambda"], param) * grad * trace).clamp_(GAMMA_MIN, GAMMA_MAX)
-        decay = gamma.exp()
-        c = (1 - decay - alpha_eff * q).clamp_(min=0)
-        trace.mul_(c).sub_(decay * param)
-        param.mul_(1 - decay)
-
-    def _adam(self, index: int, param: torch.Tensor, grad: torch.Tensor, adam: tuple) -> None:
-        """torch.optim.Adam's step with a per-run learning rate (scalars from `adam_scalars`)."""
-        step, sqrt_bc2, _, _ = adam
-        m, v = self.runs.adam_m[index], self.runs.adam_v[index]
-        m.lerp_(grad, 1 - BETA1)
-        v.mul_(BETA2).addcmul_(grad, grad, value=1 - BETA2)
-        # As torch.optim.Adam: sqrt(v) divided by sqrt(bias correction 2) (not times its reciprocal)
-        param.sub_(_per_run(step, param) * m / (v.sqrt() / sqrt_bc2 + EPS))
+        step, sqrt_bc2, inv_bc2, *_ = _TORCH_PARTS.adam_scalars(self.runs.hp["alpha"].double(), (k + 1).double())
+        return step.to(dtype), sqrt_bc2.to(dtype), inv_bc2.to(dtype), k == 0
 
     def clip_bound(self, layer: int) -> torch.Tensor:
-        """[R] kappa / sqrt(fan_in) of a layer."""
-        return self.runs.hp["kappa"] / math.sqrt(self.runs.net.weights[layer].shape[2])
+        """[R] kappa / sqrt(fan_in) of a layer (`parts.clip_bound`)."""
+        return _TORCH_PARTS.clip_bound(self.runs.hp["kappa"], self.runs.net.weights[layer].shape[2])
 
-    def _clip(self) -> None:
-        """Clamp every parameter the fused kernel did not already clamp."""
-        for index, param in enumerate(self.runs.net.parameters()):
-            if index not in self.fused_params:
-                bound = _per_run(self.clip_bound(index // 2), param)
-                param.clamp_(min=-bound, max=bound)
+
+def _sqrt(x):
+    return torch.sqrt(x) if isinstance(x, torch.Tensor) else math.sqrt(x)
+
+
+def _clamp(x, lo, hi):
+    return torch.clamp(x, lo, hi)
+
+
+# The rule's primitives as torch ops (rulebind.bind): maximum/minimum/clamp as torch.clamp,
+# which keeps a NaN value NaN; fma unfused (torch has none; the reference rounds twice);
+# lerp as torch.lerp (torch.optim.Adam's lerp_).
+TORCH_PRIMITIVES = {
+    "exp": torch.exp, "sqrt": _sqrt, "fma": lambda a, b, c: a * b + c, "div_approx": lambda a, b: a / b,
+    "where": torch.where, "maximum": lambda a, b: torch.clamp(a, min=b), "minimum": lambda a, b: torch.clamp(a, max=b),
+    "clamp": _clamp, "lerp": torch.lerp,
+}
+
+
+class _BoundParts:
+    """`parts`' rules bound to torch's ops."""
+
+    def __init__(self) -> None:
+        for name in ("update", "shrink", "adam_scalars", "clip_bound"):
+            setattr(self, name, bind(getattr(parts, name), TORCH_PRIMITIVES, parts=True))
+
+
+_TORCH_PARTS = _BoundParts()
+_ADAM_COEFFICIENTS = parts.adam_scalars(1.0, 2)[3:]  # 1 - beta1, beta2, 1 - beta2, eps: Python floats
 
 
 def _triton_kernels() -> ModuleType:

@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import torch
 
-from fade_core.engines import CPU, PERSISTENT
+from fade_core.engines import CPU, CUDA, PERSISTENT
 from fade_core.neural import NeuralRuns, StepSums, get_neural_learner, make_runs
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
@@ -56,8 +56,8 @@ class NeuralPackRunner(PackRunner):
         self.sums = StepSums.zeros(pack.runs, self.task.architecture, self.task.loss, self.device)
         self.curves = self._empty_curves()
         self._graph: tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor] | None = None  # graph, its inputs
-        # (the persistent engine runs a whole segment in one launch: nothing for a graph to save)
-        self._use_graphs = self.device.type == "cuda" and engine != PERSISTENT
+        # (the persistent and cuda engines run a whole segment in one launch: nothing for a graph to save)
+        self._use_graphs = self.device.type == "cuda" and engine not in (PERSISTENT, CUDA)
 
     # -- metrics -------------------------------------------------------------------------
     def curve_names(self) -> list[str]:

@@ -1,0 +1,164 @@
+"""A rule traced once into a small expression form, from which each backend's code is printed.
+
+`trace(rule, inputs, flags)` runs the rule (plain Python, `fade_core/rulebind.py`'s
+primitives) on `Value`s: every operation records a `Node` instead of computing, so what comes
+out is the rule's arithmetic as a graph, in the order the source writes it (nothing
+reassociated, no multiply-add fused unless the rule writes `fma`). `ssa(outputs)` lists the
+graph's nodes once each, operands first, for a printer to name and print (the C printer of
+`fade_core/neural/c_source.py`, the numba printer of `fade_core/neural/cpu_rules.py`).
+
+Why a traced form rather than each backend running the rule itself (review's pitfalls): a
+literal has no dtype here (`Node("const")` holds the number; a printer writes it in the run's
+dtype, where numba would widen a float32 rule by a float64 literal and Triton would round a
+float64 one to float32); `maximum`/`minimum` have one NaN rule, written out by every printer;
+`fma` and `lerp` are nodes, so contraction is the rule's choice, never a compiler's; a branch
+on a value is refused at trace time (`Value.__bool__`), as is an unknown global (the rule's
+globals are its module's: a misspelled primitive is a NameError when traced).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Iterable, Mapping, Sequence
+
+from fade_core.rulebind import bind
+
+OPS = ("var", "const", "add", "sub", "mul", "div", "neg", "gt", "lt", "ge", "le",
+       "exp", "sqrt", "fma", "div_approx", "where", "maximum", "minimum", "lerp")
+
+
+@dataclass(frozen=True, eq=False)
+class Node:
+    """One operation (`op` in OPS) on `args`; a "var" names a rule input (`value` its name), a
+    "const" holds a Python number (`value`). Compared by identity: a value used twice is one node."""
+
+    op: str
+    args: tuple["Node", ...] = ()
+    value: object = None
+
+
+class RuleError(ValueError):
+    """A rule that cannot be traced: a branch on a value, an unsupported operation."""
+
+
+def _node(x) -> Node:
+    if isinstance(x, Value):
+        return x.node
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return Node("const", value=float(x))
+    raise RuleError(f"a rule computes with numbers and its inputs, not {type(x).__name__} ({x!r})")
+
+
+@dataclass(frozen=True, eq=False)
+class Value:
+    """A traced number: arithmetic and comparisons record nodes; `bool()` is refused."""
+
+    node: Node
+
+    def _op(self, op: str, *others) -> "Value":
+        return Value(Node(op, (self.node, *map(_node, others))))
+
+    def _rop(self, op: str, other) -> "Value":
+        return Value(Node(op, (_node(other), self.node)))
+
+    def __add__(self, o): return self._op("add", o)
+    def __radd__(self, o): return self._rop("add", o)
+    def __sub__(self, o): return self._op("sub", o)
+    def __rsub__(self, o): return self._rop("sub", o)
+    def __mul__(self, o): return self._op("mul", o)
+    def __rmul__(self, o): return self._rop("mul", o)
+    def __truediv__(self, o): return self._op("div", o)
+    def __rtruediv__(self, o): return self._rop("div", o)
+    def __neg__(self): return self._op("neg")
+    def __gt__(self, o): return self._op("gt", o)
+    def __lt__(self, o): return self._op("lt", o)
+    def __ge__(self, o): return self._op("ge", o)
+    def __le__(self, o): return self._op("le", o)
+
+    def __bool__(self):
+        raise RuleError("a rule cannot branch on a value (an `if`, `and`, `or` or Python max/min on a traced number); "
+                        "use where(condition, a, b), maximum, minimum or clamp")
+
+    def __pow__(self, o):
+        raise RuleError("a rule cannot raise a traced number to a power; write the products, or exp")
+
+
+def _call(op: str) -> Callable:
+    def primitive(*args):
+        return Value(Node(op, tuple(map(_node, args))))
+    primitive.__name__ = op
+    return primitive
+
+
+def _clamp(x, lo, hi):
+    return TRACING["minimum"](TRACING["maximum"](x, lo), hi)
+
+
+TRACING: dict[str, Callable] = {op: _call(op) for op in ("exp", "sqrt", "fma", "div_approx", "where", "maximum", "minimum", "lerp")}
+TRACING["clamp"] = _clamp
+
+
+def trace(rule: Callable, inputs: Sequence[str], flags: Mapping[str, object] | None = None) -> tuple[Node, ...]:
+    """The output nodes of `rule` called on inputs named `inputs` (one var node each), with its
+    keyword-only `flags` (the other parts of its module it calls are traced with it). A single
+    result is returned as a 1-tuple."""
+    traced = bind(rule, TRACING, parts=True)
+    result = traced(*(Value(Node("var", value=name)) for name in inputs), **(flags or {}))
+    outputs = result if isinstance(result, tuple) else (result,)
+    return tuple(_node(out) for out in outputs)
+
+
+def ssa(outputs: Iterable[Node]) -> list[Node]:
+    """Every node `outputs` depend on, once, each after its operands (the rule's order)."""
+    order: list[Node] = []
+    seen: set[int] = set()
+    for root in outputs:
+        stack = [(root, False)]
+        while stack:
+            node, expanded = stack.pop()
+            if id(node) in seen:
+                continue
+            if expanded:
+                seen.add(id(node))
+                order.append(node)
+                continue
+            stack.append((node, True))
+            stack.extend((arg, False) for arg in reversed(node.args) if id(arg) not in seen)
+    return order
+
+
+def constants(outputs: Iterable[Node]) -> list[float]:
+    """The distinct constants of the graph, in the order `ssa` meets them."""
+    values: list[float] = []
+    for node in ssa(outputs):
+        if node.op == "const" and node.value not in values:
+            values.append(node.value)
+    return values
+
+
+def statements(outputs: Sequence[Node], leaf: Callable[[Node], str], render: Callable[[Node, list[str]], str],
+               assign: Callable[[str, Node, str], str], prefix: str = "t") -> tuple[list[str], list[str]]:
+    """The graph printed as one assignment per operation: `leaf(node)` writes an input or a
+    constant in place, `render(node, operands)` an operation's expression, `assign(name, node,
+    expression)` its statement. Returns the statements and each output's expression."""
+    names: dict[int, str] = {}
+    lines: list[str] = []
+
+    def written(node: Node) -> str:
+        return names[id(node)] if id(node) in names else leaf(node)
+
+    for node in ssa(outputs):
+        if node.op in ("var", "const"):
+            continue
+        name = f"{prefix}{len(names)}"
+        lines.append(assign(name, node, render(node, [written(arg) for arg in node.args])))
+        names[id(node)] = name
+    return lines, [written(out) for out in outputs]
+
+
+def is_condition(node: Node) -> bool:
+    """A comparison's result (a boolean, not a number)."""
+    return node.op in ("gt", "lt", "ge", "le")
+
+
+INFIX = {"add": "+", "sub": "-", "mul": "*", "div": "/", "gt": ">", "lt": "<", "ge": ">=", "le": "<="}

@@ -1,0 +1,132 @@
+"""The neural parts as one rule: the tracer's refusals, and the C printer (the CUDA kernel's
+arithmetic) compiled with this machine's C++ compiler against a plain per-element update of
+algorithms.md §2 written here (float64 numpy, not derived from the rule)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+from fade_core.expression import RuleError, trace
+from fade_core.neural import NEURAL_LEARNERS, NeuralLearner
+from fade_core.neural.c_source import c_source
+from fade_core.neural.parts import UPDATE_INPUTS
+from fade_core.rulebind import parameters
+
+COMBINED = [NeuralLearner("fade_sgd_wd_clip", "sgd", weight_decay="coupled", clip=True, fade="head"),
+            NeuralLearner("fade_adamw_clip", "adam", weight_decay="decoupled", clip=True, fade="all")]
+LEARNERS = list(NEURAL_LEARNERS.values()) + COMBINED
+SCALARS = ("alpha", "lam", "factor", "theta", "bound", "step", "sqrt_bc2", "inv_bc2", "m_weight", "beta2", "v_weight", "eps")
+ARRAYS = ("w", "m", "v", "gamma", "trace", "grad", "q")
+
+
+def plain_update(learner: NeuralLearner, s: dict, k: int) -> dict:
+    """algorithms.md §2 on arrays, float64: FADE (decay first), weight decay, SGD or Adam at
+    step k, clipping."""
+    w, m, v, gamma, trace_, grad = (s[n].astype(np.float64) for n in ("w", "m", "v", "gamma", "trace", "grad"))
+    alpha = s["alpha"]
+    if learner.fade != "none":
+        alpha_eff = alpha
+        if learner.base == "adam" and k > 1:
+            alpha_eff = alpha / (np.sqrt(v / (1 - 0.999 ** (k - 1))) + 1e-8)
+        gamma = np.clip(gamma - s["theta"] * grad * trace_, -15, 0)
+        decay = np.exp(gamma)
+        trace_ = trace_ * np.maximum(1 - decay - alpha_eff * s["q"], 0) - decay * w
+        w = w * (1 - decay)
+    if learner.weight_decay == "coupled":
+        grad = grad + s["lam"] * w
+    elif learner.weight_decay == "decoupled":
+        w = w * (1 - alpha * s["lam"])
+    if learner.base == "adam":
+        m = 0.9 * m + 0.1 * grad
+        v = 0.999 * v + 0.001 * grad * grad
+        w = w - alpha * (m / (1 - 0.9**k)) / (np.sqrt(v / (1 - 0.999**k)) + 1e-8)
+    else:
+        w = w - alpha * grad
+    if learner.clip:
+        w = np.clip(w, -s["bound"], s["bound"])
+    return {"w": w, "m": m, "v": v, "gamma": gamma, "trace": trace_}
+
+
+def _library(learner: NeuralLearner, dtype, tmp_path):
+    """c_source's statements in a C++ loop over n elements, compiled with contraction off."""
+    real = "float" if dtype == np.float32 else "double"
+    inputs = {n: f"{n}[i]" for n in ARRAYS} | {n: n for n in SCALARS} | {"first_step": "first_step"}
+    body = c_source(learner, dtype, inputs, {n: f"{n}[i]" for n in ("w", "m", "v", "gamma", "trace")}, style="c")
+    arrays = ", ".join(f"{real}* {n}" for n in ARRAYS)
+    scalars = ", ".join(f"{real} {n}" for n in SCALARS)
+    source = (f"#include <cmath>\n#include <cstdint>\nusing std::exp; using std::sqrt; using std::fma;\n"
+              f'extern "C" void update(int64_t n, {arrays}, {scalars}, bool first_step) {{\n'
+              f"  for (int64_t i = 0; i < n; ++i) {{\n{body}\n  }}\n}}\n")
+    (tmp_path / "update.cpp").write_text(source)
+    out = tmp_path / "update.so"
+    subprocess.run([shutil.which("g++") or "c++", "-O2", "-ffp-contract=off", "-fno-fast-math", "-shared", "-fPIC",
+                    str(tmp_path / "update.cpp"), "-o", str(out)], check=True)
+    return ctypes.CDLL(str(out)).update
+
+
+@pytest.mark.skipif(shutil.which("g++") is None and shutil.which("c++") is None, reason="needs a C++ compiler")
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("learner", LEARNERS, ids=lambda learner: learner.name)
+def test_c_source_matches_the_plain_update(learner, dtype, tmp_path):
+    """Three Adam steps (k = 1 is FADE's first-step case) on 4096 elements, each input drawn
+    where it matters (w near the clip bound, gamma across the clamp), against plain_update."""
+    function = _library(learner, dtype, tmp_path)
+    rng = np.random.default_rng(5)
+    n = 4096
+    state = {"w": rng.normal(0, 0.6, n), "m": np.zeros(n), "v": np.zeros(n), "gamma": rng.uniform(-16, 0.5, n),
+             "trace": rng.normal(0, 0.1, n)}
+    alpha, lam, kappa = 0.01 if learner.base == "sgd" else 0.003, 0.05, 1.0
+    for k in (1, 2, 3):
+        s = {**state, "grad": rng.normal(0, 1, n), "q": rng.uniform(0, 2, n)}
+        bc1, bc2, bc2_before = 1 - 0.9**k, 1 - 0.999**k, 1 - 0.999 ** (k - 1)
+        scalars = {"alpha": alpha, "lam": lam, "factor": 1 - alpha * lam, "theta": 0.5, "bound": kappa / math.sqrt(32),
+                   "step": alpha / bc1, "sqrt_bc2": math.sqrt(bc2), "inv_bc2": 1 / bc2_before if k > 1 else 0.0,
+                   "m_weight": 1 - 0.9, "beta2": 0.999, "v_weight": 1 - 0.999, "eps": 1e-8}
+        expected = plain_update(learner, {**s, **scalars}, k)
+        arrays = {name: np.ascontiguousarray(s[name], dtype=dtype) for name in ARRAYS}
+        pointer = ctypes.c_float if dtype == np.float32 else ctypes.c_double
+        function(ctypes.c_int64(n), *(a.ctypes.data_as(ctypes.POINTER(pointer)) for a in arrays.values()),
+                 *(pointer(scalars[name]) for name in SCALARS), ctypes.c_bool(k == 1))
+        rtol = 2e-5 if dtype == np.float32 else 1e-12
+        for name, value in expected.items():
+            np.testing.assert_allclose(arrays[name], value, rtol=rtol, atol=rtol * 1e-2, err_msg=f"{learner.name} k={k} {name}")
+        state = {name: arrays[name].astype(np.float64) for name in state}
+
+
+def test_c_source_prints_exact_literals_and_round_to_nearest_intrinsics():
+    """The CUDA style: 1 - decay as __fsub_rn with 1 in float32 hex, gamma's clamp as selects
+    that keep a NaN value, FADE's trace as fmaf; float64 the same with double names."""
+    learner = NEURAL_LEARNERS["fade_sgd"]
+    text = c_source(learner, np.float32, {n: n for n in UPDATE_INPUTS}, {"w": "w", "gamma": "gamma", "trace": "trace"})
+    assert "__fsub_rn(0x1.0000000000000p+0f, " in text and "fmaf(" in text and "-0x1.e000000000000p+3f" in text
+    assert " * " not in text and " + " not in text  # no operator the compiler could contract
+    text64 = c_source(learner, np.float64, {n: n for n in UPDATE_INPUTS}, {"w": "w"})
+    assert "__dmul_rn(" in text64 and "fmaf" not in text64
+
+
+def test_c_source_names_a_missing_input():
+    with pytest.raises(ValueError, match="reads 'theta'; name its C expression"):
+        c_source(NEURAL_LEARNERS["fade_sgd"], np.float32, {"w": "w", "grad": "g", "alpha": "a"}, {"w": "w"})
+
+
+def test_tracer_refuses_a_branch_on_a_value_and_reads_signatures():
+    def branching(w, grad):
+        if grad > 0:  # a value's sign: must be where(...)
+            return w
+        return w - grad
+
+    with pytest.raises(RuleError, match="cannot branch on a value"):
+        trace(branching, parameters(branching))
+
+    def with_flag(w, grad, *, clip_on=False):
+        return w - grad
+
+    assert parameters(with_flag) == ("w", "grad")
+    (node,) = trace(with_flag, ("w", "grad"), {"clip_on": True})
+    assert node.op == "sub" and [a.value for a in node.args] == ["w", "grad"]
