@@ -3,11 +3,13 @@
 Embedded means embedded: with no address the service starts its own local Ray
 (`address="local"`), even when another Ray runs on the machine. It attaches only when
 asked: `--address`, or `RAY_ADDRESS` set in the environment (which `fade-sweep run` and
-`confirm` say on their first line).
+`confirm` say on their first line). An embedded Ray is recorded (`cluster/embedded.py`), and
+every connect first stops what is left of a recorded one whose driver was killed.
 """
 
 from __future__ import annotations
 
+import atexit
 import functools
 import logging
 import os
@@ -19,6 +21,7 @@ from urllib.parse import urlparse
 
 import ray
 
+from cluster import embedded
 from cluster.errors import ClusterError
 
 RAY_ADDRESS = "RAY_ADDRESS"
@@ -52,8 +55,12 @@ def _host_port(address: str) -> tuple[str, int] | None:
     return host.strip("[]"), int(port)
 
 
-def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster") -> None:
-    """Fail fast (seconds, not minutes of retries) when an address does not answer.
+ATTACH_FIX = ("check the address, start one with `ray start --head`, or omit --address (and unset RAY_ADDRESS) to run "
+              "on an embedded local Ray")
+
+
+def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster", fix: str = ATTACH_FIX) -> None:
+    """Fail fast (seconds, not minutes of retries) when an address does not answer; `fix` says what to do.
 
     Takes HOST:PORT, ray://HOST:PORT and http(s)://HOST:PORT; "auto" checks $RAY_ADDRESS
     when that is set (Ray would use it), else nothing (Ray looks for a local cluster).
@@ -68,10 +75,7 @@ def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster
         with socket.create_connection((host, port), timeout=timeout):
             pass
     except OSError as err:
-        raise ClusterError(
-            f"cannot reach a {what} at {host}:{port} ({err.strerror or err}); check the address, start one with "
-            "`ray start --head`, or omit --address (and unset RAY_ADDRESS) to run on an embedded local Ray"
-        ) from None
+        raise ClusterError(f"cannot reach a {what} at {host}:{port} ({err.strerror or err}); {fix}") from None
 
 
 def connect(address: str | None = None, num_cpus: int | None = None, py_modules: tuple[str, ...] = ()) -> str | None:
@@ -93,6 +97,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, py_modules:
     """
     if ray.is_initialized():
         return None
+    embedded.reap_orphans()  # what is left of an embedded Ray whose driver was killed (-9): only those recorded
     source = "--address"
     if address is None and address_from_environment():
         address, source = address_from_environment(), "RAY_ADDRESS"
@@ -122,6 +127,8 @@ def connect(address: str | None = None, num_cpus: int | None = None, py_modules:
             log_to_driver=False,
             runtime_env=_runtime_env(py_modules),
         )
+    embedded.record(context.address_info["session_dir"])  # for the next command, should this driver be killed
+    atexit.register(embedded.forget)
     _node_deaths_in_one_line()
     return _dashboard_url(context)
 

@@ -7,14 +7,21 @@ cluster path on a laptop) need. `python -m cluster.local up|down [--port P]`.
 The cluster keeps its own Ray temp dir (default TMPDIR/fade-local-ray-PORT), which every
 one of its daemons names on its command line: stopping it signals those processes and
 their children by PID, so another Ray on the machine (a user's sweep) is left running,
-where `ray stop` would stop them all.
+where `ray stop` would stop them all. Ray's client server (GCS port + 1) does not name the
+folder and outlives the `ray start` that made it: `up` records its PID (with its start time,
+so a reused PID is never signalled) in the folder (CLUSTER_RECORD), and `down` stops it too.
+
+Before anything starts, `up` checks every port it will use (the GCS port, the client
+server's, the dashboard's, each node's ports and worker ports) and that no process runs in
+its folder: a port or folder held by another process or cluster is a one-line refusal (exit 2)
+naming the holder and how to pick other ports, and that other is never touched.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
-import re
 import secrets
 import signal
 import subprocess
@@ -25,8 +32,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster.connect import SINGLE_HOST
+from cluster.errors import ClusterError
+from cluster.ports import holder, listener, started_at
+from cluster.processes import cluster_pids, descendants, running, same_process, signal_all
+
+__all__ = ["LocalCluster", "cluster_pids", "descendants", "running", "start_local_cluster", "stop_local_cluster"]
 
 LOOPBACK = "127.0.0.1"
+CLUSTER_RECORD = "fade-local-cluster.json"  # in the cluster's folder: the processes `down` stops that do not name it
+PORTS_HINT = ("pick other ports: --port P (the GCS; the client server takes P+1), --dashboard-port D, --ports-from N "
+              "(node i takes N+1000i to N+1000i+999)")
 
 
 @dataclass(frozen=True)
@@ -81,8 +96,9 @@ def start_local_cluster(
     """Start a head and `worker_nodes` workers on loopback; node i (the head first) takes the
     1000 ports from `ports_from + 1000 i` for its servers and workers, so clusters with
     distinct `port` and `ports_from` run side by side."""
-    env = auth_env(token_path)
     temp_dir = Path(temp_dir or default_temp_dir(port))
+    check_free(temp_dir, port, dashboard_port, ports_from, worker_nodes)  # before anything starts
+    env = auth_env(token_path)
     common = ["--node-ip-address", LOOPBACK, "--temp-dir", str(temp_dir), "--num-cpus", str(cpus_per_node)]
     local = LocalCluster(f"{LOOPBACK}:{port}", f"http://{LOOPBACK}:{dashboard_port}", {**env, **SINGLE_HOST}, temp_dir)
     try:
@@ -94,10 +110,48 @@ def start_local_cluster(
         for i in range(1, worker_nodes + 1):
             _ray_start(["--address", local.address, *common, *_node_ports(ports_from + 1000 * i)], env)
         _wait_for_nodes(local, 1 + worker_nodes)
+        _record_client_server(temp_dir, port + 1)
     except BaseException:
-        stop_local_cluster(temp_dir)  # nothing left running
+        stop_local_cluster(temp_dir)  # nothing left running (the folder held no process before: check_free)
         raise
     return local
+
+
+def planned_ports(port: int, dashboard_port: int, ports_from: int, worker_nodes: int) -> list[tuple[int, str]]:
+    """Every port `start_local_cluster` asks Ray to use, with what it is for."""
+    ports = [(port, "the GCS"), (port + 1, "Ray's client server"), (dashboard_port, "the dashboard")]
+    for i in range(worker_nodes + 1):
+        base = ports_from + 1000 * i
+        node = "the head" if i == 0 else f"worker node {i}"
+        ports += [(p, f"{node}'s servers") for p in range(base, base + 6)]
+        ports += [(p, f"{node}'s worker processes") for p in range(base + 100, base + 1000)]
+    return ports
+
+
+def check_free(temp_dir: Path, port: int, dashboard_port: int, ports_from: int, worker_nodes: int) -> None:
+    """ClusterError (one line) when a port the cluster would use is taken, or a process runs in its folder."""
+    for number, what in planned_ports(port, dashboard_port, ports_from, worker_nodes):
+        if taken := holder(number):
+            raise ClusterError(f"port {number} ({what}) is held by {taken}; {PORTS_HINT}")
+    if running_there := sorted(cluster_pids(temp_dir)):
+        raise ClusterError(f"{temp_dir}: a cluster runs in this folder (pids {', '.join(map(str, running_there[:5]))}); "
+                           f"`python -m cluster.local down --port {port}` stops it, or {PORTS_HINT}")
+
+
+def _record_client_server(temp_dir: Path, port: int) -> None:
+    """Write down the client server (it names no folder, and its parent has exited): `down` stops it by this."""
+    pid = listener(port)
+    record = {"client_server": {"pid": pid, "started_at": started_at(pid)} if pid else None}
+    (temp_dir / CLUSTER_RECORD).write_text(json.dumps(record))
+
+
+def _recorded_pids(temp_dir: Path) -> set[int]:
+    """The recorded processes of the cluster still running as themselves (same PID, same start time)."""
+    try:
+        server = json.loads((temp_dir / CLUSTER_RECORD).read_text())["client_server"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return set()
+    return descendants({server["pid"]}) if server and same_process(server["pid"], server["started_at"]) else set()
 
 
 def _node_ports(base: int) -> list[str]:
@@ -118,67 +172,16 @@ def _wait_for_nodes(local: LocalCluster, count: int, timeout: float = 60.0) -> N
     raise RuntimeError(f"the local cluster did not reach {count} nodes within {timeout:.0f} s")
 
 
-def _parents() -> dict[int, int]:
-    """pid -> parent pid of every process (Linux /proc)."""
-    parents = {}
-    for entry in os.listdir("/proc"):
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # not a process, or gone
-    return parents
-
-
-def descendants(roots: set[int]) -> set[int]:
-    """`roots` and every process below them."""
-    parents, found = _parents(), set(roots)
-    while more := {pid for pid, parent in parents.items() if parent in found} - found:
-        found |= more
-    return found
-
-
-def cluster_pids(temp_dir: Path) -> set[int]:
-    """The processes of the cluster kept in `temp_dir`: those naming it on their command line (its
-    daemons), and their descendants (workers and agents, which rename themselves)."""
-    marker, roots = re.compile(re.escape(os.fsencode(temp_dir)) + rb"(/|\x00|$)"), set()
-    for pid in _parents():
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if marker.search(f.read()) and pid != os.getpid():
-                    roots.add(pid)
-        except OSError:
-            continue
-    return descendants(roots)
-
-
 def stop_local_cluster(temp_dir: Path, grace: float = 10.0) -> None:
     """Stop the cluster kept in `temp_dir` by its PIDs (SIGTERM, then SIGKILL what is left after
     `grace` seconds), and wait until they are gone; other Ray processes on the machine are not touched."""
     pids: set[int] = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        pids |= cluster_pids(temp_dir)
-        _signal({pid for pid in pids if running(pid)}, sig)
+        pids |= cluster_pids(temp_dir) | _recorded_pids(temp_dir)
+        signal_all({pid for pid in pids if running(pid)}, sig)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(running(pid) for pid in pids):
             time.sleep(0.1)
-
-
-def _signal(pids: set[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-
-
-def running(pid: int) -> bool:
-    """Whether `pid` is a live process (not gone, not a zombie)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
-    except OSError:
-        return False
 
 
 def main() -> None:
@@ -187,11 +190,18 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=1)
     parser.add_argument("--cpus-per-node", type=int, default=1)
     parser.add_argument("--port", type=int, default=6390, help="the head's GCS port; names the cluster for `down`")
+    parser.add_argument("--dashboard-port", type=int, default=8275, help="the dashboard and job server")
+    parser.add_argument("--ports-from", type=int, default=20000, help="node i takes the 1000 ports from N+1000i")
     args = parser.parse_args()
     if args.action == "down":
         stop_local_cluster(default_temp_dir(args.port))
         return
-    local = start_local_cluster(args.workers, args.cpus_per_node, port=args.port)
+    try:
+        local = start_local_cluster(args.workers, args.cpus_per_node, port=args.port, dashboard_port=args.dashboard_port,
+                                    ports_from=args.ports_from)
+    except ClusterError as err:
+        print(f"cluster.local up: {err}", file=sys.stderr)
+        sys.exit(2)
     exports = " ".join(f"{k}={v}" for k, v in local.env.items())
     print(f"cluster up: --address {local.address} (run), --address {local.dashboard_url} (submit)\nexport {exports}")
 

@@ -6,8 +6,9 @@ stable, 7 fast and 7 slow ones; after every `period` steps each weight into a fa
 output is multiplied by an independent random sign, after every `slow_multiplier *
 period` steps the same happens to the slow outputs.
 
-The sign schedule is drawn once per seed; inputs and targets come in counter-based
-blocks (`tasks.stream`).
+The sign schedule is made lazily by segment (`tasks.schedule`): the first LEGACY_CHANGES
+changes are the per-seed sequential draws the stream always had (bit for bit), later ones
+are drawn from counters; inputs and targets come in counter-based blocks (`tasks.stream`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fade_core.architecture import Architecture
+from tasks.schedule import Schedule, Walk
 from tasks.stream import BLOCK, CounterStream, check_settings, counter_rng
 
 INPUTS, HIDDEN, OUTPUTS = 32, 256, 20
@@ -24,7 +26,12 @@ GROUP_SIZES = {"stable": 6, "fast": 7, "slow": 7}
 STUDENT = Architecture((INPUTS, HIDDEN, OUTPUTS), negative_slope=0.0)
 
 # Purposes of the counter-based generators; never reorder (streams would change).
-_TEACHER, _GROUPS, _FAST_SIGNS, _SLOW_SIGNS, _INPUTS = range(5)
+_TEACHER, _GROUPS, _FAST_SIGNS, _SLOW_SIGNS, _INPUTS, _FAR_FAST_SIGNS, _FAR_SLOW_SIGNS = range(7)
+
+LEGACY_CHANGES = 2**13  # sign changes drawn by the one sequential generator (4.1M steps at period 500: 2x the paper's)
+LEGACY_SEGMENT = 2**8  # changes per segment of that walk (a checkpoint of the generator at each start)
+FAR_CHANGES = 2**6  # changes per counter-drawn segment past LEGACY_CHANGES
+_SIGNS = np.array([-1, 1], dtype=np.int8)
 
 
 @dataclass(frozen=True)
@@ -52,11 +59,24 @@ class NonlinearTrackingSettings:
             )
 
 
-def _cumulative_signs(rng: np.random.Generator, changes: int, rows: int) -> np.ndarray:
-    """Sign pattern of `rows` teacher rows after 0..changes sign changes: (changes + 1, rows, HIDDEN) int8."""
-    draws = rng.choice(np.array([-1, 1], dtype=np.int8), size=(changes + 1, rows, HIDDEN))
-    draws[0] = 1
-    return np.cumprod(draws, axis=0, dtype=np.int8)
+def _sign_schedule(seed: int, legacy_purpose: int, far_purpose: int, rows: int) -> Schedule:
+    """The sign pattern of `rows` teacher rows (rows, HIDDEN) int8 after k sign changes, made lazily.
+
+    The legacy walk is the draw of (changes + 1, rows, HIDDEN) signs whose first pattern is replaced by
+    ones, multiplied up: its first pattern is drawn and dropped, then each change multiplies its draw in.
+    Past it, the pattern after each change is drawn afresh: a running product of independent uniform signs
+    is itself a sequence of independent uniform signs, so a counter draw of it is the same law."""
+    rng = counter_rng(seed, legacy_purpose)
+    initial = rng.choice(_SIGNS, size=(rows, HIDDEN))
+    initial[:] = 1
+    legacy = Walk(rng, lambda g, n: g.choice(_SIGNS, size=(n, rows, HIDDEN)),
+                  lambda carry, draws: carry * np.cumprod(draws, axis=0, dtype=np.int8),
+                  initial, LEGACY_SEGMENT, LEGACY_CHANGES)
+
+    def far(j: int) -> np.ndarray:
+        return counter_rng(seed, far_purpose, j).choice(_SIGNS, size=(FAR_CHANGES, rows, HIDDEN))
+
+    return Schedule(legacy, lambda j, start: np.concatenate([start[None], far(j)]), lambda j: far(j)[-1], FAR_CHANGES)
 
 
 class NonlinearTrackingStream(CounterStream):
@@ -76,16 +96,15 @@ class NonlinearTrackingStream(CounterStream):
         bounds = np.cumsum([0, *GROUP_SIZES.values()])
         self.groups = {name: np.sort(order[a:b]) for name, a, b in zip(GROUP_SIZES, bounds[:-1], bounds[1:])}
         self.slow_period = settings.period * settings.slow_multiplier
-        self._fast_signs = _cumulative_signs(
-            counter_rng(seed, _FAST_SIGNS), settings.steps // settings.period, GROUP_SIZES["fast"])
-        self._slow_signs = _cumulative_signs(
-            counter_rng(seed, _SLOW_SIGNS), settings.steps // self.slow_period, GROUP_SIZES["slow"])
+        self._fast_signs = _sign_schedule(seed, _FAST_SIGNS, _FAR_FAST_SIGNS, GROUP_SIZES["fast"])
+        self._slow_signs = _sign_schedule(seed, _SLOW_SIGNS, _FAR_SLOW_SIGNS, GROUP_SIZES["slow"])
 
     def teacher_head_at(self, step: int) -> np.ndarray:
         """The teacher's head W2 in force at `step` (20, 256)."""
         w = self.teacher_head.copy()
-        w[self.groups["fast"]] *= self._fast_signs[step // self.settings.period]
-        w[self.groups["slow"]] *= self._slow_signs[step // self.slow_period]
+        for rows, signs, period in (("fast", self._fast_signs, self.settings.period),
+                                    ("slow", self._slow_signs, self.slow_period)):
+            w[self.groups[rows]] *= signs.states(step // period, step // period)[0]
         return w
 
     def _block(self, b: int) -> tuple[np.ndarray, np.ndarray]:

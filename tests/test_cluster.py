@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from cluster.local import auth_env, cluster_pids, descendants, running, start_local_cluster, stop_local_cluster
+from cluster.ports import in_use, listener
 from sweeps.store import Store
 from tests.helpers import read_status_json, scores_in_process
 
@@ -283,14 +284,45 @@ def test_stopping_a_local_cluster_leaves_another_ray_running(tmp_path):
         mine = start_local_cluster(worker_nodes=0, port=6397, dashboard_port=8277, token_path=tmp_path / "token",
                                    temp_dir=Path(tempfile.mkdtemp(prefix="fade-ray-")), ports_from=23000)
         started = cluster_pids(mine.temp_dir)
+        client_server = listener(6398)  # Ray's client server: it names no folder, and its parent has exited
         assert len(daemons) == 2 and started and not started & cluster_pids(other_dir)
+        assert client_server is not None and client_server not in started
+        before = sorted(p.name for p in other_dir.iterdir())
+        for taken in (6395, 6397):  # the other Ray's GCS port; this project's own other cluster's
+            refused = _local_up("--port", str(taken), "--dashboard-port", "8279", "--ports-from", "26000")
+            assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+            assert re.match(rf"cluster.local up: port {taken} \(the GCS\) is held by pid \d+ \(gcs_server\); pick other "
+                            "ports: --port P", refused.stderr), refused.stderr
+        assert all(running(pid) for pid in daemons | started)  # both untouched: their processes and the folder
+        assert sorted(p.name for p in other_dir.iterdir()) == before
         stop_local_cluster(mine.temp_dir)
-        assert not any(running(pid) for pid in started)
+        assert not any(running(pid) for pid in started | {client_server})  # down stops exactly its own
+        assert not in_use(6398) and not in_use(6397)
         assert all(running(pid) for pid in daemons)  # the other Ray is untouched, its GCS still serving
         assert 6395 in {port for _, _, port in _listening(cluster_pids(other_dir))}
     finally:
         stop_local_cluster(other_dir)  # by its own PIDs
     assert not cluster_pids(other_dir)
+
+
+def _local_up(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "cluster.local", "up", *args], capture_output=True, text=True, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def test_local_up_on_a_port_another_process_holds_refuses_before_starting_anything():
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        folder = Path(tempfile.gettempdir()) / f"fade-local-ray-{port}"
+        refused = _local_up("--port", str(port), "--dashboard-port", str(port + 2), "--ports-from", "27000")
+        assert refused.returncode == 2 and refused.stderr == (
+            f"cluster.local up: port {port} (the GCS) is held by pid {os.getpid()} ({_name(os.getpid())}); pick other "
+            "ports: --port P (the GCS; the client server takes P+1), --dashboard-port D, --ports-from N (node i takes "
+            "N+1000i to N+1000i+999)\n")
+        assert not folder.exists()  # refused before its folder (or anything else) was made
+        other.getsockname()  # still ours, still open
 
 
 def _name(pid: int) -> str:

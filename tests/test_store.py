@@ -22,7 +22,7 @@ from sweeps.analysis import queries, summaries, tables
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
-from sweeps.store import Store, StoreError, StoreLocation, commit, manifests
+from sweeps.store import Store, StoreLocation, commit, manifests
 from sweeps.store import store as store_module
 from sweeps.store.holder import LOCK_FILE, StoreLocked, WriterLock
 from sweeps.store.lock import FileLock
@@ -673,18 +673,39 @@ def test_verify_finds_an_orphan_and_missing_runs(tmp_path, capsys):
     assert f"2 problems (1 method missing runs, 1 orphan); 1 pack, {2 * SEEDS} runs stored, 2 data files checked, {4 * SEEDS} runs missing" in out
 
 
-def test_a_truncated_committed_file_is_named_by_readers_and_set_aside_on_resume(full):
+def test_a_truncated_committed_file_is_left_out_by_readers_and_set_aside_on_resume(full, caplog):
     rel = Store.open(full).manifests[0].files["scores"].path
     victim = full / rel
     runs_before = Store.open(full).scan("scores").collect().height
     data = victim.read_bytes()
     victim.write_bytes(data[:100])
-    with pytest.raises(StoreError, match=rf"{victim.name}: 100 bytes, but its manifest recorded {len(data)} \(damaged\)"):
-        Store.open(full).scan("scores").collect()
+    store = Store.open(full)
+    assert [(f.path, f.why) for f in store.damaged_files] == [(rel, f"100 bytes, but its manifest recorded {len(data)} (damaged)")]
+    left = store.scan("scores").collect().height
+    assert 0 < left < runs_before  # the rest answers; that pack's rows are left out
+    assert store.scan("curves").collect().height == 2 * runs_before  # its curves file is whole: kept
     assert manifests.set_aside_damaged(StoreLocation.parse(full), Store.open(full).manifests) == [rel]
-    assert 0 < Store.open(full).scan("scores").collect().height < runs_before  # that pack is no longer committed
+    assert Store.open(full).scan("scores").collect().height == left  # that pack is no longer committed
     assert list((full / "history").glob("damaged-*.json")), "the manifest is kept, not lost"
     assert rel in Store.open(full).orphans()
+
+
+@pytest.mark.parametrize("kind", ["scores", "curves"])
+def test_table_report_and_status_answer_from_the_rest_with_a_line_naming_a_truncated_data_file(full, kind, capsys):
+    finished = {"sweep": "test", "state": "finished", "started_at": 1.0, "updated_at": 2.0, "run_steps_total": 1,
+                "trials": [], "driver_pid": None}
+    (full / "status.json").write_text(json.dumps(finished))
+    rel = Store.open(full).manifests[0].files[kind].path
+    (full / rel).write_bytes((full / rel).read_bytes()[:100])
+    repair = Store.open(full).resume_command()
+    footnote = f"fade-sweep: skipped 1 damaged data file ({full / rel}: 100 bytes, but its manifest recorded"
+    commands = [["table", str(full)], ["report", str(full), "--out", str(full.parent / "r.html")], ["status", str(full)]]
+    for command in commands:
+        capsys.readouterr()
+        assert main(command) == 0, command
+        err = capsys.readouterr().err
+        assert err.startswith(footnote) and err.rstrip().endswith(f"`{repair}` sets it aside and runs them again"), (command, err)
+    assert (full.parent / "r.html").exists()
 
 
 @pytest.mark.parametrize("typo", ["s3:/bucket/x", "s3:bucket", "gs:/b/p"])

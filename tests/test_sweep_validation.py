@@ -14,7 +14,7 @@ import yaml
 from sweeps.cli import main
 from sweeps.cli.parser import build_parser
 from sweeps.spec import SweepError, load_sweep, parse_sweep, preset_names
-from sweeps.spec.sweep import MAX_CURVE_ROWS, MAX_RUN_STEPS, MAX_RUNS
+from sweeps.spec.sweep import MAX_CURVE_ROWS, MAX_RUN_BINS, MAX_RUN_STEPS, MAX_RUNS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -275,13 +275,19 @@ def test_size_limits_are_checked_from_counts():
     with pytest.raises(SweepError, match=r"seeds: 3,000,000 seeds x 4 configs = 1\.2e7 runs"):
         parse_sweep(_sized(100, 10, list(range(3_000_000)), 4), "x")
     # exactly at a limit is fine, one more is not
-    assert parse_sweep(_sized(MAX_CURVE_ROWS, 1, 1, 1), "x").runs == 1
+    seeds = MAX_CURVE_ROWS // MAX_RUN_BINS
+    assert parse_sweep(_sized(MAX_RUN_BINS, 1, seeds, 1), "x").runs == seeds
     with pytest.raises(SweepError, match="curve rows"):
-        parse_sweep(_sized(MAX_CURVE_ROWS + 1, 1, 1, 1), "x")
-    assert parse_sweep(_sized(MAX_RUN_STEPS, 10**6, 1, 1), "x").run_steps == MAX_RUN_STEPS
+        parse_sweep(_sized(MAX_RUN_BINS, 1, seeds + 1, 1), "x")
+    assert parse_sweep(_sized(MAX_RUN_BINS * 10, 10, 1, 1), "x").runs == 1
+    one_run = ("x: task_settings.bin: 1.0e7 logged bins per run, more than the limit of 10,000,000 "
+               "(sweeps.spec.sweep.MAX_RUN_BINS: a pack keeps its runs' binned metrics in memory until it ends); use a larger bin")
+    with pytest.raises(SweepError, match="^" + re.escape(one_run)):
+        parse_sweep(_sized(MAX_RUN_BINS + 1, 1, 1, 1), "x")  # a run that cannot run: refused at load
+    assert parse_sweep(_sized(MAX_RUN_STEPS, 10**8, 1, 1), "x").run_steps == MAX_RUN_STEPS
     with pytest.raises(SweepError, match="run-steps"):
         parse_sweep(_sized(MAX_RUN_STEPS + 1, MAX_RUN_STEPS + 1, 1, 1), "x")  # one bin: a bin that divides the steps
-    assert MAX_RUNS == 10_000_000 and MAX_RUN_STEPS == 10**15 and MAX_CURVE_ROWS == 2_000_000_000
+    assert MAX_RUNS == 10_000_000 and MAX_RUN_STEPS == 10**15 and MAX_CURVE_ROWS == 2_000_000_000 and MAX_RUN_BINS == 10**7
 
 
 def test_weight_decay_range_depends_on_the_learner():

@@ -31,18 +31,29 @@ from sweeps.spec import Sweep
 from sweeps.store.location import StoreLocation, is_uri
 
 
+# Jobs live on a running cluster: no embedded Ray to fall back on (`run` is the command that runs here).
+JOBS_FIX = ("the cluster is unreachable: check the address (its dashboard, http://HOST:8265) and that the cluster is up "
+            "(`python -m cluster.local up` starts one on this machine); to run a sweep here instead, `fade-sweep run SWEEP`")
+
+
 def client(address: str | None) -> JobSubmissionClient:
     """A job client for the dashboard at `address` (http://HOST:8265), failing fast if unreachable."""
     if address:
         parsed = urlparse(address if "://" in address else f"http://{address}")
         if parsed.scheme not in ("http", "https") or not parsed.port:
             raise ClusterError(f"bad job address {address!r}: expected http://HOST:PORT (the dashboard, usually port 8265)")
-        check_reachable(f"{parsed.hostname}:{parsed.port}", what="Ray dashboard")
+        check_reachable(f"{parsed.hostname}:{parsed.port}", what="Ray dashboard", fix=JOBS_FIX)
         address = f"{parsed.scheme}://{parsed.hostname}:{parsed.port}"
     try:
         return JobSubmissionClient(address)
     except (ConnectionError, RuntimeError, ValueError) as err:
-        raise ClusterError(f"cannot reach the Ray job server at {address or '$RAY_ADDRESS'}: {err}") from None
+        where = address or os.environ.get("RAY_ADDRESS") or "this machine (no --address, RAY_ADDRESS unset)"
+        raise ClusterError(f"cannot reach the Ray job server at {where} ({err}); {JOBS_FIX}") from None
+
+
+def is_missing_job(err: RuntimeError) -> bool:
+    """Whether the job server's error says the job does not exist (HTTP 404), not that the request failed."""
+    return "status code 404" in str(err) or "does not exist" in str(err)
 
 
 def submit(sweep: Sweep, address: str, storage: str, run_args: list[str], pip: list[str] | None = None) -> str:

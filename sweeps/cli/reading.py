@@ -141,12 +141,19 @@ def cmd_status(args: argparse.Namespace) -> None:
         _results_status(args.target)
         return
     looks_like_path = args.target and ("/" in args.target or args.target.startswith((".", "~")))
-    if args.target and (looks_like_path or not (args.address or os.environ.get("RAY_ADDRESS"))):
+    on_a_cluster = args.address or os.environ.get("RAY_ADDRESS")
+    if args.target and (looks_like_path or not on_a_cluster):
         raise UserError(f"{args.target}: no such results folder (give STORAGE/<sweep name>; a job id needs --address)")
+    if not args.target and not on_a_cluster:
+        raise UserError("status of what? give a results folder (fade-sweep status STORAGE/<sweep name>), or --address "
+                        "HTTP://HOST:PORT to list the sweeps submitted to a cluster")
+    from cluster.errors import ClusterError
     from sweeps.cli import jobs
 
     try:
         rows = jobs.status(args.address, args.target)
+    except ClusterError as err:  # unreachable: its own line, with what to do
+        raise UserError(str(err)) from None
     except RuntimeError as err:  # the job server's 404 and friends
         raise UserError(f"{args.target}: neither a results directory nor a job of this cluster ({err})") from None
     for job_id, state, sweep in rows:

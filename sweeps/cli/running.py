@@ -284,9 +284,14 @@ def cmd_submit(args: argparse.Namespace) -> None:
 
 
 def cmd_logs(args: argparse.Namespace) -> None:
+    from cluster.errors import ClusterError
     from sweeps.cli import jobs
 
     try:
         jobs.logs(args.address, args.job_id, args.follow, write=print)
+    except ClusterError as err:  # unreachable: nothing is known of the job
+        raise UserError(str(err)) from None
     except RuntimeError as err:
-        raise UserError(f"{args.job_id}: no such job on this cluster ({err})") from None
+        if jobs.is_missing_job(err):
+            raise UserError(f"{args.job_id}: no such job on this cluster ({err})") from None
+        raise UserError(f"{args.job_id}: the cluster's job server did not answer the request ({err})") from None

@@ -111,11 +111,12 @@ def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored
         + (f" ({stored:,} runs already in the store)" if stored else "") + "; "
         f"each pack asks for {resources.cpus:g} CPU" + (f", neural packs also {resources.gpus:g} GPU" if gpu else "")
         + f"; {plan.slots} CPU packs at once" + (f", {plan.gpu_slots} GPU packs at once" if gpu else ""),
-        f"{'task':<16} {'settings':<24} {'optimizer':<10} {'packs':>5} {'runs/pack':>10} {'run-steps':>10} "
-        f"{'calibrated' if plan.calibrated else 'rate (cost table)':>22} {'time':>9}",
     ]
-    lines += [f"{r.task:<16} {r.settings:<24} {r.optimizer:<10} {r.packs:>5} {r.runs_per_pack:>10} {r.run_steps:>10.2e} "
-              f"{format_rate(r.rate) + ' ' + r.device:>22} {r.run_steps / r.rate:>8.0f}s" for r in plan.rows]
+    header = ("task", "settings", "optimizer", "packs", "runs/pack", "run-steps",
+              "calibrated" if plan.calibrated else "rate (cost table)", "time")
+    cells = [(r.task, r.settings, r.optimizer, str(r.packs), str(r.runs_per_pack), f"{r.run_steps:.2e}",
+              f"{format_rate(r.rate)} {r.device}", f"{r.run_steps / r.rate:.0f}s") for r in plan.rows]
+    lines += aligned([header, *cells], left=3)
     wall = plan.wall_seconds
     note = (" GPU packs were calibrated on the CPU (no GPU on this machine): run the dry run where the GPUs are for "
             "their GPU time." if plan.gpu_on_cpu else "")
@@ -134,6 +135,14 @@ def race_bounds_text(bounds: RaceBounds, full_run_steps: int) -> str:
             f"({100 * bounds.best_run_steps / full_run_steps:.0f}% of the full grid's) if each method's best is alone "
             f"after round 1, up to {bounds.worst_seconds:.0f} s and {bounds.worst_run_steps:.3e} run-steps if nothing "
             "is eliminated; each method's rounds follow one another, the methods side by side on the slots.")
+
+
+def aligned(rows: Sequence[Sequence[str]], left: int) -> list[str]:
+    """Rows of cells as lines of columns as wide as their widest cell: the first `left` columns (text) to the
+    left, the rest (numbers) to the right."""
+    widths = [max(map(len, column)) for column in zip(*rows)]
+    return [" ".join(c.ljust(w) if i < left else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+            for row in rows]
 
 
 LOADED = 1.0  # load average per CPU above which the machine counts as loaded

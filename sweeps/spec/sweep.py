@@ -26,6 +26,7 @@ from tasks import TASKS
 MAX_RUNS = 10_000_000  # (config, seed) pairs: rows of scores/, and per-run state in the planner
 MAX_RUN_STEPS = 10**15  # runs x steps: about a year of a large cluster
 MAX_CURVE_ROWS = 2_000_000_000  # runs x logged bins: rows of curves/
+MAX_RUN_BINS = 10_000_000  # logged bins of one run: a pack holds its runs' binned metrics in memory until it ends
 CURVE_ROW_BYTES = 100  # rough size of one curves/ row (keys, step, binned metrics), for messages
 
 _REPR = reprlib.Repr()
@@ -133,7 +134,8 @@ def _sci(number: float, digits: int = 1) -> str:
 
 
 def size_problem(experiments: list[Experiment], seed_count: int) -> tuple[str, str] | None:
-    """(key, problem) if the sweep is beyond MAX_RUNS / MAX_RUN_STEPS / MAX_CURVE_ROWS, from counts alone."""
+    """(key, problem) if the sweep is beyond MAX_RUNS / MAX_RUN_STEPS / MAX_CURVE_ROWS / MAX_RUN_BINS, from counts
+    alone."""
     configs = sum(e.size for e in experiments)
     runs = configs * seed_count
     sizes = f"{seed_count:,} seed{'s' if seed_count != 1 else ''} x {configs:,} config{'s' if configs != 1 else ''}"
@@ -152,4 +154,9 @@ def size_problem(experiments: list[Experiment], seed_count: int) -> tuple[str, s
                 f"{sizes} x bins = {_sci(rows)} curve rows (about {rows * CURVE_ROW_BYTES / 1e9:,.0f} GB in the store), "
                 f"more than the limit of {MAX_CURVE_ROWS:,} rows (sweeps.spec.sweep.MAX_CURVE_ROWS); "
                 "use a larger bin, or fewer steps, seeds or configs")
+    bins = max(math.ceil(e.settings.steps / e.settings.bin) for e in experiments)
+    if bins > MAX_RUN_BINS:
+        return ("task_settings.bin",
+                f"{_sci(bins)} logged bins per run, more than the limit of {MAX_RUN_BINS:,} (sweeps.spec.sweep.MAX_RUN_BINS: "
+                "a pack keeps its runs' binned metrics in memory until it ends); use a larger bin")
     return None

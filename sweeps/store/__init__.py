@@ -13,7 +13,6 @@ from fade_core._lazy import lazy_exports
 
 _EXPORTS = {
     "Store": "sweeps.store.store",
-    "StoreError": "sweeps.store.manifests",
     "RecordError": "sweeps.store.records",
     "StorageError": "sweeps.store.location",
     "StoreLocation": "sweeps.store.location",

@@ -39,7 +39,7 @@ from fade_core.linear import LINEAR_LEARNERS
 from fade_core.neural import NEURAL_LEARNERS
 from sweeps.spec import TUNING, Experiment, Pack, Sweep
 from sweeps.store.location import StoreLocation
-from sweeps.store.manifests import MANIFESTS, Selection, StoreError, damage
+from sweeps.store.manifests import Selection
 from sweeps.store.records import PARTITIONS, Manifest
 from tasks import TASKS
 
@@ -93,14 +93,8 @@ def _scan(location: StoreLocation, manifests: list[Manifest], kind: str) -> list
     store's filesystem, so the same credentials chain and endpoint)."""
     by_task: dict[tuple[str, bool, str], list[str]] = {}
     for m in manifests:
-        rel = m.files[kind].path
-        if why := damage(location, m, kind):
-            raise StoreError(
-                f"{location.url(rel)}: {why} ({MANIFESTS}/{m.name}); run `fade-sweep verify {location}`, and "
-                "`fade-sweep run ... --resume` to set the damaged pack aside and run it again"
-            )
         own = "" if m.optimizer in BUILT_IN else m.optimizer  # a researcher's learner: columns of its own
-        by_task.setdefault((m.task, m.stage is None, own), []).append(rel)
+        by_task.setdefault((m.task, m.stage is None, own), []).append(m.files[kind].path)
     frames = {key: location.scan_parquet(rels, PARTITIONS) for key, rels in by_task.items()}
     return [frame.with_columns(pl.lit(TUNING).alias(STAGE)) if legacy else frame
             for (_, legacy, _), frame in frames.items()]

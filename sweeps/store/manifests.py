@@ -23,17 +23,14 @@ bookkeeping read manifests without loading the Parquet stack.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 from sweeps.store.location import Entry, StoreLocation
 from sweeps.store.records import KINDS, Manifest, RecordError, parse_record
 
 MANIFESTS = "manifests"
-
-
-class StoreError(RuntimeError):
-    """A store that cannot be read as it is (a damaged manifest or data file); `fade-sweep verify` says more."""
 
 
 # ---------------------------------------------------------------- reading
@@ -83,6 +80,14 @@ def read_manifests(location: StoreLocation) -> ManifestsRead:
 def runs_of(manifests: list[Manifest]) -> set[tuple[str, int]]:
     """(config_id, seed) of every run these manifests commit."""
     return {pair for m in manifests for pair in m.pairs()}
+
+
+def damaged_files_notice(location: StoreLocation, files: list[DamagedFile], repair: str) -> str:
+    """The readers' line about damaged data files: the first named, and the command that repairs them."""
+    many = len(files) > 1
+    return (f"skipped {len(files)} damaged data file{'s' if many else ''} ({location.url(files[0].path)}: {files[0].why}"
+            f"{', ...' if many else ''}): the runs of {'their packs' if many else 'its pack'} are left out; `{repair}` "
+            f"sets {'them' if many else 'it'} aside and runs them again")
 
 
 # ---------------------------------------------------------------- the driver's upkeep (under the writer lock)
@@ -159,6 +164,28 @@ class Selection:
     @property
     def runs(self) -> int:
         return sum(len(m.configs) * len(m.seeds) for m in self.whole) + sum(len(k) for _, k in self.partial)
+
+    def without(self, names: set[str]) -> Selection:
+        """This selection less the manifests named (a damaged data file: their rows are left out)."""
+        return replace(self, whole=tuple(m for m in self.whole if m.name not in names),
+                       partial=tuple((m, keep) for m, keep in self.partial if m.name not in names))
+
+
+@dataclass(frozen=True)
+class DamagedFile:
+    """A committed data file whose size is not its manifest's: readers leave its rows out."""
+
+    manifest: str  # the manifest's name
+    kind: str  # scores or curves
+    path: str  # relative to the store
+    why: str
+
+
+def damaged_files(location: StoreLocation, manifests: Iterable[Manifest]) -> list[DamagedFile]:
+    """The data files of `manifests` that are missing or of another size than recorded (a stat each; a
+    same-size change needs `fade-sweep verify`'s hash)."""
+    return [DamagedFile(m.name, kind, m.files[kind].path, why) for m in manifests for kind in KINDS
+            if (why := damage(location, m, kind))]
 
 
 def select(manifests: list[Manifest], wanted: frozenset[tuple[str, int]] | None = None) -> Selection:

@@ -34,7 +34,8 @@ from typing import TYPE_CHECKING, Literal
 from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep, SweepError
 from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
-from sweeps.store.manifests import Damaged, ManifestsRead, Selection, manifest_entries, read_manifests, runs_of, select
+from sweeps.store.manifests import Damaged, DamagedFile, ManifestsRead, Selection, damaged_files, damaged_files_notice
+from sweeps.store.manifests import manifest_entries, read_manifests, runs_of, select
 from sweeps.store.race import race_damage, read_race, wanted_pairs, was_raced
 from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
 from sweeps.store.records import (
@@ -59,7 +60,8 @@ if TYPE_CHECKING:
 
 Kind = Literal["scores", "curves"]
 log = logging.getLogger(__name__)
-_READ_ONCE = ("_manifests_read", "manifests", "damaged_manifests", "sweep", "record", "confirmation", "race")  # cached
+_READ_ONCE = ("_manifests_read", "manifests", "damaged_manifests", "damaged_files", "sweep", "record", "confirmation",
+              "race")  # cached
 
 
 class Store:
@@ -132,6 +134,12 @@ class Store:
         """Manifests that cannot be read: their runs count as missing until `run --resume` sets them aside."""
         return self._manifests_read.damaged
 
+    @cached_property
+    def damaged_files(self) -> list[DamagedFile]:
+        """The data files readers would read whose size is not their manifest's: left out of every frame
+        (their runs count as missing) until `run --resume` sets their packs aside and runs them again."""
+        return damaged_files(self.location, (m for stage in STAGES for m in self._current(stage)))
+
     def damage_notice(self) -> str | None:
         """One line for readers, who answer from the rest: the damaged records they skipped and the
         command that repairs them (None: nothing damaged)."""
@@ -150,6 +158,8 @@ class Store:
             what = f"{len(bad)} damaged manifest{'s' if many else ''} ({bad[0].reason}{', ...' if many else ''})"
             parts.append(f"skipped {what}: {'their' if len(bad) > 1 else 'its'} runs count as missing; "
                          f"`{self.resume_command()}` sets {'them' if len(bad) > 1 else 'it'} aside and runs them again")
+        if self.damaged_files:
+            parts.append(damaged_files_notice(self.location, self.damaged_files, self.resume_command()))
         records = ((lambda: self.record, f"`{self.resume_command()}` writes it anew"),
                    (self.status, "the next run that runs packs writes it anew"),
                    (lambda: self.confirmation, f"`fade-sweep confirm {self.location} --seeds N` records it again"))
@@ -262,7 +272,8 @@ class Store:
         optimizer (the hive partitions) first. FileNotFoundError when there are none."""
         from sweeps.store.dataset import scan_selection  # polars: with the first frame
 
-        frame = scan_selection(self.location, self.selection(all_runs, stage), kind)
+        damaged = {f.manifest for f in self.damaged_files if f.kind == kind}
+        frame = scan_selection(self.location, self.selection(all_runs, stage).without(damaged), kind)
         if frame is None:
             hint = "run a sweep first (`fade-sweep run ...`)" if stage == TUNING else "run `fade-sweep confirm` first"
             raise FileNotFoundError(f"no {stage} {kind} in {self.location}: {hint}")
