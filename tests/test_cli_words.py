@@ -57,7 +57,7 @@ def test_the_dry_run_s_plan_table_is_aligned_whatever_the_names(capsys):
     cells = [("linear_tracking", "noise=1.0", "fade_idbd", "12", "10", "2.00e+09", f"{format_rate(3.5e6)} CPU", "571s"),
              ("emnist_partial_permuted", "stable_classes=24, period=2500", "fade_sgd_all", "1", "5", "2.50e+10",
               f"{format_rate(812.0)} GPU", "30788177s")]
-    names = ("task", "settings", "optimizer", "packs", "runs/pack", "run-steps", "calibrated", "time")
+    names = ("task", "settings", "optimizer", "packs", "runs/pack", "run-steps", "rate (cost table)", "time")
     for line, row in zip(lines, cells):
         for i, (name, cell) in enumerate(zip(names, row)):
             if i < 3:  # text: starts where its header starts
