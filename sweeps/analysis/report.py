@@ -26,7 +26,8 @@ import plotly.io as pio
 import polars as pl
 from plotly.offline import get_plotlyjs
 
-from sweeps.analysis import figures, grid_figures, page, queries, tables
+from sweeps.analysis import figures, grid_figures, live, page, queries, tables
+from sweeps.analysis.completeness import ANCHOR, completeness_html
 from sweeps.analysis.confirm import confirmation_section
 from sweeps.analysis.importance import importance_table, unstable_cells
 from sweeps.analysis.queries import Analysis
@@ -135,11 +136,13 @@ def provenance(store: Store) -> page.Provenance:
 
 
 def write_report(store: Store, out: StoreLocation, images: Path | None = None,
-                 stat: str = "mean") -> list[tuple[str, go.Figure]]:
+                 stat: str = "mean", live_every: float | None = None) -> list[tuple[str, go.Figure]]:
     """Write the self-contained HTML report of `store` to `out` (a file's location: a local path or
-    an object) and then PNGs into `images` if given (NoImages, after the HTML is written, without
-    kaleido); returns the figures. `stat` (mean, median, iqm)
-    selects the configurations and is shown. Everything is read through `store`, once."""
+    an object; written atomically) and then PNGs into `images` if given (NoImages, after the HTML is
+    written, without kaleido); returns the figures. `stat` (mean, median, iqm)
+    selects the configurations and is shown. Everything is read through `store`, once.
+    `live_every`: the page is a live report of a sweep still running (live.py), reloading itself
+    every that many seconds; otherwise it is the static report."""
     location = store.location
     analysis = Analysis.of(store, stat)
     built = build_figures(analysis, store.scan("curves"))
@@ -157,7 +160,9 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
     fixed = {}
     for key, group in best.filter(pl.col("status") == "ok").group_by(variant_cols, maintain_order=True):
         fixed.update(figures.counterparts(group, cells, dict(zip(variant_cols, key))))
+    missing = completeness_html(analysis)  # an unfinished sweep: what is in, what is missing
     summary = [
+        *([(ANCHOR, "What is in so far", missing)] if missing else []),
         ("answer", "The answer", page.answer(best, variant_cols, stat, fixed) + chosen),
         ("best", "Best configurations", tables.table_text(analysis, "best", "html")),
         ("how-sure", "How sure are we?", "".join(f"<h3>{escape(title)}</h3>{html}" for title, html in sure_tables)),
@@ -169,7 +174,8 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
              ("sensitivity", "Sensitivity", tables.table_text(analysis, "sensitivity", "html")),
              ("importance", "Hyperparameter importance", tables.table_text(analysis, "importance", "html")),
              ("configurations", "All configurations", page.configurations_table(cells, variant_cols, stat, unstable))]
-    html = page.page(f"FADE sweep report: {location.name}", summary, drawn, after, get_plotlyjs())
+    head, banner = live.live_parts(live_every) if live_every else ("", "")
+    html = page.page(f"FADE sweep report: {location.name}", summary, drawn, after, get_plotlyjs(), head, banner)
     out.parent.write_bytes(out.name, html.encode("utf-8"))
     if images is not None:  # after the HTML: without kaleido the report is still written
         export_images(built, images)

@@ -12,6 +12,7 @@ from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
 DESCRIPTION = "`fade-sweep`: run sweeps on Ray Tune (locally or on a cluster), follow them, print tables and reports."
 BAD_INPUT, FAILURE, INTERRUPTED = 2, 1, 130
+LIVE_REPORT_SECONDS = 10.0  # `run --report-every`'s default
 
 
 class UserError(Exception):
@@ -92,7 +93,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "sweep's seeds at most, alpha 0.05)")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--table-format", choices=("md", "latex", "csv"), default="md", help="format of the closing table")
-    run.add_argument("--no-report", action="store_true", help="skip writing RESULTS_DIR/report.html at the end")
+    run.add_argument("--no-report", action="store_true",
+                     help="write no RESULTS_DIR/report.html: neither the live one while packs land nor the final one")
+    run.add_argument("--report-every", type=_positive_float, default=LIVE_REPORT_SECONDS, metavar="SECONDS",
+                     help=f"rewrite the live report at most every SECONDS as packs land (default: {LIVE_REPORT_SECONDS:g}; "
+                          "longer where a rewrite takes more than 2%% of a core)")
 
     submit = commands.add_parser("submit", help="submit a sweep to a running Ray cluster as a Ray Job")
     submit.add_argument("sweep", help="a sweep YAML file or a preset name")
@@ -135,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     report = commands.add_parser("report", help="write the figures and tables as one offline HTML file")
     report.add_argument("results_dir", help="STORAGE/<sweep name>")
-    report.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
+    report.add_argument("--out", help="HTML file to write, a path or URI (default: RESULTS_DIR/report.html)")
     report.add_argument("--images", help="also write a PNG per figure into this folder (needs kaleido)")
 
     verify = commands.add_parser("verify", help="check a results store: schema, duplicates, orphans, corrupt files, missing runs")

@@ -55,7 +55,7 @@ def cmd_report(args: argparse.Namespace) -> int | None:
     from sweeps.store import StoreLocation
 
     store = open_results(args.results_dir)
-    out = StoreLocation.parse(args.out)
+    out = StoreLocation.parse(args.out) if args.out else store.location / "report.html"
     shown = out.absolute()
     try:
         figures = write_report(store, out, Path(args.images) if args.images else None)

@@ -21,6 +21,7 @@ from sweeps.spec import TUNING, Pack, PackResources, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
 from sweeps.store.store import Store
+from sweeps.tune.live_report import live_reports
 from sweeps.tune.metrics import gauge_start
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
@@ -50,7 +51,7 @@ def pack_placement(packs: dict[str, Pack], resources: PackResources):
     return request
 
 
-def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions, progress: SweepProgress) -> tune.RunConfig:
+def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions, callbacks: list) -> tune.RunConfig:
     # We snapshot the experiment at each checkpoint on purpose (see below); Tune warns about it.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Tune writes its experiment and the checkpoints beside the results: a local path, or the
@@ -61,7 +62,7 @@ def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions
         storage_path=storage_path,
         storage_filesystem=storage_filesystem,
         verbose=0,
-        callbacks=[progress],
+        callbacks=callbacks,
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
         # Keep only the newest checkpoint of each trial: what a retry, or a resumed sweep, continues from.
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
@@ -150,17 +151,20 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
     label = sweep.name if stage == TUNING else f"{sweep.name} ({stage})"
     progress = SweepProgress(label, packs, results_dir, finished=earlier, display=options.display,
                              gauges=gauge_start(sweep, store, stage))
+    live = live_reports(results_dir, options)  # RESULTS_DIR/report.html as packs land
     grid = None
     try:
         tuner = tune.Tuner(
             _trainable(by_id, results_dir, store.writer, options, resources, resume_from),
             param_space={"pack_id": tune.grid_search(list(by_id))},
             tune_config=tune.TuneConfig(reuse_actors=True),
-            run_config=_run_config(name, results_dir, options, progress),
+            run_config=_run_config(name, results_dir, options, [progress, *live]),
         )
         grid = tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
         pass
+    for report in live:  # a live page still being written lands before whatever the command writes next
+        report.close()
     done = store.reopened().finished_runs(stage)  # what the trials committed
     written = {p.pack_id for p in [*earlier, *packs] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
     failed = [] if grid is None else [r.config.get("pack_id") for r in grid if r.error and r.config.get("pack_id") not in written]
