@@ -108,7 +108,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit.epilog = "More `fade-sweep run` options for the job go after --, e.g. -- --resume --runs-per-pack 200"
 
     status = commands.add_parser("status", help="status of a results directory, or of a submitted job")
-    status.add_argument("target", nargs="?", help="RESULTS_DIR, or a job id (with --address); none: list jobs")
+    status.add_argument("target", nargs="?",
+                        help="RESULTS_DIR; STORAGE (lists its sweeps); a job id (with --address); none: list jobs")
+    status.add_argument("--watch", action="store_true",
+                        help="redraw the status until the sweep ends (lines when not on a terminal); Ctrl-C stops only the watching")
+    status.add_argument("--every", type=_positive_float, default=2.0, metavar="SECONDS",
+                        help="--watch: seconds between redraws (default: 2)")
     status.add_argument("--address", help="the cluster's job server, http://HEAD:8265 (default: $RAY_ADDRESS)")
 
     logs = commands.add_parser("logs", help="print a submitted job's logs")

@@ -138,8 +138,14 @@ def cmd_status(args: argparse.Namespace) -> None:
     from sweeps.store.uris import is_uri
 
     if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
-        _results_status(args.target)
+        from sweeps.cli.listing import status_view, watch
+
+        view = status_view(args.target, _results_status)  # a storage: its sweeps listed; a results folder: its status
+        watch(view, args.every) if args.watch else view()
         return
+    if args.watch:
+        raise UserError("--watch follows a results folder or a storage (STORAGE or STORAGE/<sweep name>); "
+                        "follow a job with `fade-sweep logs JOB --follow`")
     looks_like_path = args.target and ("/" in args.target or args.target.startswith((".", "~")))
     if args.target and (looks_like_path or not (args.address or os.environ.get("RAY_ADDRESS"))):
         raise UserError(f"{args.target}: no such results folder (give STORAGE/<sweep name>; a job id needs --address)")
