@@ -88,7 +88,8 @@ def config_curves(curves: pl.LazyFrame, config_id: str) -> pl.LazyFrame:
 
 def variant_columns(frame: pl.LazyFrame) -> list[str]:
     """The task and its settings: what separates one table from another (e.g. noise level)."""
-    known = {"optimizer", "config_id", "step", *HYPERPARAMETER_COLUMNS, *PER_RUN, *CELL_STATS, STAGE, *RACE_COLUMNS}
+    known = {"optimizer", "config_id", "step", *HYPERPARAMETER_COLUMNS, *PER_RUN, *CELL_STATS, STAGE, *RACE_COLUMNS,
+             "sweep"}  # sweeps compared (across.py): each row's sweep, not a setting
     return [c for c in frame.collect_schema().names() if c not in known]
 
 

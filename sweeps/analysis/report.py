@@ -16,7 +16,7 @@ store of tens of millions of curve rows reports in seconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
 from typing import TypeVar
@@ -27,11 +27,11 @@ import polars as pl
 from plotly.offline import get_plotlyjs
 
 from sweeps.analysis import figures, grid_figures, live, page, queries, tables
+from sweeps.analysis.across import report_frames
 from sweeps.analysis.completeness import ANCHOR, completeness_html
 from sweeps.analysis.confirm import confirmation_section
 from sweeps.analysis.importance import importance_table, unstable_cells
 from sweeps.analysis.queries import Analysis
-from sweeps.spec import CONFIRMATION
 from sweeps.store import Store, StoreLocation
 from sweeps.store.record import SWEEP_RECORD
 from sweeps.store.records import RecordError
@@ -135,20 +135,18 @@ def provenance(store: Store) -> page.Provenance:
     )
 
 
-def write_report(store: Store, out: StoreLocation, images: Path | None = None,
+def write_report(store: Store | Sequence[Store], out: StoreLocation, images: Path | None = None,
                  stat: str = "mean", live_every: float | None = None) -> list[tuple[str, go.Figure]]:
-    """Write the self-contained HTML report of `store` to `out` (a file's location: a local path or
-    an object; written atomically) and then PNGs into `images` if given (NoImages, after the HTML is
-    written, without kaleido); returns the figures. `stat` (mean, median, iqm)
-    selects the configurations and is shown. Everything is read through `store`, once.
-    `live_every`: the page is a live report of a sweep still running (live.py), reloading itself
-    every that many seconds; otherwise it is the static report."""
-    location = store.location
-    analysis = Analysis.of(store, stat)
-    built = build_figures(analysis, store.scan("curves"))
-    confirmed = _readable(lambda: store.selection(stage=CONFIRMATION).runs)  # "How sure are we?" (confirm.py)
-    sure_tables, sure_figures = confirmation_section(
-        analysis.scores, store.scan("scores", stage=CONFIRMATION) if confirmed else None, stat)
+    """Write the self-contained HTML report of `store` (or of several sweeps of the same task settings,
+    compared: across.py) to `out` (a file's location: a local path or an object; written atomically) and
+    then PNGs into `images` if given (NoImages, after the HTML is written, without kaleido); returns the
+    figures. `stat` (mean, median, iqm) selects the configurations and is shown. Everything is read
+    through the stores, once. `live_every`: the page is a live report of a sweep still running (live.py),
+    reloading itself every that many seconds; otherwise it is the static report."""
+    stores = [store] if isinstance(store, Store) else list(store)
+    analysis, curves, confirmation = report_frames(stores, stat)
+    built = build_figures(analysis, curves)
+    sure_tables, sure_figures = confirmation_section(analysis.scores, confirmation, stat)  # "How sure are we?"
     built.extend(sure_figures)
     variant_cols = analysis.variant
     best = tables.best_table(analysis)
@@ -166,7 +164,7 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
         ("answer", "The answer", page.answer(best, variant_cols, stat, fixed) + chosen),
         ("best", "Best configurations", tables.table_text(analysis, "best", "html")),
         ("how-sure", "How sure are we?", "".join(f"<h3>{escape(title)}</h3>{html}" for title, html in sure_tables)),
-        ("provenance", "Where these numbers come from", page.provenance_html(provenance(store))),
+        ("provenance", "Where these numbers come from", _provenances(stores)),
     ]
     drawn = [(kind, _plain_title(fig), pio.to_html(fig, include_plotlyjs=False, full_html=False, default_width="100%",
                                                    default_height="560px")) for kind, fig in built]
@@ -175,11 +173,19 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
              ("importance", "Hyperparameter importance", tables.table_text(analysis, "importance", "html")),
              ("configurations", "All configurations", page.configurations_table(cells, variant_cols, stat, unstable))]
     head, banner = live.live_parts(live_every) if live_every else ("", "")
-    html = page.page(f"FADE sweep report: {location.name}", summary, drawn, after, get_plotlyjs(), head, banner)
+    title = f"FADE sweep report: {stores[0].location.name}" if len(stores) == 1 else \
+        f"FADE sweeps compared: {', '.join(s.location.name for s in stores)}"
+    html = page.page(title, summary, drawn, after, get_plotlyjs(), head, banner)
     out.parent.write_bytes(out.name, html.encode("utf-8"))
     if images is not None:  # after the HTML: without kaleido the report is still written
         export_images(built, images)
     return built
+
+
+def _provenances(stores: list[Store]) -> str:
+    if len(stores) == 1:
+        return page.provenance_html(provenance(stores[0]))
+    return "".join(f"<h3>{escape(s.location.name)}</h3>{page.provenance_html(provenance(s))}" for s in stores)
 
 
 class NoImages(RuntimeError):

@@ -114,7 +114,8 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
     from the results themselves. Cells are ranked on the analysis' statistic.
     """
     variant, stat = analysis.variant, analysis.stat
-    keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda"]
+    across = [c for c in ("sweep",) if c in analysis.cells.columns]  # sweeps compared: each cell's (across.py)
+    keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda", *across]
     raced = [c for c in queries.RACE_COLUMNS if c in analysis.cells.columns]  # a raced sweep: still in, or out when
     values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds",
               *raced]
@@ -168,7 +169,7 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
                 dict(zip(variant, variant_values)),
                 optimizer,
                 alpha,
-                full.select(*_SENSITIVITY_COLUMNS, *raced),
+                full.select(*_SENSITIVITY_COLUMNS, *raced, *across),
                 stat,
                 int(full["within_5pct"].sum()),
                 ok.height,

@@ -124,7 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("presets", help="list the shipped sweeps with their size")
 
     table = commands.add_parser("table", help="print a table from a results directory")
-    table.add_argument("results_dir", help="STORAGE/<sweep name>")
+    table.add_argument("results_dir", nargs="+",
+                       help="STORAGE/<sweep name>; several: sweeps of the same task settings compared (a method in "
+                            "more than one is labelled by its sweep)")
     table.add_argument("--kind", choices=(*TABLES, "confirm", "robustness"), default="best",
                        help="best configuration per method, sensitivity grids, paired comparison of methods, "
                             "hyperparameter importance, confirmation on fresh seeds, sensitivity across settings (default: best)")
@@ -144,8 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
                          help="statistic over the tuning seeds that selects the configuration to confirm (default: mean)")
 
     report = commands.add_parser("report", help="write the figures and tables as one offline HTML file")
-    report.add_argument("results_dir", help="STORAGE/<sweep name>")
-    report.add_argument("--out", help="HTML file to write, a path or URI (default: RESULTS_DIR/report.html)")
+    report.add_argument("results_dir", nargs="+", help="STORAGE/<sweep name>; several: sweeps of the same task settings compared")
+    report.add_argument("--out", help="HTML file to write, a path or URI (default: RESULTS_DIR/report.html; of several "
+                                      "sweeps: STORAGE/report-A+B.html beside the first)")
     report.add_argument("--images", help="also write a PNG per figure into this folder (needs kaleido)")
 
     verify = commands.add_parser("verify", help="check a results store: schema, duplicates, orphans, corrupt files, missing runs")
