@@ -40,6 +40,7 @@ from sweeps.spec.engines import check_engines
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
+from sweeps.tune.grafana import dashboard_hint
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
 from sweeps.tune.racing import run_race
@@ -103,6 +104,7 @@ def dashboard_notice(url: str) -> list[str]:
         "  there: Jobs > this driver > its Tune trials, one per pack (run_steps_done, fraction_done, mean_loss); "
         "Metrics: the fade_sweep_* gauges (run-steps, rate, best score per experiment) once Prometheus and "
         "Grafana run (README, 'The dashboard')",
+        dashboard_hint(),
     ]
 
 
