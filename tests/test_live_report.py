@@ -123,3 +123,18 @@ def test_the_live_page_reloads_and_says_so():
 
     head, banner = live_parts(10.0)
     assert "setTimeout" in head and "10000" in head and is_live(banner) and "reloads itself every 10 s" in banner
+
+
+def test_no_report_turns_the_live_report_off_too():
+    from sweeps.cli.parser import build_parser
+    from sweeps.cli.running import _execution_options
+    from sweeps.spec import resolve_sweep
+    from sweeps.store import StoreLocation
+    from sweeps.tune.live_report import live_reports
+
+    parser, sweep, where = build_parser(), resolve_sweep("linear-demo"), StoreLocation.parse("results/x")
+    with_report = _execution_options(parser.parse_args(["run", "linear-demo", "--report-every", "20"]), sweep)
+    (callback,) = live_reports(where, with_report)
+    assert with_report.report_every == callback.every == 20.0
+    without = _execution_options(parser.parse_args(["run", "linear-demo", "--no-report"]), sweep)
+    assert without.report_every is None and live_reports(where, without) == []
