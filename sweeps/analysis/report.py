@@ -140,9 +140,20 @@ def write_report(store: Store | Sequence[Store], out: StoreLocation, images: Pat
     """Write the self-contained HTML report of `store` (or of several sweeps of the same task settings,
     compared: across.py) to `out` (a file's location: a local path or an object; written atomically) and
     then PNGs into `images` if given (NoImages, after the HTML is written, without kaleido); returns the
-    figures. `stat` (mean, median, iqm) selects the configurations and is shown. Everything is read
-    through the stores, once. `live_every`: the page is a live report of a sweep still running (live.py),
-    reloading itself every that many seconds; otherwise it is the static report."""
+    figures. `stat` (mean, median, iqm) selects the configurations and is shown. `live_every`: see
+    `report_page`."""
+    html, built = report_page(store, stat, live_every)
+    out.parent.write_bytes(out.name, html.encode("utf-8"))
+    if images is not None:  # after the HTML: without kaleido the report is still written
+        export_images(built, images)
+    return built
+
+
+def report_page(store: Store | Sequence[Store], stat: str = "mean",
+                live_every: float | None = None) -> tuple[str, list[tuple[str, go.Figure]]]:
+    """The report's HTML and its figures. Everything is read through the stores, once. `live_every`: the
+    page is a live report of a sweep still running (live.py), reloading itself every that many seconds;
+    otherwise it is the static report."""
     stores = [store] if isinstance(store, Store) else list(store)
     analysis, curves, confirmation = report_frames(stores, stat)
     built = build_figures(analysis, curves)
@@ -176,10 +187,7 @@ def write_report(store: Store | Sequence[Store], out: StoreLocation, images: Pat
     title = f"FADE sweep report: {stores[0].location.name}" if len(stores) == 1 else \
         f"FADE sweeps compared: {', '.join(s.location.name for s in stores)}"
     html = page.page(title, summary, drawn, after, get_plotlyjs(), head, banner)
-    out.parent.write_bytes(out.name, html.encode("utf-8"))
-    if images is not None:  # after the HTML: without kaleido the report is still written
-        export_images(built, images)
-    return built
+    return html, built
 
 
 def _provenances(stores: list[Store]) -> str:

@@ -2,33 +2,34 @@
 
 A Tune callback in the driver (never in the workers: a pack's hot loop does not know of it).
 When a pack is written it marks the report due (not the experiment's last pack: the final
-report follows); the report is then written at once for the first pack of the experiment and
-afterwards at most every `ExecutionOptions.report_every` seconds, on a thread of the driver, so
-Tune's event loop never waits for it. Its cost is kept under BUDGET of one core: after a write
-that took c seconds of the driver's CPU, the next comes no sooner than c / BUDGET seconds later;
-on Linux the thread runs at nice NICE, so on a full machine the packs' processes come first.
-Each write reads the store afresh (what the trainables committed) and replaces the page
-atomically (StoreLocation.write_bytes), so a browser never reads half a page. When the
-experiment ends no further live page is started and the one being written is waited for: the
-command then writes the final, static report (sweeps.cli.live). A live report that fails to
-build is said once and the sweep goes on.
+report follows); the report is then made at once for the first pack of the experiment and
+afterwards at most every `ExecutionOptions.report_every` seconds. It is made in a helper
+process (one per experiment, started at the first page, at nice 10), not on a thread of the
+driver: building figures holds an interpreter for seconds, and the driver's interpreter is the
+one that takes the packs' reports (a trainable waits on it), so a thread there slowed the packs
+themselves. Its cost is kept under BUDGET of one core: after a page that took c seconds of the
+helper's CPU, the next comes no sooner than c / BUDGET seconds later. The driver writes each
+page it gets back atomically (StoreLocation.write_bytes), so a browser never reads half a page.
+When the experiment ends no further page is written (one still being made is dropped, never
+waited for): the command then writes the final, static report (sweeps.cli.live). A live report
+that fails is said once and the sweep goes on.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import threading
+import multiprocessing
 import time
+from multiprocessing.pool import AsyncResult, Pool
 
 from ray.tune import Callback
 
+from sweeps.analysis.live import live_page, lower_priority
 from sweeps.store.location import StoreLocation
 from sweeps.tune.options import ExecutionOptions
 
 REPORT_FILE = "report.html"
-BUDGET = 0.02  # the most of one driver core the live report may take
-NICE = 10  # the writing thread's nice value (Linux): below the packs' processes
+BUDGET = 0.02  # the most of one core the live report may take
 log = logging.getLogger(__name__)
 
 
@@ -39,16 +40,16 @@ class LiveReport(Callback):
         self.location = location
         self.every = every
         self._due = False
-        self._next_at = 0.0  # monotonic time before which no write starts (0: the first pack writes at once)
+        self._next_at = 0.0  # monotonic time before which no page starts (0: the first pack's at once)
         self._closed = False
-        self._failed = False
         self._written = 0  # packs of this experiment written so far
-        self._thread: threading.Thread | None = None
+        self._helper: Pool | None = None
+        self._making: AsyncResult | None = None
         self.writes = 0  # live pages written (for tests and the benchmark)
 
     def __getstate__(self) -> dict:
-        # Tune pickles its callbacks with the experiment state; a thread does not travel.
-        return {**self.__dict__, "_thread": None}
+        # Tune pickles its callbacks with the experiment state; a process does not travel.
+        return {**self.__dict__, "_helper": None, "_making": None}
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         if result.get("written"):
@@ -57,52 +58,44 @@ class LiveReport(Callback):
             self._start_if_due()
 
     def on_step_begin(self, iteration, trials, **info) -> None:
+        self._take_page()
         self._start_if_due()
 
     def on_experiment_end(self, trials, **info) -> None:
         self.close()
 
     def close(self) -> None:
-        """No further live page; wait for the one being written (the final report must come after it)."""
+        """No further live page is written, from now on: a page being made is dropped (its process ends),
+        so whatever the command writes next (the final report) stays. Never waits for a page."""
         self._closed = True
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        if self._helper is not None:
+            self._helper.terminate()  # a page half made is not worth its CPU
+            self._helper = self._making = None
 
     def _start_if_due(self) -> None:
-        if not self._due or self._closed or self._failed or time.monotonic() < self._next_at:
-            return
-        if self._thread is not None and self._thread.is_alive():
+        if not self._due or self._closed or self._making is not None or time.monotonic() < self._next_at:
             return
         self._due = False
-        self._thread = threading.Thread(target=self._write, name="fade-sweep-live-report", daemon=True)
-        self._thread.start()
+        if self._helper is None:
+            self._helper = multiprocessing.get_context("spawn").Pool(1, initializer=lower_priority)
+        self._making = self._helper.apply_async(live_page, (self.location.uri, self.every))
 
-    def _write(self) -> None:
-        from sweeps.analysis.report import write_report  # plotly and polars: only a run that reports loads them
-        from sweeps.store.store import Store
-
-        _lower_priority()
-        started = time.process_time()  # the whole driver's CPU while it writes (polars' threads too): on the safe side
+    def _take_page(self) -> None:
+        """Write the page the helper made, if it is ready (on Tune's loop: one atomic file write)."""
+        if self._making is None or not self._making.ready():
+            return
+        making, self._making = self._making, None
         try:
-            store = Store.open(self.location)
-            if not self._closed:
-                write_report(store, self.location / REPORT_FILE, live_every=self.every)
-                self.writes += 1
+            page, cost = making.get()
         except Exception as err:  # noqa: BLE001 - a report is never worth a sweep
-            self._failed = True
+            self.close()
             log.warning("the live report stopped (%s: %s); the report is written when the sweep ends",
                         type(err).__name__, err)
-        cost = time.process_time() - started
+            return
+        if not self._closed:
+            self.location.write_bytes(REPORT_FILE, page)
+            self.writes += 1
         self._next_at = time.monotonic() + max(self.every, cost / BUDGET)
-
-
-def _lower_priority() -> None:
-    """On Linux, a thread's nice value is its own: this one yields to the packs' processes on a full machine."""
-    try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
-    except (AttributeError, OSError):  # not Linux, or not allowed: the budget alone bounds the cost
-        pass
 
 
 def live_reports(location: StoreLocation, options: ExecutionOptions) -> list[LiveReport]:

@@ -163,7 +163,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
         grid = tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
         pass
-    for report in live:  # a live page still being written lands before whatever the command writes next
+    for report in live:  # no live page after this: what the command writes next (the final report) stays
         report.close()
     done = store.reopened().finished_runs(stage)  # what the trials committed
     written = {p.pack_id for p in [*earlier, *packs] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
