@@ -75,6 +75,8 @@ def _differing(a: set, b: set) -> str:
 
 def clashing(stores: list[Store]) -> set[str]:
     """Method names run by more than one of the sweeps: these are labelled by sweep."""
+    if len(stores) < 2:
+        return set()
     counts = Counter(o for s in stores for o in {e.optimizer for e in s.sweep.experiments})
     return {o for o, n in counts.items() if n > 1}
 
@@ -110,7 +112,10 @@ def combined_analysis(stores: list[Store], stat: str = "mean") -> Analysis:
 
 
 def combined_scan(stores: list[Store], kind: str, stage: str = TUNING) -> pl.LazyFrame | None:
-    """The rows of `kind` and `stage` of every sweep that has some, labelled (None: none has any)."""
+    """The rows of `kind` and `stage` of every sweep that has some, labelled (None: none has any); sweeps
+    checked comparable first."""
+    if len(stores) > 1:
+        check_comparable(stores)
     clash = clashing(stores)
     frames = []
     for store in stores:

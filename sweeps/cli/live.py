@@ -1,13 +1,14 @@
 """The report around a run: where it goes (said at the start), the live report while packs land
 (written by the driver: sweeps.tune.live_report), and the static report at the end.
 
-An interrupted run's live page, if one was written, is rewritten static: it shows what is in and
+An interrupted (or failed) run's live page, if one was written, is rewritten static: it shows what is in and
 marks what is missing, and an open tab stops reloading. A run that wrote no page leaves none.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,8 +26,11 @@ def reporting(args: argparse.Namespace, store) -> Iterator[None]:
           "browser, it reloads itself until the sweep ends)", flush=True)
     try:
         yield
-    except KeyboardInterrupt:
-        _static_if_live(store)
+    except BaseException:  # interrupted, or failed: an open tab stops reloading a page that will not change
+        try:
+            _static_if_live(store)
+        except Exception as err:  # noqa: BLE001 - the run's own error is the one to say
+            print(f"fade-sweep: the live report was left as it was ({type(err).__name__}: {err})", file=sys.stderr)
         raise
 
 

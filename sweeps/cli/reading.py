@@ -158,7 +158,10 @@ def cmd_status(args: argparse.Namespace) -> None:
         from sweeps.cli.listing import status_view, watch
 
         view = status_view(args.target, _results_status)  # a storage: its sweeps listed; a results folder: its status
-        watch(view, args.every) if args.watch else view()
+        if args.watch:
+            watch(view, args.every)
+        else:
+            view()
         return
     if args.watch:
         raise UserError("--watch follows a results folder or a storage (STORAGE or STORAGE/<sweep name>); "
