@@ -18,6 +18,7 @@ from collections import Counter
 import polars as pl
 
 from sweeps.analysis.queries import Analysis
+from sweeps.analysis.raced import SURVIVOR
 from sweeps.spec import LOCATION_SETTINGS, TUNING, Sweep, SweepError
 from sweeps.store import Store
 
@@ -103,8 +104,11 @@ def combined_analysis(stores: list[Store], stat: str = "mean") -> Analysis:
     check_comparable(stores)
     clash = clashing(stores)
     parts = [(s.location.name, Analysis.of(s, stat)) for s in stores]
+    scores = _stacked([labelled(a.scores, name, clash) for name, a in parts])
+    if "race_status" in scores.collect_schema().names():  # a raced sweep beside an unraced one: all of its cells run on
+        scores = scores.with_columns(pl.col("race_status").fill_null(SURVIVOR))
     return Analysis(
-        _stacked([labelled(a.scores, name, clash) for name, a in parts]),
+        scores,
         _stacked([labelled(a.expected, name, clash) for name, a in parts]),
         _stacked([labelled(a.missing, name, clash) for name, a in parts]),
         stat,
