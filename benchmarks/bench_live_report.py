@@ -64,7 +64,7 @@ def _watch_pages(storage: Path, run: subprocess.Popen, pages: list) -> None:
 
 def page_cpu(results_dir: Path) -> float:
     """CPU seconds of one live page of the finished store (made twice: the second, imports done)."""
-    from sweeps.analysis.live import live_page
+    from sweeps.analysis.live_page import live_page
 
     live_page(str(results_dir), 10.0)
     return live_page(str(results_dir), 10.0)[1]

@@ -43,25 +43,3 @@ def is_live(html: str) -> bool:
     """Whether a report page is a live one (it still reloads itself)."""
     return LIVE_MARK in html
 
-
-def live_page(uri: str, every: float) -> tuple[bytes, float]:
-    """The live report of the store at `uri` as bytes, and the CPU seconds it took: what the driver's
-    helper process makes (sweeps.tune.live_report), away from the driver's interpreter."""
-    import time
-
-    started = time.process_time()  # the first page's imports counted too
-    from sweeps.analysis.report import report_page
-    from sweeps.store import Store
-
-    page, _ = report_page(Store.open(uri), live_every=every)
-    return page.encode("utf-8"), time.process_time() - started
-
-
-def lower_priority() -> None:
-    """The helper process yields to the packs' processes on a full machine (nice 10; where allowed)."""
-    import os
-
-    try:
-        os.nice(10)
-    except (AttributeError, OSError):
-        pass

@@ -24,7 +24,7 @@ from multiprocessing.pool import AsyncResult, Pool
 
 from ray.tune import Callback
 
-from sweeps.analysis.live import live_page, lower_priority
+from sweeps.analysis.live_page import live_page, lower_priority
 from sweeps.store.location import StoreLocation
 from sweeps.tune.options import ExecutionOptions
 
