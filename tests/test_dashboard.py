@@ -1,6 +1,6 @@
 """The Grafana dashboard shipped for a sweep's gauges: every panel charts a metric the driver exports
 (ray_fade_sweep_<gauge> for each gauge of sweeps/tune/metrics.py), filtered by the sweep chosen; the
-file is package data; `run`'s dashboard line and the README say how to load it beside Ray's own."""
+file is package data; `run`'s dashboard line and docs/clusters.md say how to load it beside Ray's own."""
 
 from __future__ import annotations
 
@@ -41,4 +41,4 @@ def test_the_dashboard_is_package_data_and_the_run_names_it():
     assert any(DASHBOARD.match(f"sweeps/tune/{pattern}") for pattern in data["sweeps.tune"])
     text = "\n".join(dashboard_notice("http://127.0.0.1:8265"))
     assert str(DASHBOARD) in text and "RAY_GRAFANA_HOST" in text and "RAY_PROMETHEUS_HOST" in text
-    assert "fade_sweep.json" in (ROOT / "README.md").read_text()
+    assert "fade_sweep.json" in (ROOT / "docs" / "clusters.md").read_text()

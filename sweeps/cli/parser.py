@@ -77,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     execution.add_argument("--runs-per-pack", type=_positive_int, help="override the automatic pack size")
     execution.add_argument("--engine", metavar="NAME",
                            help=f"the engine every pack runs on, one of {', '.join(ENGINE_NAMES)} (default: the sweep file's "
-                                "engine:, else the default for each task and device; README: Engines)")
+                                "engine:, else the default for each task and device; docs/engines.md)")
     execution.add_argument("--tf32", action="store_true",
                            help="let float32 matrix products on GPUs use TF32 (faster; about 1e-3 relative error); off by default")
 
@@ -155,5 +155,5 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("results_dir", help="STORAGE/<sweep name>")
 
     commands.add_parser("schema", help="print the sweep file's JSON Schema (for editors: "
-                                       "# yaml-language-server: $schema=FILE; README: Your own sweep file)")
+                                       "# yaml-language-server: $schema=FILE; docs/sweep-files.md)")
     return parser

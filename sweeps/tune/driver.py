@@ -103,7 +103,7 @@ def dashboard_notice(url: str) -> list[str]:
         f"Ray dashboard: {url} (it asks for a token: paste what `ray get-auth-token` prints)",
         "  there: Jobs > this driver > its Tune trials, one per pack (run_steps_done, fraction_done, mean_loss); "
         "Metrics: the fade_sweep_* gauges (run-steps, rate, best score per experiment) once Prometheus and "
-        "Grafana run (README, 'The dashboard')",
+        "Grafana run (docs/clusters.md, 'The dashboard')",
         dashboard_hint(),
     ]
 

@@ -1,5 +1,5 @@
 """The Grafana dashboard of a sweep's gauges (metrics.py), shipped with the package: load it beside
-Ray's own dashboards (README, "The dashboard"). Plain data; no Ray."""
+Ray's own dashboards (docs/clusters.md, "The dashboard"). Plain data; no Ray."""
 
 from __future__ import annotations
 
