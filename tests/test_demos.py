@@ -67,7 +67,7 @@ def _emnist_dir() -> str | None:
     return None
 
 
-@pytest.mark.skipif(_emnist_dir() is None, reason="the EMNIST bymerge test split is not here (README: EMNIST data)")
+@pytest.mark.skipif(_emnist_dir() is None, reason="the EMNIST bymerge test split is not here (docs/running.md: EMNIST data)")
 def test_emnist_demo_fade_beats_fixed_decay_and_moves_its_decay():
     twin = _twin("emnist-demo", "fade_adam", {"steps": 10_000, "data_dir": _emnist_dir()}, 1, -4.6)
     runs = _run(twin)

@@ -163,8 +163,10 @@ def test_readers_and_commands_work_from_the_uri(tiny_runs, s3, tmp_path, capsys)
     assert f"sweep {TINY['name']}: finished" in capsys.readouterr().out
     assert main(["report", uri, "--out", str(tmp_path / "report.html")]) == 0
     assert "FADE sweep report: tiny" in (tmp_path / "report.html").read_text()
-    assert main(["report", uri, "--out", f"{uri}/report.html"]) == 0  # the report written into the bucket
+    assert main(["report", uri]) == 0  # by default into the results folder: the bucket
     assert b"FADE sweep report" in s3.get_object(Bucket=BUCKET, Key="x/tiny/report.html")["Body"].read()
+    assert main(["status", uri.rsplit("/", 1)[0]]) == 0  # the storage: its sweeps listed
+    assert capsys.readouterr().out.splitlines()[-1].split()[:3] == ["tiny", "linear_tracking", "finished"]
     # other readers straight from the bucket: pyarrow with the store's filesystem, polars with storage options
     import pyarrow.dataset as ds
 

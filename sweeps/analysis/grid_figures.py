@@ -153,7 +153,7 @@ def heatmap(table: tables.SensitivityTable, unstable: frozenset[str] = frozenset
     fig.update_layout(
         title=f"Sensitivity: {tables.variant_title(table.variant)}, {table.optimizer}, {table.at}"
               f"<br><sub>{tables.STAT_NAMES[table.stat]} over seeds; best cell outlined red; {tables.TIED_MARK} dashed black: "
-              f"tied with the best (95% CIs overlap); unstable: a finite blow-up (README statistics); {robust}</sub>",
+              f"tied with the best (95% CIs overlap); unstable: a finite blow-up (docs/tables.md, statistics); {robust}</sub>",
         xaxis_title="theta_lambda (0 = fixed decay)", yaxis_title="gamma0", xaxis_type="category", yaxis_type="category",
         margin={"t": 100},
     )

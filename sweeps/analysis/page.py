@@ -41,7 +41,8 @@ table.results td,table.results th{border:1px solid #ccc;padding:4px 8px;text-ali
 td.best{background:#fde0dd} td.tied{background:#f0f0f0} nav#contents ol{margin:0.2em 0;font-size:95%}
 div.figure{margin:1.5em 0;border-top:1px solid #eee} p.answer{font-size:110%} dl.provenance dt{font-weight:bold;float:left;
 width:9em} dl.provenance dd{margin-left:10em} table.sortable th{cursor:pointer} table.sortable th[data-order=up]::after{content:' ▲'}
-table.sortable th[data-order=down]::after{content:' ▼'} span.swatch{display:inline-block;width:0.8em;height:0.8em;margin-right:0.3em}"""
+table.sortable th[data-order=down]::after{content:' ▼'} span.swatch{display:inline-block;width:0.8em;height:0.8em;margin-right:0.3em}
+td.missing{background:#fde0dd;font-weight:bold} td.complete{color:#555}"""
 
 
 @dataclass(frozen=True)
@@ -141,9 +142,10 @@ def _num(value: float | None, digits: int = 4) -> str:
 
 
 def page(title: str, summary: list[tuple[str, str, str]], figures: list[tuple[str, str, str]],
-         tables_after: list[tuple[str, str, str]], plotly_js: str) -> str:
+         tables_after: list[tuple[str, str, str]], plotly_js: str, head: str = "", banner: str = "") -> str:
     """The HTML document. `summary` and `tables_after`: (anchor, heading, html) sections before and
-    after the figures; `figures`: (kind, title, html) in order."""
+    after the figures; `figures`: (kind, title, html) in order; `head` and `banner`: what a live
+    report adds in the head and above everything (live.py)."""
     contents = [(a, h) for a, h, _ in summary] + [("figures", f"Figures ({len(figures)})")] + [(a, h) for a, h, _ in tables_after]
     toc = "".join(f"<li><a href='#{a}'>{escape(h)}</a></li>" for a, h in contents)
     figure_toc = "".join(f"<li><a href='#figure-{i}'>{escape(t)}</a></li>" for i, (_, t, _) in enumerate(figures))
@@ -151,9 +153,9 @@ def page(title: str, summary: list[tuple[str, str, str]], figures: list[tuple[st
                     for i, (kind, _, html) in enumerate(figures))
     return f"""<!DOCTYPE html>
 <html><head><meta charset="utf-8"><title>{escape(title)}</title>
-<style>{STYLE}</style>
+<style>{STYLE}</style>{head}
 <script type="text/javascript">{plotly_js}</script></head>
-<body><h1>{escape(title)}</h1>
+<body>{banner}<h1>{escape(title)}</h1>
 <nav id='contents'><ol>{toc}</ol></nav>
 {''.join(_section(*s) for s in summary)}
 <h2 id='figures'>Figures</h2><details><summary>List of figures</summary><ol>{figure_toc}</ol></details>{parts}

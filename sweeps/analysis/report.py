@@ -16,7 +16,7 @@ store of tens of millions of curve rows reports in seconds.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from html import escape
 from pathlib import Path
 from typing import TypeVar
@@ -26,11 +26,12 @@ import plotly.io as pio
 import polars as pl
 from plotly.offline import get_plotlyjs
 
-from sweeps.analysis import figures, grid_figures, page, queries, tables
+from sweeps.analysis import figures, grid_figures, live, page, queries, tables
+from sweeps.analysis.across import report_frames
+from sweeps.analysis.completeness import ANCHOR, completeness_html
 from sweeps.analysis.confirm import confirmation_section
 from sweeps.analysis.importance import importance_table, unstable_cells
 from sweeps.analysis.queries import Analysis
-from sweeps.spec import CONFIRMATION
 from sweeps.store import Store, StoreLocation
 from sweeps.store.record import SWEEP_RECORD
 from sweeps.store.records import RecordError
@@ -134,18 +135,29 @@ def provenance(store: Store) -> page.Provenance:
     )
 
 
-def write_report(store: Store, out: StoreLocation, images: Path | None = None,
-                 stat: str = "mean") -> list[tuple[str, go.Figure]]:
-    """Write the self-contained HTML report of `store` to `out` (a file's location: a local path or
-    an object) and then PNGs into `images` if given (NoImages, after the HTML is written, without
-    kaleido); returns the figures. `stat` (mean, median, iqm)
-    selects the configurations and is shown. Everything is read through `store`, once."""
-    location = store.location
-    analysis = Analysis.of(store, stat)
-    built = build_figures(analysis, store.scan("curves"))
-    confirmed = _readable(lambda: store.selection(stage=CONFIRMATION).runs)  # "How sure are we?" (confirm.py)
-    sure_tables, sure_figures = confirmation_section(
-        analysis.scores, store.scan("scores", stage=CONFIRMATION) if confirmed else None, stat)
+def write_report(store: Store | Sequence[Store], out: StoreLocation, images: Path | None = None,
+                 stat: str = "mean", live_every: float | None = None) -> list[tuple[str, go.Figure]]:
+    """Write the self-contained HTML report of `store` (or of several sweeps of the same task settings,
+    compared: across.py) to `out` (a file's location: a local path or an object; written atomically) and
+    then PNGs into `images` if given (NoImages, after the HTML is written, without kaleido); returns the
+    figures. `stat` (mean, median, iqm) selects the configurations and is shown. `live_every`: see
+    `report_page`."""
+    html, built = report_page(store, stat, live_every)
+    out.parent.write_bytes(out.name, html.encode("utf-8"))
+    if images is not None:  # after the HTML: without kaleido the report is still written
+        export_images(built, images)
+    return built
+
+
+def report_page(store: Store | Sequence[Store], stat: str = "mean",
+                live_every: float | None = None) -> tuple[str, list[tuple[str, go.Figure]]]:
+    """The report's HTML and its figures. Everything is read through the stores, once. `live_every`: the
+    page is a live report of a sweep still running (live.py), reloading itself every that many seconds;
+    otherwise it is the static report."""
+    stores = [store] if isinstance(store, Store) else list(store)
+    analysis, curves, confirmation = report_frames(stores, stat)
+    built = build_figures(analysis, curves)
+    sure_tables, sure_figures = confirmation_section(analysis.scores, confirmation, stat)  # "How sure are we?"
     built.extend(sure_figures)
     variant_cols = analysis.variant
     best = tables.best_table(analysis)
@@ -157,11 +169,13 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
     fixed = {}
     for key, group in best.filter(pl.col("status") == "ok").group_by(variant_cols, maintain_order=True):
         fixed.update(figures.counterparts(group, cells, dict(zip(variant_cols, key))))
+    missing = completeness_html(analysis)  # an unfinished sweep: what is in, what is missing
     summary = [
+        *([(ANCHOR, "What is in so far", missing)] if missing else []),
         ("answer", "The answer", page.answer(best, variant_cols, stat, fixed) + chosen),
         ("best", "Best configurations", tables.table_text(analysis, "best", "html")),
         ("how-sure", "How sure are we?", "".join(f"<h3>{escape(title)}</h3>{html}" for title, html in sure_tables)),
-        ("provenance", "Where these numbers come from", page.provenance_html(provenance(store))),
+        ("provenance", "Where these numbers come from", _provenances(stores)),
     ]
     drawn = [(kind, _plain_title(fig), pio.to_html(fig, include_plotlyjs=False, full_html=False, default_width="100%",
                                                    default_height="560px")) for kind, fig in built]
@@ -169,11 +183,17 @@ def write_report(store: Store, out: StoreLocation, images: Path | None = None,
              ("sensitivity", "Sensitivity", tables.table_text(analysis, "sensitivity", "html")),
              ("importance", "Hyperparameter importance", tables.table_text(analysis, "importance", "html")),
              ("configurations", "All configurations", page.configurations_table(cells, variant_cols, stat, unstable))]
-    html = page.page(f"FADE sweep report: {location.name}", summary, drawn, after, get_plotlyjs())
-    out.parent.write_bytes(out.name, html.encode("utf-8"))
-    if images is not None:  # after the HTML: without kaleido the report is still written
-        export_images(built, images)
-    return built
+    head, banner = live.live_parts(live_every) if live_every else ("", "")
+    title = f"FADE sweep report: {stores[0].location.name}" if len(stores) == 1 else \
+        f"FADE sweeps compared: {', '.join(s.location.name for s in stores)}"
+    html = page.page(title, summary, drawn, after, get_plotlyjs(), head, banner)
+    return html, built
+
+
+def _provenances(stores: list[Store]) -> str:
+    if len(stores) == 1:
+        return page.provenance_html(provenance(stores[0]))
+    return "".join(f"<h3>{escape(s.location.name)}</h3>{page.provenance_html(provenance(s))}" for s in stores)
 
 
 class NoImages(RuntimeError):

@@ -4,7 +4,7 @@ intervals, outlier seeds, paired comparisons between methods and main-effect imp
 Everything is vectorised with numpy: cells are grouped by seed count n and each group is
 one (cells, n) score matrix; no Python loop runs per cell.
 
-Definitions (also in the README):
+Definitions (also in docs/tables.md):
 
 - **std** with ddof=1, **sem** = std / sqrt(n); null when n < 2.
 - **median**: the middle order statistic (mean of the two middle ones for even n).

@@ -121,7 +121,8 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
     """
     variant, stat = analysis.variant, analysis.stat
     own = [h for h in queries.hyperparameter_columns(analysis.cells.columns) if h not in queries.HYPERPARAMETER_COLUMNS]
-    keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda", *own]
+    across = [c for c in ("sweep",) if c in analysis.cells.columns]  # sweeps compared: each cell's (across.py)
+    keys = [*variant, "optimizer", "config_id", "alpha", "gamma0", "theta_lambda", *own, *across]
     raced = [c for c in queries.RACE_COLUMNS if c in analysis.cells.columns]  # a raced sweep: still in, or out when
     values = ["mean", "std", "sem", "median", "iqm", "ci_low", "ci_high", "stat_value", "seeds", "diverged_seeds", "outlier_seeds",
               *raced]
@@ -177,7 +178,7 @@ def sensitivity_tables(analysis: Analysis) -> list[SensitivityTable]:
                 dict(zip(variant, variant_values)),
                 optimizer,
                 alpha,
-                full.select(*_SENSITIVITY_COLUMNS, *raced),
+                full.select(*_SENSITIVITY_COLUMNS, *raced, *across),
                 stat,
                 int(full["within_5pct"].sum()),
                 ok.height,

@@ -12,6 +12,7 @@ from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
 DESCRIPTION = "`fade-sweep`: run sweeps on Ray Tune (locally or on a cluster), follow them, print tables and reports."
 BAD_INPUT, FAILURE, INTERRUPTED = 2, 1, 130
+LIVE_REPORT_SECONDS = 10.0  # `run --report-every`'s default
 
 
 class UserError(Exception):
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     execution.add_argument("--runs-per-pack", type=_positive_int, help="override the automatic pack size")
     execution.add_argument("--engine", metavar="NAME",
                            help=f"the engine every pack runs on, one of {', '.join(ENGINE_NAMES)} (default: the sweep file's "
-                                "engine:, else the default for each task and device; README: Engines)")
+                                "engine:, else the default for each task and device; docs/engines.md)")
     execution.add_argument("--tf32", action="store_true",
                            help="let float32 matrix products on GPUs use TF32 (faster; about 1e-3 relative error); off by default")
 
@@ -95,7 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "sweep's seeds at most, alpha 0.05)")
     run.add_argument("--dtype", choices=("float32", "float64"), default="float32")
     run.add_argument("--table-format", choices=("md", "latex", "csv"), default="md", help="format of the closing table")
-    run.add_argument("--no-report", action="store_true", help="skip writing RESULTS_DIR/report.html at the end")
+    run.add_argument("--no-report", action="store_true",
+                     help="write no RESULTS_DIR/report.html: neither the live one while packs land nor the final one")
+    run.add_argument("--report-every", type=_positive_float, default=LIVE_REPORT_SECONDS, metavar="SECONDS",
+                     help=f"rewrite the live report at most every SECONDS as packs land (default: {LIVE_REPORT_SECONDS:g}; "
+                          "longer where a rewrite takes more than 2%% of a core)")
 
     submit = commands.add_parser("submit", help="submit a sweep to a running Ray cluster as a Ray Job")
     submit.add_argument("sweep", help="a sweep YAML file or a preset name")
@@ -106,7 +111,12 @@ def build_parser() -> argparse.ArgumentParser:
     submit.epilog = "More `fade-sweep run` options for the job go after --, e.g. -- --resume --runs-per-pack 200"
 
     status = commands.add_parser("status", help="status of a results directory, or of a submitted job")
-    status.add_argument("target", nargs="?", help="RESULTS_DIR, or a job id (with --address); none: list jobs")
+    status.add_argument("target", nargs="?",
+                        help="RESULTS_DIR; STORAGE (lists its sweeps); a job id (with --address); none: list jobs")
+    status.add_argument("--watch", action="store_true",
+                        help="redraw the status until the sweep ends (lines when not on a terminal); Ctrl-C stops only the watching")
+    status.add_argument("--every", type=_positive_float, default=2.0, metavar="SECONDS",
+                        help="--watch: seconds between redraws (default: 2)")
     status.add_argument("--address", help="the cluster's job server, http://HEAD:8265 (default: $RAY_ADDRESS)")
 
     logs = commands.add_parser("logs", help="print a submitted job's logs")
@@ -117,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("presets", help="list the shipped sweeps with their size")
 
     table = commands.add_parser("table", help="print a table from a results directory")
-    table.add_argument("results_dir", help="STORAGE/<sweep name>")
+    table.add_argument("results_dir", nargs="+",
+                       help="STORAGE/<sweep name>; several: sweeps of the same task settings compared (a method in "
+                            "more than one is labelled by its sweep)")
     table.add_argument("--kind", choices=(*TABLES, "confirm", "robustness"), default="best",
                        help="best configuration per method, sensitivity grids, paired comparison of methods, "
                             "hyperparameter importance, confirmation on fresh seeds, sensitivity across settings (default: best)")
@@ -137,13 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
                          help="statistic over the tuning seeds that selects the configuration to confirm (default: mean)")
 
     report = commands.add_parser("report", help="write the figures and tables as one offline HTML file")
-    report.add_argument("results_dir", help="STORAGE/<sweep name>")
-    report.add_argument("--out", default="report.html", help="HTML file to write (default: report.html)")
+    report.add_argument("results_dir", nargs="+", help="STORAGE/<sweep name>; several: sweeps of the same task settings compared")
+    report.add_argument("--out", help="HTML file to write, a path or URI (default: RESULTS_DIR/report.html; of several "
+                                      "sweeps: STORAGE/report-A+B.html beside the first)")
     report.add_argument("--images", help="also write a PNG per figure into this folder (needs kaleido)")
 
     verify = commands.add_parser("verify", help="check a results store: schema, duplicates, orphans, corrupt files, missing runs")
     verify.add_argument("results_dir", help="STORAGE/<sweep name>")
 
     commands.add_parser("schema", help="print the sweep file's JSON Schema (for editors: "
-                                       "# yaml-language-server: $schema=FILE; README: Your own sweep file)")
+                                       "# yaml-language-server: $schema=FILE; docs/sweep-files.md)")
     return parser

@@ -54,11 +54,11 @@ def cmd_report(args: argparse.Namespace) -> int | None:
     from sweeps.analysis.report import NoImages, write_report
     from sweeps.store import StoreLocation
 
-    store = open_results(args.results_dir)
-    out = StoreLocation.parse(args.out)
+    stores = [open_results(d) for d in args.results_dir]
+    out = StoreLocation.parse(args.out) if args.out else report_location(stores)
     shown = out.absolute()
     try:
-        figures = write_report(store, out, Path(args.images) if args.images else None)
+        figures = write_report(stores, out, Path(args.images) if args.images else None)
     except NoImages as err:  # the HTML is written; the images asked for are not
         print(f"Report: {shown} (opens offline in any browser)")
         print(f"fade-sweep: {err}", file=sys.stderr)
@@ -67,29 +67,44 @@ def cmd_report(args: argparse.Namespace) -> int | None:
     return None
 
 
+def report_location(stores: list) -> StoreLocation:
+    """Where `report` writes by default: RESULTS_DIR/report.html; of sweeps compared, beside the first
+    (STORAGE/report-A+B.html)."""
+    if len(stores) == 1:
+        return stores[0].location / "report.html"
+    return stores[0].location.parent / f"report-{'+'.join(s.location.name for s in stores)}.html"
+
+
 def stage_text(store, kind: str, fmt: str, stat: str) -> str:
-    """`table --kind confirm | robustness`: the tuning frame (and the confirmation frame) to the tables."""
+    """`table --kind confirm | robustness`: the tuning frame (and the confirmation frame) to the tables; `store`
+    may be a list of sweeps compared (sweeps.analysis.across)."""
+    from sweeps.analysis.across import combined_scan
     from sweeps.analysis.confirm import confirmation_table, confirmation_text, unconfirmable
     from sweeps.analysis.robustness import robustness_table, robustness_text
     from sweeps.spec import CONFIRMATION
     from sweeps.store import RecordError
 
+    stores = store if isinstance(store, list) else [store]
     if kind == "robustness" and stat != "mean":
         raise UserError(f"--stat {stat}: the robustness table tunes on the mean of normalised scores (Adkins et al. "
                         "2024) and offers no other statistic; drop --stat for --kind robustness")
-    tuning = store.scan("scores")
+    tuning = combined_scan(stores, "scores")
     if kind == "robustness":
         table = robustness_table(tuning)
         return robustness_text(table, fmt) if table.height else "No method runs in two or more settings of this sweep.\n"
-    try:
-        record = store.confirmation
-    except RecordError as err:
-        raise UserError(f"{err}; `fade-sweep confirm {store.location} --seeds N` records the stage again") from None
-    if record is None or not store.selection(stage=CONFIRMATION).runs:
-        raise UserError(f"{store.location}: no confirmation runs; run `fade-sweep confirm {store.location} --seeds N` first")
-    table = confirmation_table(tuning, store.scan("scores", stage=CONFIRMATION), stat)
-    return confirmation_text(table, fmt, stat, f"; seeds {_seed_span(record.seeds)}, selected by the {record.stat}",
-                             unconfirmable(tuning, record.stat))
+    records = []
+    for one in stores:
+        try:
+            record = one.confirmation
+        except RecordError as err:
+            raise UserError(f"{err}; `fade-sweep confirm {one.location} --seeds N` records the stage again") from None
+        if record is None or not one.selection(stage=CONFIRMATION).runs:
+            raise UserError(f"{one.location}: no confirmation runs; run `fade-sweep confirm {one.location} --seeds N` first")
+        records.append(record)
+    table = confirmation_table(tuning, combined_scan(stores, "scores", CONFIRMATION), stat)
+    seeds = "; ".join(f"{'' if len(stores) == 1 else one.location.name + ': '}seeds {_seed_span(r.seeds)}, selected by "
+                      f"the {r.stat}" for one, r in zip(stores, records))
+    return confirmation_text(table, fmt, stat, f"; {seeds}", unconfirmable(tuning, records[0].stat))
 
 
 def _seed_span(seeds: tuple[int, ...]) -> str:
@@ -106,15 +121,17 @@ def best_text(store, fmt: str) -> str:
 
 
 def cmd_table(args: argparse.Namespace) -> None:
+    from sweeps.analysis.across import combined_analysis
     from sweeps.analysis.queries import Analysis
     from sweeps.analysis.tables import table_text
 
-    store = open_results(args.results_dir)
+    stores = [open_results(d) for d in args.results_dir]  # several: sweeps of the same task settings compared
     try:
         if args.kind in ("confirm", "robustness"):
-            text = stage_text(store, args.kind, args.format, args.stat)
+            text = stage_text(stores, args.kind, args.format, args.stat)
         else:
-            text = table_text(Analysis.of(store, args.stat), args.kind, args.format, reference=args.reference)
+            analysis = Analysis.of(stores[0], args.stat) if len(stores) == 1 else combined_analysis(stores, args.stat)
+            text = table_text(analysis, args.kind, args.format, reference=args.reference)
     except ValueError as err:  # e.g. an unknown --reference
         raise UserError(str(err)) from None
     print(text.rstrip("\n"))
@@ -138,8 +155,17 @@ def cmd_status(args: argparse.Namespace) -> None:
     from sweeps.store.uris import is_uri
 
     if args.target and (is_uri(args.target) or Path(args.target).is_dir()):
-        _results_status(args.target)
+        from sweeps.cli.listing import status_view, watch
+
+        view = status_view(args.target, _results_status)  # a storage: its sweeps listed; a results folder: its status
+        if args.watch:
+            watch(view, args.every)
+        else:
+            view()
         return
+    if args.watch:
+        raise UserError("--watch follows a results folder or a storage (STORAGE or STORAGE/<sweep name>); "
+                        "follow a job with `fade-sweep logs JOB --follow`")
     looks_like_path = args.target and ("/" in args.target or args.target.startswith((".", "~")))
     on_a_cluster = args.address or os.environ.get("RAY_ADDRESS")
     if args.target and (looks_like_path or not on_a_cluster):

@@ -74,23 +74,21 @@ def cmd_run(args: argparse.Namespace) -> None:
     store.preflight(sweep, options.dtype, args.resume)  # before Ray loads: a refusal in well under a second
     _check_stream_cache()  # before Ray starts
     compiling = _compile_own(sweep, options)
+    from sweeps.cli.live import final_report, reporting
     from sweeps.tune.driver import confirm_sweep, run_sweep
 
-    outcome = run_sweep(sweep, store, resume=args.resume, options=options)
-    _summary(outcome, "every (config, seed) already has a score", compiling)
-    print(f"Results: {outcome.results_dir}\n")
-    print(best_text(outcome.store, args.table_format).rstrip("\n"))
-    if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
-        print(f"\nConfirmation: each method's selected configuration on {len(sweep.confirm_seeds)} fresh seeds")
-        outcome = confirm_sweep(outcome.store, sweep.confirm_seeds, options=options)
-        _summary(outcome, "every confirmation run already has a score")
-        print(stage_text(outcome.store, "confirm", args.table_format, "mean").rstrip("\n"))
-    if not args.no_report:
-        from sweeps.analysis.report import write_report
-
-        store = outcome.store  # after the confirmation stage: the report reads both
-        figures = write_report(store, store.location / "report.html")
-        print(f"\nReport: {outcome.results_dir / 'report.html'} ({len(figures)} figures, opens offline in any browser)")
+    with reporting(args, store):  # the live report's path first; an interrupted live page is made static
+        outcome = run_sweep(sweep, store, resume=args.resume, options=options)
+        _summary(outcome, "every (config, seed) already has a score", compiling)
+        print(f"Results: {outcome.results_dir}\n")
+        print(best_text(outcome.store, args.table_format).rstrip("\n"))
+        if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
+            print(f"\nConfirmation: each method's selected configuration on {len(sweep.confirm_seeds)} fresh seeds")
+            outcome = confirm_sweep(outcome.store, sweep.confirm_seeds, options=options)
+            _summary(outcome, "every confirmation run already has a score")
+            print(stage_text(outcome.store, "confirm", args.table_format, "mean").rstrip("\n"))
+    if not args.no_report:  # after the confirmation stage: the report reads both
+        print(f"\n{final_report(outcome.store)}")
 
 
 def race_line(sweep) -> str:
@@ -152,6 +150,8 @@ def _execution_options(args: argparse.Namespace, sweep) -> ExecutionOptions:
     from sweeps.tune.options import ExecutionOptions
 
     flags = {f.name: getattr(args, f.name) for f in dataclasses.fields(ExecutionOptions) if hasattr(args, f.name)}
+    if getattr(args, "no_report", False):  # no live report either
+        flags["report_every"] = None
     return ExecutionOptions(**flags, resources=_resources(args, sweep), notify=functools.partial(print, flush=True),
                             display=progress_display)
 

@@ -49,7 +49,7 @@ CPU_RATES: dict[tuple[str, str], float] = {
     # 2026-11-27; repeats within 5-10%): wall-clock rates under load (the table's earlier 92e3 ... 30e3) mixed the
     # other jobs' share into the learners' ratios (fade_adam/fade_sgd 2.7 there, 2.2 here). Packs of the preset, 80 runs
     # x 40,000 steps and 8 runs x 100,000 steps, gave 1.96e5 (fade_sgd) and 8.2e4-8.7e4 (fade_adam) per CPU second,
-    # alone or beside a second pack: the two cores do not slow each other (benchmarks/bench_clock.py, README)
+    # alone or beside a second pack: the two cores do not slow each other (benchmarks/bench_clock.py, docs/running.md)
     ("nonlinear_tracking", "sgd"): 311e3,
     ("nonlinear_tracking", "sgd_wd"): 257e3,
     ("nonlinear_tracking", "adam"): 111e3,

@@ -40,6 +40,7 @@ from sweeps.spec.engines import check_engines
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
+from sweeps.tune.grafana import dashboard_hint
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
 from sweeps.tune.racing import RaceRounds, RoundInterrupted, race_progress
@@ -109,7 +110,8 @@ def dashboard_notice(url: str) -> list[str]:
         f"Ray dashboard: {url} (it asks for a token: paste what `ray get-auth-token` prints)",
         "  there: Jobs > this driver > its Tune trials, one per pack (run_steps_done, fraction_done, mean_loss); "
         "Metrics: the fade_sweep_* gauges (run-steps, rate, best score per experiment) once Prometheus and "
-        "Grafana run (README, 'The dashboard')",
+        "Grafana run (docs/clusters.md, 'The dashboard')",
+        dashboard_hint(),
     ]
 
 

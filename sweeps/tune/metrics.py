@@ -7,7 +7,7 @@ best score so far: the best configuration's mean over its finished seeds, by the
 rule (`sweeps.analysis.queries.best_configs`: a configuration with a diverged or non-finite
 seed is never the best). Packs finished by an earlier run of the sweep count too (a `--resume`
 starts from the store's scores). Ray exports the gauges from the driver's node to Prometheus
-(README, "The dashboard"). They are set from `SweepProgress`, at most once a second.
+(docs/clusters.md, "The dashboard"). They are set from `SweepProgress`, at most once a second.
 """
 
 from __future__ import annotations

@@ -57,6 +57,7 @@ class ExecutionOptions:
     engine: str | None = None  # every pack's engine (fade_core.engines); None: the sweep file's, else the default
     notify: Callable[[str], None] | None = None  # one line per notice (dashboard URL, orphans removed, ...)
     display: Callable[[SweepStatus], ProgressDisplay] | None = None  # one per Tune experiment; None: progress not shown
+    report_every: float | None = None  # the live report's least seconds between rewrites (live_report.py); None: none
 
     def notice(self, line: str) -> None:
         if self.notify is not None:

@@ -23,6 +23,7 @@ from sweeps.spec.plan import pack_seconds
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
 from sweeps.store.store import Store
+from sweeps.tune.live_report import live_reports
 from sweeps.tune.metrics import gauge_start
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
@@ -54,7 +55,7 @@ def pack_placement(index: dict, resources: PackResources):
     return request
 
 
-def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions, progress: SweepProgress) -> tune.RunConfig:
+def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions, callbacks: list) -> tune.RunConfig:
     # We snapshot the experiment at each checkpoint on purpose (see below); Tune warns about it.
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     # Tune writes its experiment and the checkpoints beside the results: a local path, or the
@@ -65,7 +66,7 @@ def _run_config(name: str, results_dir: StoreLocation, options: ExecutionOptions
         storage_path=storage_path,
         storage_filesystem=storage_filesystem,
         verbose=0,
-        callbacks=[progress],
+        callbacks=callbacks,
         failure_config=tune.FailureConfig(max_failures=options.max_failures),
         # Keep only the newest checkpoint of each trial: what a retry, or a resumed sweep, continues from.
         checkpoint_config=tune.CheckpointConfig(num_to_keep=1),
@@ -169,6 +170,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
     label = sweep.name if stage == TUNING else f"{sweep.name} ({stage})"
     progress = progress or SweepProgress(label, packs, results_dir, finished=earlier, display=options.display,
                                          gauges=gauge_start(sweep, store, stage))
+    live = live_reports(results_dir, options)  # RESULTS_DIR/report.html as packs land
     ran: dict[str, Pack] = {p.pack_id: p for p in packs}
 
     def handed(pack: Pack) -> None:  # a pack a round added: in the packs record before its trial exists
@@ -184,11 +186,13 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
         tuner = tune.Tuner(
             _trainable(config_index(sweep), results_dir, store.writer, options, resources, resume_from),
             tune_config=tune.TuneConfig(search_alg=search(searcher, plan.slots), num_samples=-1, reuse_actors=True),
-            run_config=_run_config(name, results_dir, options, progress),
+            run_config=_run_config(name, results_dir, options, [progress, *live]),
         )
         grid = tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
         pass
+    for report in live:  # no live page after this: what the command writes next (the final report) stays
+        report.close()
     done = store.reopened().finished_runs(stage)  # what the trials committed
     written = {p.pack_id for p in [*earlier, *ran.values()] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
     failed = [] if grid is None else [r.config.get("pack_id") for r in grid if r.error and r.config.get("pack_id") not in written]
