@@ -1,6 +1,6 @@
-"""A researcher's copy of FADE with one hyperparameter of its own, rho (the decay trace's leak): README's
-worked example ("Bring your own learner"), benchmarks/bench_own_linear.py's rule (rho = 1 is FADE itself,
-with one multiply more per component) and tests/test_own_learners.py's."""
+"""A researcher's copy of FADE with one hyperparameter of its own, rho (the decay trace's leak): the worked
+example of docs/own-learners.md, benchmarks/bench_own_linear.py's rule (rho = 1 is FADE itself, with one
+multiply more per component) and tests/test_own_learners.py's."""
 
 from fade_core.linear import clamp, exp, hyperparameter
 

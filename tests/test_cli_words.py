@@ -1,5 +1,5 @@
 """What the command says where it cannot do what was asked (issue 42's small ones): each a line that names
-the problem and a fix that applies to the command, and the README's words matching the code."""
+the problem and a fix that applies to the command, and the docs' words matching the code."""
 
 from __future__ import annotations
 
@@ -66,8 +66,8 @@ def test_the_dry_run_s_plan_table_is_aligned_whatever_the_names(capsys):
                 assert line[: header.index(name) + len(name)].endswith(" " + cell), (name, header, line)
 
 
-def test_the_readme_s_pack_snippet_names_the_outcome_s_attributes():
-    readme = (ROOT / "README.md").read_text()
-    snippet = readme[readme.index("outcome = runner.outcome()"):].splitlines()[0]
+def test_the_pack_snippet_of_docs_python_names_the_outcome_s_attributes():
+    page = (ROOT / "docs" / "python.md").read_text()
+    snippet = page[page.index("outcome = runner.outcome()"):].splitlines()[0]
     named = re.findall(r"outcome\.(\w+)", snippet)
     assert named and set(named) <= set(PackOutcome.__dataclass_fields__), snippet

@@ -19,7 +19,7 @@ from sweeps.store import Store
 from tasks import make_stream
 
 MODULE = "leaky_rules_for_test"
-RULE = (Path(__file__).resolve().parents[1] / "benchmarks" / "own_rules.py").read_text()  # README's example
+RULE = (Path(__file__).resolve().parents[1] / "benchmarks" / "own_rules.py").read_text()  # docs/own-learners.md's example
 STEPS, BIN, SEEDS = 1500, 500, 2
 GRID = {"alpha": 0.02, "theta_lambda": 0.01, "gamma0": -3.0, "rho": [0.5, 0.9]}
 SWEEP = {"name": "leaky", "task": "linear_tracking", "task_settings": {"steps": STEPS, "bin": BIN, "noise": 1.0},

@@ -243,7 +243,7 @@ Learners = Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*
                           Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")]],
                      problem("must be a mapping of learner name -> module:function, got {value}"),
                      Field(description="learners of your own: name -> module:function (a module beside the sweep file, "
-                                       "or importable); README 'Bring your own learner'")]
+                                       "or importable); docs/own-learners.md")]
 
 
 class SweepFile(Block):
