@@ -24,6 +24,8 @@ LEGACY_FLIPS = 2**20  # flips drawn by the one sequential generator (21M steps a
 LEGACY_SEGMENT = 2**16  # flips per segment of that walk (a checkpoint of the generator at each start)
 FAR_FLIPS = 2**12  # flips per counter-drawn segment past LEGACY_FLIPS
 _CANDIDATES = 32  # candidate flip sequences drawn at once for a far segment (each fits with probability 1/16)
+# Version 2: flips past LEGACY_FLIPS are drawn from counters (version 1 drew them all from the sequential generator).
+STREAM_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,11 @@ class LinearTrackingSettings:
             raise ValueError(f"linear_tracking: bin {self.bin} does not divide steps {self.steps} (the last bin would "
                              f"hold {self.steps % self.bin} steps); choose a bin that divides it"
                              + (f", e.g. {fits}" if fits else ""))
+
+
+def shared_steps(settings: LinearTrackingSettings) -> int:
+    """The first steps every version of the stream draws the same: those before flip LEGACY_FLIPS + 1."""
+    return (LEGACY_FLIPS + 1) * settings.period
 
 
 class LinearTrackingStream(CounterStream):

@@ -32,6 +32,8 @@ LEGACY_CHANGES = 2**13  # sign changes drawn by the one sequential generator (4.
 LEGACY_SEGMENT = 2**8  # changes per segment of that walk (a checkpoint of the generator at each start)
 FAR_CHANGES = 2**6  # changes per counter-drawn segment past LEGACY_CHANGES
 _SIGNS = np.array([-1, 1], dtype=np.int8)
+# Version 2: changes past LEGACY_CHANGES are drawn from counters (version 1 drew them all from the sequential generator).
+STREAM_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,12 @@ class NonlinearTrackingSettings:
                 f"nonlinear_tracking: the score window must start on a bin boundary, but steps - score_window = "
                 f"{self.steps - self.score_window} is not a multiple of bin {self.bin}; adjust score_window or bin"
             )
+
+
+def shared_steps(settings: NonlinearTrackingSettings) -> int:
+    """The first steps every version of the stream draws the same: those before the fast outputs' change
+    LEGACY_CHANGES + 1 (the slow outputs change slow_multiplier times less often)."""
+    return (LEGACY_CHANGES + 1) * settings.period
 
 
 def _sign_schedule(seed: int, legacy_purpose: int, far_purpose: int, rows: int) -> Schedule:

@@ -7,8 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
 from fade_core.architecture import Architecture
-from tasks import emnist, nonlinear_tracking
-from tasks.linear_tracking import LinearTrackingSettings, LinearTrackingStream
+from tasks import emnist, linear_tracking, nonlinear_tracking
 from tasks.stream import CounterStream
 
 
@@ -28,6 +27,15 @@ class TaskSpec:
     loss: str | None = None  # neural tasks: "squared_error" or "cross_entropy"
     output_groups: tuple[str, ...] = ()  # output groups whose metrics are logged apart (streams' `groups`)
     check_data: Callable[[Any], None] | None = None  # raises if the task's data is missing or unreadable
+    # The stream's version, bumped whenever its numbers change, so a store records which one its runs saw;
+    # shared_steps(settings): the first steps every version draws the same (None: every step, one version).
+    stream_version: int = 1
+    shared_steps: Callable[[Any], int] | None = None
+
+    def reaches_past_shared(self, settings: Any) -> bool:
+        """Whether streams of `settings` have steps that another version of the stream draws differently:
+        only then do runs of two versions differ (a store's runs and a resume's must be of one version)."""
+        return self.shared_steps is not None and settings.steps > self.shared_steps(settings)
 
     def settings(self, values: dict[str, Any]) -> Any:
         """Build the settings dataclass from a mapping, coercing to each field's type."""
@@ -58,12 +66,14 @@ class TaskSpec:
 TASKS: dict[str, TaskSpec] = {
     "linear_tracking": TaskSpec(
         name="linear_tracking",
-        settings_type=LinearTrackingSettings,
+        settings_type=linear_tracking.LinearTrackingSettings,
         family="linear",
-        make_stream=LinearTrackingStream,
+        make_stream=linear_tracking.LinearTrackingStream,
         score="lifetime MSE (mean squared error over all steps)",
         higher_is_better=False,
         curve_metric="mse",
+        stream_version=linear_tracking.STREAM_VERSION,
+        shared_steps=linear_tracking.shared_steps,
     ),
     "nonlinear_tracking": TaskSpec(
         name="nonlinear_tracking",
@@ -77,6 +87,8 @@ TASKS: dict[str, TaskSpec] = {
         architecture=nonlinear_tracking.STUDENT,
         loss="squared_error",
         output_groups=tuple(nonlinear_tracking.GROUP_SIZES),
+        stream_version=nonlinear_tracking.STREAM_VERSION,
+        shared_steps=nonlinear_tracking.shared_steps,
     ),
     **{
         name: TaskSpec(

@@ -17,7 +17,7 @@ import torch
 import yaml
 
 from tasks import LinearTrackingSettings, LinearTrackingStream, NonlinearTrackingSettings, NonlinearTrackingStream
-from tasks import linear_tracking, make_stream, nonlinear_tracking
+from tasks import get_task, linear_tracking, make_stream, nonlinear_tracking
 from tasks.stream import counter_rng
 from tests.emnist_fixture import write_idx_dataset
 
@@ -64,6 +64,54 @@ def test_nonlinear_streams_keep_the_teacher_of_the_whole_schedule_drawn_up_front
         expected[stream.groups["fast"]] *= fast[step // settings.period]
         expected[stream.groups["slow"]] *= slow[step // stream.slow_period]
         np.testing.assert_array_equal(stream.teacher_head_at(step), expected)
+
+
+def test_a_linear_stream_is_version_1_s_up_to_its_shared_steps_and_not_after():
+    """`shared_steps` (what a store's resume checks the stream version against) is where version 1's
+    numbers, the whole flip table drawn up front, stop being version 2's."""
+    settings = LinearTrackingSettings(steps=linear_tracking.shared_steps(LinearTrackingSettings()) + 20 * 4096)
+    shared = linear_tracking.shared_steps(settings)
+    version1 = upfront_linear_weights(settings, 4)
+    stream = LinearTrackingStream(settings, seed=4)
+    before, after = np.arange(shared - 3000, shared), np.arange(shared, settings.steps)
+    np.testing.assert_array_equal(stream.target_weights(before[0], len(before))[:, :5], version1[before // 20])
+    assert not np.array_equal(stream.target_weights(shared, len(after))[:, :5], version1[after // 20])
+    assert get_task("linear_tracking").stream_version == linear_tracking.STREAM_VERSION == 2
+
+
+def test_a_nonlinear_stream_is_version_1_s_up_to_its_shared_steps_and_not_after():
+    settings = NonlinearTrackingSettings(steps=nonlinear_tracking.shared_steps(NonlinearTrackingSettings()) + 500 * 64,
+                                         score_window=500)
+    shared = nonlinear_tracking.shared_steps(settings)
+    stream = NonlinearTrackingStream(settings, seed=5)
+    fast = upfront_signs(5, 2, settings.steps // settings.period, 7)
+
+    def version1(step: int) -> np.ndarray:  # the slow rows change 15 times less often: still in their shared part
+        head = stream.teacher_head_at(step)
+        head[stream.groups["fast"]] = stream.teacher_head[stream.groups["fast"]] * fast[step // settings.period]
+        return head
+
+    for step in (shared - 501, shared - 1):
+        np.testing.assert_array_equal(stream.teacher_head_at(step), version1(step))
+    assert not any(np.array_equal(stream.teacher_head_at(step), version1(step)) for step in range(shared, settings.steps, 500))
+    assert get_task("nonlinear_tracking").stream_version == nonlinear_tracking.STREAM_VERSION == 2
+
+
+@pytest.mark.parametrize("task, settings, past", [
+    ("linear_tracking", {"period": 20}, (2**20 + 1) * 20),
+    ("linear_tracking", {"period": 7}, (2**20 + 1) * 7),
+    ("nonlinear_tracking", {"period": 500}, (2**13 + 1) * 500),
+])
+def test_a_stream_reaches_past_its_shared_steps_by_one_step(task, settings, past):
+    spec = get_task(task)
+    assert not spec.reaches_past_shared(spec.settings_type(**settings, steps=past))
+    assert spec.reaches_past_shared(spec.settings_type(**settings, steps=past + 1))
+
+
+def test_emnist_streams_have_one_version():
+    for task in ("emnist_label_permuted", "emnist_partial_permuted"):
+        spec = get_task(task)
+        assert spec.stream_version == 1 and not spec.reaches_past_shared(spec.settings_type(steps=TRILLION))
 
 
 def test_linear_far_schedule_flips_exactly_one_component_per_flip_across_every_seam():

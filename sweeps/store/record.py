@@ -12,7 +12,9 @@ sweep.yaml is read back by the sweep file's own rules (`sweeps.spec.parse_sweep_
 floats, no duplicate keys), the rules it was validated by. A resume with an edited sweep file
 runs only what the new sweep lacks. A change that alters the meaning of runs already stored
 (the dtype, or the task settings of an experiment that has stored runs) is refused with a
-SweepError naming the key.
+SweepError naming the key, and so is one whose task streams reach past the steps every version of
+the stream draws the same while the store's runs of that task came from another version than this
+code's (store.json's `stream_versions`; none recorded: version 1).
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import read_manifests, runs_of
 from sweeps.store.records import STATUS_FILE, RecordError, StoreRecord, read_record, write_record
 from sweeps.store.status import read_status
+from tasks import get_task
 
 SWEEP_RECORD = "sweep.yaml"
 STORE_RECORD = "store.json"
@@ -104,6 +107,34 @@ def _learner_conflict(old: StoreRecord | None, new: Sweep, stored: set[tuple[str
     return None
 
 
+def check_streams(location: StoreLocation, store: StoreRecord | None, sweeps: tuple[Sweep | None, ...],
+                  stored_tasks: set[str]) -> None:
+    """Refuse (SweepError) adding runs to a store holding runs of a task (`stored_tasks`) that were drawn
+    from another version of its stream than this code draws, where an experiment of `sweeps` (the new and
+    the recorded one) runs past the steps every version draws the same: new and stored runs would differ
+    in their data. Shorter streams are the same in every version, so a store of them resumes whatever
+    version it records (`store`: store.json, None: none recorded)."""
+    for sweep in sweeps:
+        for e in sweep.experiments if sweep is not None else ():
+            task = get_task(e.task)
+            was = store.stream_version(e.task) if store is not None else 1
+            if e.task not in stored_tasks or was == task.stream_version or not task.reaches_past_shared(e.settings):
+                continue
+            made_by = f" (fade-sweep {store.package_version})" if store is not None else ""
+            raise SweepError(
+                f"{location}: {e.task}: the store's runs were drawn from version {was} of its stream and this code "
+                f"draws version {task.stream_version}, which differs past step {task.shared_steps(e.settings):,} "
+                f"(steps is {e.settings.steps:,}): their runs must not share a table; run it under another sweep "
+                f"name or --storage, or with the code that made the store{made_by}")
+
+
+def recorded_stream_versions(store: StoreRecord | None, sweep: Sweep) -> dict[str, int]:
+    """store.json's stream versions once `sweep` is recorded: this code's for its tasks (`check_streams`
+    passed, so their stored runs are the same in both versions), the recorded ones for the rest."""
+    versions = dict(store.stream_versions) if store is not None else {}
+    return {**versions, **{e.task: get_task(e.task).stream_version for e in sweep.experiments}}
+
+
 def _identity(settings) -> dict:
     return {k: v for k, v in dataclasses.asdict(settings).items() if k not in LOCATION_SETTINGS}
 
@@ -157,7 +188,8 @@ def _checked(location: StoreLocation, sweep: Sweep, dtype: str) -> tuple[StoreRe
     _, bad_status = _readable(read_status, location)
     read = ((STORE_RECORD, bad_store), (SWEEP_RECORD, bad_sweep), (STATUS_FILE, bad_status))
     damaged = {name: why for name, why in read if why}
-    stored = runs_of([m for m in read_manifests(location).manifests if m.run_stage == TUNING])
+    manifests = read_manifests(location).manifests
+    stored = runs_of([m for m in manifests if m.run_stage == TUNING])
     if stored and store is not None and store.dtype != dtype:
         raise SweepError(
             f"dtype: {location} holds {store.dtype} runs and this run asks for {dtype}; "
@@ -170,6 +202,7 @@ def _checked(location: StoreLocation, sweep: Sweep, dtype: str) -> tuple[StoreRe
     conflict = _learner_conflict(store, sweep, stored)
     if conflict:
         raise SweepError(f"{sweep.source}: {conflict}")
+    check_streams(location, store, (sweep, old), {m.task for m in manifests})
     return store, old, stored, damaged
 
 
@@ -218,6 +251,7 @@ def check_and_record(location: StoreLocation, sweep: Sweep, dtype: str) -> list[
         sweep_sha256=hashlib.sha256(text.encode()).hexdigest(),
         history=history,
         learners=[d.to_record() for d in sweep.learners],
+        stream_versions=recorded_stream_versions(store, sweep),
     )
     write_record(location, STORE_RECORD, record, durable=True)
     return notices

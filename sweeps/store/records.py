@@ -123,6 +123,12 @@ class StoreRecord(_Record):
     sweep_sha256: str = ""
     history: list[str] = []
     learners: list[dict[str, Any]] = []  # the sweep's own learners as data (sweeps.spec.own.DeclaredLearner.to_record)
+    # task -> the version of its stream the store's runs were drawn from (tasks.TaskSpec.stream_version);
+    # a task not named (every store written before versions were recorded): version 1
+    stream_versions: dict[str, int] = {}
+
+    def stream_version(self, task: str) -> int:
+        return self.stream_versions.get(task, 1)
 
 
 class LockHolder(_Record):

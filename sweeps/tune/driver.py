@@ -38,6 +38,7 @@ from sweeps.spec import (
 )
 from sweeps.spec.engines import check_engines
 from sweeps.store.location import StoreLocation
+from sweeps.store.record import check_streams
 from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
 from sweeps.tune.grafana import dashboard_hint
@@ -210,10 +211,12 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
     """What the confirmation stage of a finished grid runs: the configuration `stat` selects per
     (setting, method) on the tuning seeds, on `seeds` fresh seeds (or the seeds listed).
 
-    SweepError (exit 2): no recorded sweep, tuning runs missing, or listed seeds that are tuning seeds."""
+    SweepError (exit 2): no recorded sweep, stored runs of another version of a stream than this code draws
+    (record.check_streams), tuning runs missing, or listed seeds that are tuning seeds."""
     sweep = store.sweep
     if sweep is None:
         raise SweepError(f"{store.location}: no recorded sweep (sweep.yaml); run the sweep first")
+    check_streams(store.location, store.record, (sweep,), {m.task for m in store.manifests})
     lacking = store.missing_runs().height
     if lacking:
         raise SweepError(f"{store.location}: {lacking} tuning runs have no result; "
