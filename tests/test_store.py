@@ -3,6 +3,7 @@ one writer at a time, the recorded sweep is the truth, tables say what is missin
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -698,14 +699,74 @@ def test_table_report_and_status_answer_from_the_rest_with_a_line_naming_a_trunc
     rel = Store.open(full).manifests[0].files[kind].path
     (full / rel).write_bytes((full / rel).read_bytes()[:100])
     repair = Store.open(full).resume_command()
-    footnote = f"fade-sweep: skipped 1 damaged data file ({full / rel}: 100 bytes, but its manifest recorded"
+    footnote = f"fade-sweep: skipped 1 damaged {kind} file ({full / rel}: 100 bytes, but its manifest recorded"
+    left_out = {"scores": "the runs of its pack are left out of the tables and the report (they count as missing)",
+                "curves": "the curves of its pack are left out of the figures (their scores are in the tables)"}[kind]
     commands = [["table", str(full)], ["report", str(full), "--out", str(full.parent / "r.html")], ["status", str(full)]]
     for command in commands:
         capsys.readouterr()
         assert main(command) == 0, command
         err = capsys.readouterr().err
-        assert err.startswith(footnote) and err.rstrip().endswith(f"`{repair}` sets it aside and runs them again"), (command, err)
+        assert err.startswith(footnote) and left_out in err, (command, err)
+        assert err.rstrip().endswith(f"`{repair}` sets it aside and runs its pack again"), (command, err)
     assert (full.parent / "r.html").exists()
+
+
+def _sgd_row(table: str) -> str:
+    (row,) = [line for line in table.splitlines() if line.startswith("| sgd")]
+    return row
+
+
+def test_a_truncated_scores_file_counts_its_runs_as_missing_in_the_tables_with_a_footnote(full, capsys):
+    """The damaged pack's method keeps its row ("missing", with its runs counted), and every format says so."""
+    manifest = Store.open(full).manifests[0]
+    assert manifest.optimizer == "sgd"
+    rel = manifest.files["scores"].path
+    (full / rel).write_bytes((full / rel).read_bytes()[:100])
+    repair = Store.open(full).resume_command()
+    assert main(["table", str(full)]) == 0
+    out = capsys.readouterr().out
+    assert _sgd_row(out).split("|")[2].strip() == "missing" and _sgd_row(out).split("|")[-2].strip() == str(2 * SEEDS)
+    assert f"- Left out: the runs of 1 damaged scores file ({full / rel}), counted as missing runs; `{repair}`" in out
+    assert "- Some methods have missing runs: the best (bold) is the best among the runs that are in" in out
+    assert main(["table", str(full), "--format", "latex"]) == 0
+    assert "Left out: the runs of 1 damaged scores file" in capsys.readouterr().out
+    assert main(["table", str(full), "--format", "csv"]) == 0
+    csv = pl.read_csv(io.StringIO(capsys.readouterr().out))
+    assert dict(zip(csv["optimizer"], csv["missing_runs"])) == {"fade": 0, "sgd": 2 * SEEDS}
+    assert dict(zip(csv["optimizer"], csv["status"])) == {"fade": "ok", "sgd": "missing"}
+    assert len(Store.open(full).missing_runs()) == 2 * SEEDS
+
+
+def test_a_truncated_scores_file_is_named_by_report_status_and_verify(full, capsys):
+    rel = Store.open(full).manifests[0].files["scores"].path
+    (full / rel).write_bytes((full / rel).read_bytes()[:100])
+    report = full.parent / "r.html"
+    assert main(["report", str(full), "--out", str(report)]) == 0
+    html = report.read_text()
+    section = html[html.index("What is in so far"):]
+    assert f"{RUNS - 2 * SEEDS:,} of {RUNS:,} runs are in" in section and f"damaged scores file ({full / rel})" in section
+    capsys.readouterr()
+    assert main(["status", str(full.parent)]) == 0
+    out = capsys.readouterr().out
+    (row,) = [line for line in out.splitlines() if line.startswith("db ")]
+    assert row.split()[2:6] == ["damaged", str(RUNS - 2 * SEEDS), "of", str(RUNS)]
+    assert f"db: damaged: skipped 1 damaged scores file ({full / rel}" in out
+    assert main(["status", str(full)]) == 0
+    out = capsys.readouterr().out
+    assert f"{2 * SEEDS} runs of its sweep missing" in out and f"damaged: {full / rel}: 100 bytes" in out
+    assert main(["verify", str(full)]) == 1
+    assert f"{2 * SEEDS} runs missing" in capsys.readouterr().out.splitlines()[-1]
+
+
+def test_the_best_table_of_a_partial_store_says_the_best_is_among_the_methods_in(tmp_path, capsys):
+    partial = _build(tmp_path / "db", optimizers=("sgd",))  # interrupted: fade has no run yet
+    assert main(["table", str(partial)]) == 0
+    out = capsys.readouterr().out
+    assert "| **sgd** |" in out and "- Some methods have missing runs: the best (bold) is the best among" in out
+    assert "Left out" not in out
+    assert main(["table", str(_build(tmp_path / "whole"))]) == 0
+    assert "Some methods have missing runs" not in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("typo", ["s3:/bucket/x", "s3:bucket", "gs:/b/p"])

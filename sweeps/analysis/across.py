@@ -112,6 +112,8 @@ def combined_analysis(stores: list[Store], stat: str = "mean") -> Analysis:
         _stacked([labelled(a.expected, name, clash) for name, a in parts]),
         _stacked([labelled(a.missing, name, clash) for name, a in parts]),
         stat,
+        left_out=tuple(f for _, a in parts for f in a.left_out),
+        repair="`; `".join(a.repair for _, a in parts if a.repair),  # the note quotes it: `one`; `another`
     )
 
 

@@ -54,7 +54,9 @@ def completeness_html(analysis: Analysis) -> str | None:
         setting = tables.variant_title({k: row[k] for k in ("task", *shown)})
         rows.append(f"<tr><td>{escape(setting)}</td><td>{escape(row['optimizer'])}</td>"
                     f"<td>{row['runs_in']} of {row['runs']}</td><td>{row['configs_complete']} of {row['configs']}</td>{mark}</tr>")
+    note = tables.left_out_note(analysis)
     return (f"<p class='answer'><b>{have:,} of {total:,} runs are in ({have / total:.0%})</b>; the tables and figures "
             f"below are made of these. A configuration still missing seeds is ranked on the seeds it has; a "
             f"configuration with none is marked <i>missing</i> in the sensitivity tables.</p>"
+            + (f"<p class='answer'>{escape(note)}</p>" if note else "") +
             f"<table class='results'><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table>")

@@ -54,6 +54,8 @@ class Analysis:
     missing: pl.DataFrame  # the same, of the runs with no result yet
     stat: str = "mean"
     race: RaceSummary | None = None  # a raced sweep's tuning stage: its rounds and what they cost
+    left_out: tuple[str, ...] = ()  # damaged scores files whose runs are left out (counted in `missing`)
+    repair: str = ""  # the command that runs them again (`fade-sweep run ... --resume`), when some are left out
 
     @classmethod
     def of(cls, store: Store, stat: str = "mean", stage: str = TUNING) -> Analysis:
@@ -66,7 +68,9 @@ class Analysis:
             record = stored_race(store)  # a damaged race.json: replayed from the scores
             scores = raced_scores(scores, record)
             summary = race_summary(store.sweep, record, expected)
-        return cls(scores, expected, store.missing_runs(stage), stats.check_stat(stat), summary)
+        left_out = tuple(store.left_out_files(stage))
+        return cls(scores, expected, store.missing_runs(stage), stats.check_stat(stat), summary, left_out,
+                   store.resume_command() if left_out else "")
 
     @cached_property
     def variant(self) -> list[str]:

@@ -175,6 +175,20 @@ def outlier_footnote(label: str, outliers: str | None) -> str | None:
     return f"{OUTLIER_MARK} {label}: outlier {seeds}"
 
 
+PARTIAL_BEST = ("Some methods have missing runs: the best (bold) is the best among the runs that are in; a method's "
+                "missing runs may change it.")
+
+
+def left_out_note(analysis: Analysis) -> str | None:
+    """The footnote of every table made while damaged scores files are left out: which, and the repair."""
+    if not analysis.left_out:
+        return None
+    many = len(analysis.left_out) > 1
+    return (f"Left out: the runs of {len(analysis.left_out)} damaged scores file{'s' if many else ''} "
+            f"({', '.join(analysis.left_out)}), counted as missing runs; `{analysis.repair}` runs "
+            f"{'their packs' if many else 'its pack'} again.")
+
+
 def _best_grids(table: pl.DataFrame, variant: list[str], stat: str, race: str = "") -> list[Grid]:
     grids = []
     for _, group in table.group_by(variant, maintain_order=True):
@@ -194,6 +208,8 @@ def _best_grids(table: pl.DataFrame, variant: list[str], stat: str, race: str = 
         first = group.row(0, named=True)
         if footnotes:
             footnotes.insert(0, outlier_note())
+        if group["missing_runs"].sum():
+            footnotes.append(PARTIAL_BEST)
         grids.append(
             Grid(
                 variant_title({k: first[k] for k in variant}),
@@ -351,6 +367,9 @@ def table_text(analysis: Analysis, kind: str = "best", fmt: str = "md", referenc
         if fmt == "csv":
             return _csv(sensitivity_frame(tables))
         grids = [_sensitivity_grid(t, race) for t in tables]
+    note = left_out_note(analysis)
+    if note:  # on every table it affects (CSV: its missing-runs column counts the runs)
+        grids = [dataclasses.replace(g, footnotes=(*g.footnotes, note)) for g in grids]
     return render(grids, fmt)
 
 

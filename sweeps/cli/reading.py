@@ -205,16 +205,19 @@ def _results_status(target: str) -> None:
     if status is None and store.has_results():  # no live status: what the store holds (records only, no polars)
         try:
             sweep = store.sweep
-            lacking = missing_count(store.location, sweep, store.finished_runs()) if sweep else 0  # race-aware
+            finished = store.finished_runs() - store.left_out_runs()  # a damaged scores file's runs are missing
+            lacking = missing_count(store.location, sweep, finished) if sweep else 0  # race-aware
             missing = f", {lacking} runs of its sweep missing" if sweep else ""
         except SweepError:  # named by _say_damage
             missing = ""
         print(f"{store.location}: {store.committed_packs()} pack files in the store{missing}")
+        _damaged_files(store)
         return
     if status is None:
         _starting_or_not_a_store(store)
         return
     print(format_status(status, store.committed_packs(), store.resume_command()))
+    _damaged_files(store)
     _race_status(store)
     engines = Counter(m.engine or "not recorded" for m in store.manifests)
     if engines:
@@ -222,6 +225,14 @@ def _results_status(target: str) -> None:
     stages = Counter(m.run_stage for m in store.manifests)
     if len(stages) > 1 or (stages and TUNING not in stages):
         print("committed packs: " + ", ".join(f"{n} {stage}" for stage, n in sorted(stages.items(), reverse=True)))
+
+
+def _damaged_files(store) -> None:
+    """Every data file whose size is not its manifest's, one line each, then the repair (stdout: the status)."""
+    for bad in store.damaged_files:
+        print(f"damaged: {store.location.absolute().url(bad.path)}: {bad.why}")
+    if store.damaged_files:
+        print(f"repair: `{store.resume_command()}` sets the damaged files' packs aside and runs them again")
 
 
 def _race_status(store) -> None:

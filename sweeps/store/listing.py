@@ -6,7 +6,8 @@ under two seconds (benchmarks/bench_listing.py). A state is one of:
 - `running`: status.json says so and its driver lives (or the writer lock is held: starting);
 - `finished`: every run the sweep asks for (of a race: so far) is in, and no driver is at work;
 - `interrupted`: runs are missing and no driver is at work (stopped, killed, or failed: `failed`);
-- `damaged`: a record or manifest cannot be read (`Store.damage_notice` says which and the repair).
+- `damaged`: a record or manifest cannot be read, or a data file is not its manifest's size
+  (`Store.damage_notice` says which and the repair).
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ def entry_of(store: Store) -> SweepEntry:
     except SweepError:
         sweep = None
     readable = sweep is not None or not store.location.exists(SWEEP_RECORD)
-    damaged = not readable or store.damaged_manifests or _damaged_record(store, status, record, sweep)
+    damaged = (not readable or store.damaged_manifests or store.damaged_files
+               or _damaged_record(store, status, record, sweep))
     damage = (store.damage_notice() or "sweep.yaml cannot be read") if damaged else None  # the notice reads again
-    finished = store.finished_runs()
+    finished = store.finished_runs() - store.left_out_runs()  # a damaged scores file's runs count as missing
     done = len(finished & sweep.pairs) if sweep is not None else len(finished)
     total = None if sweep is None else done + missing_count(store.location, sweep, finished)
     last = status.updated_at if status is not None else record.updated_at if record is not None else None

@@ -82,12 +82,22 @@ def runs_of(manifests: list[Manifest]) -> set[tuple[str, int]]:
     return {pair for m in manifests for pair in m.pairs()}
 
 
+_LEFT_OUT = {"scores": "the runs of {} are left out of the tables and the report (they count as missing)",
+             "curves": "the curves of {} are left out of the figures (their scores are in the tables)"}
+
+
 def damaged_files_notice(location: StoreLocation, files: list[DamagedFile], repair: str) -> str:
-    """The readers' line about damaged data files: the first named, and the command that repairs them."""
+    """The readers' line about damaged data files: the first of each kind named, what readers leave out
+    (a scores file: its pack's runs; a curves file: their curves only), and the command that repairs them."""
+    parts = []
+    for kind in KINDS:
+        some = [f for f in files if f.kind == kind]
+        if some:
+            many = len(some) > 1
+            parts.append(f"skipped {len(some)} damaged {kind} file{'s' if many else ''} ({location.url(some[0].path)}: "
+                         f"{some[0].why}{', ...' if many else ''}): " + _LEFT_OUT[kind].format("their packs" if many else "its pack"))
     many = len(files) > 1
-    return (f"skipped {len(files)} damaged data file{'s' if many else ''} ({location.url(files[0].path)}: {files[0].why}"
-            f"{', ...' if many else ''}): the runs of {'their packs' if many else 'its pack'} are left out; `{repair}` "
-            f"sets {'them' if many else 'it'} aside and runs them again")
+    return f"{'; '.join(parts)}; `{repair}` sets {'them' if many else 'it'} aside and runs {'their packs' if many else 'its pack'} again"
 
 
 # ---------------------------------------------------------------- the driver's upkeep (under the writer lock)
@@ -164,6 +174,11 @@ class Selection:
     @property
     def runs(self) -> int:
         return sum(len(m.configs) * len(m.seeds) for m in self.whole) + sum(len(k) for _, k in self.partial)
+
+    def pairs_from(self, names: set[str]) -> set[tuple[str, int]]:
+        """The (config, seed) pairs this selection reads from the manifests named."""
+        return ({pair for m in self.whole if m.name in names for pair in m.pairs()}
+                | {pair for m, keep in self.partial if m.name in names for pair in keep})
 
     def without(self, names: set[str]) -> Selection:
         """This selection less the manifests named (a damaged data file: their rows are left out)."""

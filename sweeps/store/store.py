@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shlex
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import cached_property
@@ -136,13 +137,12 @@ class Store:
 
     @cached_property
     def damaged_files(self) -> list[DamagedFile]:
-        """The data files readers would read whose size is not their manifest's: left out of every frame
-        (their runs count as missing) until `run --resume` sets their packs aside and runs them again."""
+        """The data files readers would read whose size is not their manifest's: left out of their frames
+        (a scores file's runs count as missing: `left_out_runs`) until `run --resume` runs their packs again."""
         return damaged_files(self.location, (m for stage in STAGES for m in self._current(stage)))
 
     def damage_notice(self) -> str | None:
-        """One line for readers, who answer from the rest: the damaged records they skipped and the
-        command that repairs them (None: nothing damaged)."""
+        """One line for readers, who answer from the rest: what damaged they skipped, and the repair (None: nothing)."""
         parts = []
         try:
             damaged_race = race_damage(self.location, self.sweep)
@@ -173,8 +173,6 @@ class Store:
     def resume_command(self) -> str:
         """The command that continues (and repairs) this store: `fade-sweep run SWEEP --storage STORAGE
         [--dtype D] --resume`, SWEEP being the recorded sweep.yaml of a local store."""
-        import shlex
-
         where = self.location
         try:
             record = self.record
@@ -299,10 +297,20 @@ class Store:
         missing or no sweep (or confirmation stage) is recorded. Reads the manifests only."""
         from sweeps.store.dataset import without_runs
 
-        done = self.finished_runs(stage)
+        done = self.finished_runs(stage) - self.left_out_runs(stage)
         wanted = self.wanted(stage)
         expected = self.expected_runs(stage)
         return expected.clear() if wanted is None or wanted <= done else without_runs(expected, done)
+
+    def left_out_runs(self, stage: str = TUNING) -> set[tuple[str, int]]:
+        """(config_id, seed) of the runs of `stage` read from a damaged scores file: left out, counted missing."""
+        damaged = {f.manifest for f in self.damaged_files if f.kind == "scores"}
+        return self.selection(all_runs=True, stage=stage).pairs_from(damaged) if damaged else set()
+
+    def left_out_files(self, stage: str = TUNING) -> list[str]:
+        """The damaged scores files of `left_out_runs`, as users see them; `resume_command()` repairs them."""
+        names, url = {m.name for m in self._current(stage)}, self.location.absolute().url
+        return [url(f.path) for f in self.damaged_files if f.kind == "scores" and f.manifest in names]
 
     def committed_files(self, kind: Kind = "scores") -> list[str]:
         """The data files of `kind` an outside reader should read (local paths or URIs): those of the

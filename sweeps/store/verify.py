@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.spec import TUNING, SweepError
 from sweeps.store.location import StoreLocation
-from sweeps.store.manifests import MANIFESTS, manifest_entries, orphans, parse_manifest
+from sweeps.store.manifests import MANIFESTS, damage, manifest_entries, orphans, parse_manifest
 from sweeps.store.race import raced_pairs, read_race
 from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, read_store_record, recorded_sweep
 from sweeps.store.records import (
@@ -192,9 +192,11 @@ def verify_store(location: StoreLocation) -> Verification:
         if outside:
             v.notes.append(f"{outside} stored runs are not in the current sweep; ignored")
         asked = _asked(v, location, sweep)
+        unread = {m.name for m in manifests if damage(location, m, SCORES)}  # readers leave its runs out, as missing
+        held = {pair for pair, ms in holders.items() if ms[-1].name not in unread}  # the newest holder is the one read
         lacking: Counter = Counter()
         for e in sweep.experiments:
-            lacking[(e.task, e.optimizer)] += sum((c.config_id, s) not in holders and (asked is None or (c.config_id, s) in asked)
+            lacking[(e.task, e.optimizer)] += sum((c.config_id, s) not in held and (asked is None or (c.config_id, s) in asked)
                                                   for c in e.cells for s in sweep.seeds)
         v.missing = sum(lacking.values())
         for (task, optimizer), n in sorted(lacking.items()):
