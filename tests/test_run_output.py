@@ -108,3 +108,23 @@ def test_a_real_run_on_more_declared_cpus_than_cores_says_so_before_ray(monkeypa
     storage.write_text("")
     main(["run", "linear-demo", "--num-cpus", "16", "--storage", str(storage)])
     assert "--num-cpus declares 16 CPUs but this machine has 2" in capsys.readouterr().out
+
+
+def test_a_dry_run_s_wall_time_is_the_sum_of_the_parts_it_lists(tmp_path, capsys):
+    """A long stream in short chunks: the per-chunk reports and checkpoints dominate, and the estimate lists them:
+    the wall time is the command + Ray's start + a worker's start + its streams + the packs' time over the slots, and
+    the packs' time is the time column's over the 2 slots (2 equal packs)."""
+    document = {"name": "long", "task": "linear_tracking", "task_settings": {"steps": 10**13, "bin": 10**9}, "seeds": 2,
+                "optimizers": {"sgd": {"alpha": [0.1, 0.05]}}}
+    sweep_file = tmp_path / "long.yaml"
+    sweep_file.write_text(yaml.safe_dump(document))
+    assert main(["run", str(sweep_file), "--dry-run", "--num-cpus", "2"]) == 0
+    out = capsys.readouterr().out
+    line = re.search(r"Estimated wall time: (\d+) s .*: the command \(~(\d+) s\), Ray's start \(~(\d+) s\), a worker's start "
+                     r"per slot \(~(\d+) s\) and its streams \(~(\d+) s\), and the packs' time over the slots, longest first "
+                     r"\(~(\d+) s: .*; (\d+) s of the packs' time is their per-chunk reports and checkpoints", out)
+    assert line, out
+    wall, command, ray, slot, streams, packs, reports = map(int, line.groups())
+    assert abs(wall - (command + ray + slot + streams + packs)) <= 3, out  # each part rounded to a second
+    column = int(re.search(r"\n(linear_tracking .*) (\d+)s\n", out).group(2))
+    assert abs(column / 2 - packs) <= 1 and reports > column / 2, out
