@@ -66,6 +66,9 @@ def test_dry_run_says_when_the_machine_is_loaded(monkeypatch):
     monkeypatch.setattr(text.os, "getloadavg", lambda: (17.9, 12.0, 8.0))
     note = text.load_note(2)
     assert note and "loaded (load average 17.9 on 2 CPUs)" in note
+    monkeypatch.setattr(text.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    scaled = text.load_note(2, calibrated=False, quiet_seconds=12.0, packs_at_once=2)  # the quiet estimate, scaled
+    assert ": at this load, about 60 s (x5.0: the load and the run's 2 packs at once sharing 2 CPUs)" in scaled, scaled
 
 
 def test_dry_run_warns_when_num_cpus_exceeds_the_machine(monkeypatch, capsys):

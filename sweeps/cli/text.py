@@ -158,17 +158,24 @@ def aligned(rows: Sequence[Sequence[str]], left: int) -> list[str]:
 LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
-def load_note(cpus: int | None = None, calibrated: bool = True) -> str | None:
+def load_note(cpus: int | None = None, calibrated: bool = True, quiet_seconds: float | None = None,
+              packs_at_once: int = 1) -> str | None:
     """A warning when this machine is loaded (its 1-minute load average above LOADED per CPU):
     other jobs slow the calibration and the run alike, so the estimate is only as good as the
-    load is steady. None when quiet."""
+    load is steady. None when quiet. With the cost table's (quiet) estimate `quiet_seconds`, also that
+    estimate at this load: the run's `packs_at_once` processes and the load's share the CPUs evenly, so
+    every part takes (load + packs_at_once) / cpus times as long (linear-demo at load 7.4-10.2 on 2 CPUs:
+    `python benchmarks/bench_dryrun.py linear-demo`, 2026-11-27, load 6.4-10.2: real 42-89 s, so scaled 51-73 s, 12 s quiet)."""
     cpus = cpus or os.cpu_count() or 1
     load = os.getloadavg()[0]
     if load <= LOADED * cpus:
         return None
     if not calibrated:  # the cost table's rates are a quiet machine's
+        slower = (load + packs_at_once) / cpus
+        at_load = (f": at this load, about {quiet_seconds * slower:.0f} s (x{slower:.1f}: the load and the run's "
+                   f"{packs_at_once} packs at once sharing {cpus} CPUs)" if quiet_seconds else "")
         return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the run will run slower than on a "
-                "quiet machine, whose rates the estimate uses, and by as much as the load changes.")
+                f"quiet machine, whose rates the estimate uses{at_load}, and by as much as the load changes.")
     return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the calibration ran and the run will "
             "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
 
