@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,7 +34,7 @@ from pathlib import Path
 
 from cluster.connect import SINGLE_HOST
 from cluster.errors import ClusterError
-from cluster.ports import holder, listener, started_at
+from cluster.ports import holder, listener, overlap, started_at
 from cluster.processes import cluster_pids, descendants, running, same_process, signal_all
 
 __all__ = ["LocalCluster", "cluster_pids", "descendants", "running", "start_local_cluster", "stop_local_cluster"]
@@ -76,7 +77,20 @@ def _ray_start(args: list[str], env: dict[str, str]) -> None:
     env = {k: v for k, v in {**os.environ, **env}.items() if k not in SINGLE_HOST}  # set for its children only
     done = _ray(["start", "--disable-usage-stats", *args], env)
     if done.returncode != 0:
-        raise RuntimeError(f"ray start {' '.join(args)} failed:\n{done.stdout[-2000:]}\n{done.stderr[-2000:]}")
+        node = "the head" if "--head" in args else "a worker node"
+        raise ClusterStartFailed(f"`ray start` of {node} failed: {last_error(done.stdout + chr(10) + done.stderr)}")
+
+
+class ClusterStartFailed(RuntimeError):
+    """Ray refused or failed to start a node (not a refusal of ours before anything started: ClusterError)."""
+
+
+def last_error(output: str) -> str:
+    """The line of Ray's output that says what went wrong: its last error line (a traceback's exception),
+    else its last line."""
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line.split(":", 1)[0] or line.startswith("Error")]
+    return (errors or lines or ["no output"])[-1]
 
 
 def default_temp_dir(port: int) -> Path:
@@ -98,6 +112,7 @@ def start_local_cluster(
     distinct `port` and `ports_from` run side by side."""
     temp_dir = Path(temp_dir or default_temp_dir(port))
     check_free(temp_dir, port, dashboard_port, ports_from, worker_nodes)  # before anything starts
+    made_folder = not temp_dir.exists()
     env = auth_env(token_path)
     common = ["--node-ip-address", LOOPBACK, "--temp-dir", str(temp_dir), "--num-cpus", str(cpus_per_node)]
     local = LocalCluster(f"{LOOPBACK}:{port}", f"http://{LOOPBACK}:{dashboard_port}", {**env, **SINGLE_HOST}, temp_dir)
@@ -113,6 +128,8 @@ def start_local_cluster(
         _record_client_server(temp_dir, port + 1)
     except BaseException:
         stop_local_cluster(temp_dir)  # nothing left running (the folder held no process before: check_free)
+        if made_folder:  # only what this start made: a folder that was there before is left as it was
+            shutil.rmtree(temp_dir, ignore_errors=True)
         raise
     return local
 
@@ -124,13 +141,19 @@ def planned_ports(port: int, dashboard_port: int, ports_from: int, worker_nodes:
         base = ports_from + 1000 * i
         node = "the head" if i == 0 else f"worker node {i}"
         ports += [(p, f"{node}'s servers") for p in range(base, base + 6)]
-        ports += [(p, f"{node}'s worker processes") for p in range(base + 100, base + 1000)]
+        ports += [(p, f"{node}'s worker processes ({base + 100}-{base + 999})") for p in range(base + 100, base + 1000)]
     return ports
 
 
 def check_free(temp_dir: Path, port: int, dashboard_port: int, ports_from: int, worker_nodes: int) -> None:
-    """ClusterError (one line) when a port the cluster would use is taken, or a process runs in its folder."""
-    for number, what in planned_ports(port, dashboard_port, ports_from, worker_nodes):
+    """ClusterError (one line) when the plan gives a port two uses, a port the cluster would use is taken, or
+    a process runs in its folder."""
+    planned = planned_ports(port, dashboard_port, ports_from, worker_nodes)
+    if twice := overlap(planned):
+        number, first, second = twice
+        raise ClusterError(f"port {number} would serve both {first} and {second} (--port {port}, --dashboard-port "
+                           f"{dashboard_port}, --ports-from {ports_from}); {PORTS_HINT}, so that no two overlap")
+    for number, what in planned:
         if taken := holder(number):
             raise ClusterError(f"port {number} ({what}) is held by {taken}; {PORTS_HINT}")
     if running_there := sorted(cluster_pids(temp_dir)):
@@ -169,12 +192,13 @@ def _wait_for_nodes(local: LocalCluster, count: int, timeout: float = 60.0) -> N
         if active.count(" node_") >= count:
             return
         time.sleep(1)
-    raise RuntimeError(f"the local cluster did not reach {count} nodes within {timeout:.0f} s")
+    raise ClusterStartFailed(f"the local cluster did not reach {count} nodes within {timeout:.0f} s")
 
 
-def stop_local_cluster(temp_dir: Path, grace: float = 10.0) -> None:
+def stop_local_cluster(temp_dir: Path, grace: float = 10.0) -> set[int]:
     """Stop the cluster kept in `temp_dir` by its PIDs (SIGTERM, then SIGKILL what is left after
-    `grace` seconds), and wait until they are gone; other Ray processes on the machine are not touched."""
+    `grace` seconds), and wait until they are gone; other Ray processes on the machine are not touched.
+    Returns the PIDs it stopped."""
     pids: set[int] = set()
     for sig in (signal.SIGTERM, signal.SIGKILL):
         pids |= cluster_pids(temp_dir) | _recorded_pids(temp_dir)
@@ -182,6 +206,7 @@ def stop_local_cluster(temp_dir: Path, grace: float = 10.0) -> None:
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline and any(running(pid) for pid in pids):
             time.sleep(0.1)
+    return pids
 
 
 def main() -> None:
@@ -194,7 +219,10 @@ def main() -> None:
     parser.add_argument("--ports-from", type=int, default=20000, help="node i takes the 1000 ports from N+1000i")
     args = parser.parse_args()
     if args.action == "down":
-        stop_local_cluster(default_temp_dir(args.port))
+        folder = default_temp_dir(args.port)
+        stopped = stop_local_cluster(folder)
+        print(f"cluster down: stopped {len(stopped)} processes of the cluster in {folder}" if stopped
+              else f"cluster down: no cluster ran in {folder}; nothing stopped")
         return
     try:
         local = start_local_cluster(args.workers, args.cpus_per_node, port=args.port, dashboard_port=args.dashboard_port,
@@ -202,6 +230,9 @@ def main() -> None:
     except ClusterError as err:
         print(f"cluster.local up: {err}", file=sys.stderr)
         sys.exit(2)
+    except ClusterStartFailed as err:
+        print(f"cluster.local up: {str(err).rstrip('.')}; stopped what it had started", file=sys.stderr)
+        sys.exit(1)
     exports = " ".join(f"{k}={v}" for k, v in local.env.items())
     print(f"cluster up: --address {local.address} (run), --address {local.dashboard_url} (submit)\nexport {exports}")
 

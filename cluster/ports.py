@@ -11,6 +11,17 @@ import socket
 from pathlib import Path
 
 
+def overlap(planned: list[tuple[int, str]]) -> tuple[int, str, str] | None:
+    """The first port a plan gives to two of its uses ((port, one use, the other)), or None: checked
+    before anything starts, as Ray finds it only once a node is half up."""
+    first: dict[int, str] = {}
+    for port, what in planned:
+        if port in first and first[port] != what:
+            return port, first[port], what
+        first.setdefault(port, what)
+    return None
+
+
 def in_use(port: int) -> bool:
     """Whether a socket listens on (or is bound to) `port` on any local address."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:

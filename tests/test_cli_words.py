@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from sweeps.cli import main
-from sweeps.cli.text import format_rate, plan_text
+from sweeps.cli.text import format_rate, format_seconds, plan_text
 from sweeps.packs.dryrun import PlanEstimate, PlanRow
 from sweeps.packs.outcome import PackOutcome
 from sweeps.spec import PackResources, resolve_sweep
@@ -48,11 +48,16 @@ def test_a_job_command_to_a_dead_cluster_says_it_is_unreachable_and_never_to_run
     assert "omit --address" not in err and "embedded" not in err  # a job command cannot run embedded
 
 
+def test_a_sub_second_pack_s_time_is_not_zero():
+    assert [format_seconds(s) for s in (0.01, 0.6, 9.94, 10.4, 571.4)] == ["<0.1s", "0.6s", "9.9s", "10s", "571s"]
+
+
 def test_the_dry_run_s_plan_table_is_aligned_whatever_the_names(capsys):
     sweep = resolve_sweep("linear-demo")
-    rows = [PlanRow("linear_tracking", "noise=1.0", "fade_idbd", 12, 120, 10, 2.0e9, 3.5e6, "CPU"),
-            PlanRow("emnist_partial_permuted", "stable_classes=24, period=2500", "fade_sgd_all", 1, 5, 5, 2.5e10, 812.0, "GPU")]
-    plan = PlanEstimate(13, 2, 0, rows, 100.0, 4.0, 4.0, 2.0, 1.0, 0.2, False)
+    rows = [PlanRow("linear_tracking", "noise=1.0", "fade_idbd", 12, 120, 10, 2.0e9, 3.5e6, "CPU", 571.4),
+            PlanRow("emnist_partial_permuted", "stable_classes=24, period=2500", "fade_sgd_all", 1, 5, 5, 2.5e10, 812.0, "GPU",
+                    30788177.0)]
+    plan = PlanEstimate(13, 2, 0, rows, 100.0, 4.0, 4.0, 2.0, 1.0, 0.2, False, 89.0, 1.0)
     header, *lines = plan_text(sweep, PackResources(cpus=1), plan).splitlines()[1:4]  # the header and the two rows
     cells = [("linear_tracking", "noise=1.0", "fade_idbd", "12", "10", "2.00e+09", f"{format_rate(3.5e6)} CPU", "571s"),
              ("emnist_partial_permuted", "stable_classes=24, period=2500", "fade_sgd_all", "1", "5", "2.50e+10",

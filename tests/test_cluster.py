@@ -21,7 +21,8 @@ import polars as pl
 import pytest
 import yaml
 
-from cluster.local import auth_env, cluster_pids, descendants, running, start_local_cluster, stop_local_cluster
+from cluster import local as local_cluster
+from cluster.local import ClusterStartFailed, auth_env, cluster_pids, descendants, running, start_local_cluster, stop_local_cluster
 from cluster.ports import in_use, listener
 from sweeps.store import Store
 from tests.helpers import read_status_json, scores_in_process
@@ -323,6 +324,59 @@ def test_local_up_on_a_port_another_process_holds_refuses_before_starting_anythi
             "N+1000i to N+1000i+999)\n")
         assert not folder.exists()  # refused before its folder (or anything else) was made
         other.getsockname()  # still ours, still open
+
+
+def test_local_up_whose_port_ranges_overlap_refuses_in_one_line_before_starting_anything():
+    folder = Path(tempfile.gettempdir()) / "fade-local-ray-7600"
+    assert not folder.exists()
+    refused = _local_up("--port", "7600", "--workers", "0", "--dashboard-port", "7602", "--ports-from", "7500")
+    assert refused.returncode == 2 and refused.stderr == (
+        "cluster.local up: port 7600 would serve both the GCS and the head's worker processes (7600-8499) (--port 7600, "
+        "--dashboard-port 7602, --ports-from 7500); pick other ports: --port P (the GCS; the client server takes P+1), "
+        "--dashboard-port D, --ports-from N (node i takes N+1000i to N+1000i+999), so that no two overlap\n")
+    assert not folder.exists()
+
+
+def _failing_ray_start(folder: Path):
+    """A `ray start` that makes the cluster's folder (as Ray does) and then fails as Ray does: a traceback."""
+    def ray(args, env):
+        (folder / "session_latest").mkdir(parents=True, exist_ok=True)
+        return subprocess.CompletedProcess(args, 1, "Usage stats collection is disabled.\n",
+                                           "Traceback (most recent call last):\n  File ...\nValueError: Ray component "
+                                           "worker_ports is trying to use a port number 7600 that is used by other components.\n")
+    return ray
+
+
+@pytest.mark.parametrize("there_before", [False, True])
+def test_a_failed_ray_start_removes_only_what_this_up_made_and_says_so_in_one_line(tmp_path, monkeypatch, capsys, there_before):
+    folder = tmp_path / "ray"
+    if there_before:
+        folder.mkdir()
+        (folder / "kept").write_text("not this up's")
+    monkeypatch.setattr(local_cluster, "_ray", _failing_ray_start(folder))
+    with pytest.raises(ClusterStartFailed, match="^`ray start` of the head failed: ValueError: Ray component worker_ports"):
+        start_local_cluster(0, port=28390, dashboard_port=28392, ports_from=28400, token_path=tmp_path / "token",
+                            temp_dir=folder)
+    assert folder.exists() == there_before and (not there_before or {p.name for p in folder.iterdir()} == {"kept", "session_latest"})
+    monkeypatch.setattr(local_cluster, "default_temp_dir", lambda port: folder)
+    monkeypatch.setattr(local_cluster, "auth_env", lambda path: {})
+    monkeypatch.setattr(sys, "argv", ["cluster.local", "up", "--workers", "0", "--port", "28390", "--dashboard-port",
+                                      "28392", "--ports-from", "28400"])
+    with pytest.raises(SystemExit) as exited:
+        local_cluster.main()
+    assert exited.value.code == 1 and capsys.readouterr().err == (
+        "cluster.local up: `ray start` of the head failed: ValueError: Ray component worker_ports is trying to use a port "
+        "number 7600 that is used by other components; stopped what it had started\n")
+
+
+def test_local_down_says_what_it_stopped(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(local_cluster, "default_temp_dir", lambda port: tmp_path)
+    monkeypatch.setattr(sys, "argv", ["cluster.local", "down", "--port", "28390"])
+    local_cluster.main()
+    assert capsys.readouterr().out == f"cluster down: no cluster ran in {tmp_path}; nothing stopped\n"
+    monkeypatch.setattr(local_cluster, "stop_local_cluster", lambda folder: {101, 102})
+    local_cluster.main()
+    assert capsys.readouterr().out == f"cluster down: stopped 2 processes of the cluster in {tmp_path}\n"
 
 
 def _name(pid: int) -> str:

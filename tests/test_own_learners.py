@@ -118,6 +118,10 @@ BAD = {
     "signature": ({}, RULE.replace("lo, hi, alpha", "hi, lo, alpha"), "not in the documented form"),
     "branch": ({}, RULE.replace("    l = exp(gamma)", "    l = exp(gamma)\n    if l > 1:\n        l = 1"),
                "a Python branch on a value"),
+    "loop": ({}, RULE.replace("    l = exp(gamma)", "    l = exp(gamma)\n    for _ in range(2):\n        l = l * 1"),
+             "a loop (for) in rule fade_leaky; the kernel traces straight-line code: write the steps out"),
+    "non-ASCII name": ({"learners": {"ünï": f"{MODULE}:fade_leaky"}}, RULE,
+                       "'ünï' is not a name of ASCII letters, digits and _ (not starting with a digit)"),
     "unknown function": ({}, RULE.replace("l = exp(gamma)", "l = abs(gamma)"), "unknown function abs"),
     "column clash": ({}, RULE.replace("rho", "seed"), "clashes with a column of the store"),
     "learner clash": ({}, RULE.replace("rho", "adam"), "clashes with a built-in learner's name"),
@@ -136,7 +140,7 @@ def test_a_bad_rule_is_one_line_exit_2_nothing_written(case, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err, err
     assert not (tmp_path / "store").exists()
-    if case in ("signature", "branch", "unknown function"):
+    if case in ("signature", "branch", "loop", "unknown function"):
         assert f"{MODULE}.py:" in err  # names the line
 
 

@@ -66,6 +66,9 @@ def test_dry_run_says_when_the_machine_is_loaded(monkeypatch):
     monkeypatch.setattr(text.os, "getloadavg", lambda: (17.9, 12.0, 8.0))
     note = text.load_note(2)
     assert note and "loaded (load average 17.9 on 2 CPUs)" in note
+    monkeypatch.setattr(text.os, "getloadavg", lambda: (8.0, 8.0, 8.0))
+    scaled = text.load_note(2, calibrated=False, quiet_seconds=12.0, packs_at_once=2)  # the quiet estimate, scaled
+    assert ": at this load, about 60 s (x5.0: the load and the run's 2 packs at once sharing 2 CPUs)" in scaled, scaled
 
 
 def test_dry_run_warns_when_num_cpus_exceeds_the_machine(monkeypatch, capsys):
@@ -108,3 +111,23 @@ def test_a_real_run_on_more_declared_cpus_than_cores_says_so_before_ray(monkeypa
     storage.write_text("")
     main(["run", "linear-demo", "--num-cpus", "16", "--storage", str(storage)])
     assert "--num-cpus declares 16 CPUs but this machine has 2" in capsys.readouterr().out
+
+
+def test_a_dry_run_s_wall_time_is_the_sum_of_the_parts_it_lists(tmp_path, capsys):
+    """A long stream in short chunks: the per-chunk reports and checkpoints dominate, and the estimate lists them:
+    the wall time is the command + Ray's start + a worker's start + its streams + the packs' time over the slots, and
+    the packs' time is the time column's over the 2 slots (2 equal packs)."""
+    document = {"name": "long", "task": "linear_tracking", "task_settings": {"steps": 10**13, "bin": 10**9}, "seeds": 2,
+                "optimizers": {"sgd": {"alpha": [0.1, 0.05]}}}
+    sweep_file = tmp_path / "long.yaml"
+    sweep_file.write_text(yaml.safe_dump(document))
+    assert main(["run", str(sweep_file), "--dry-run", "--num-cpus", "2"]) == 0
+    out = capsys.readouterr().out
+    line = re.search(r"Estimated wall time: (\d+) s .*: the command \(~(\d+) s\), Ray's start \(~(\d+) s\), a worker's start "
+                     r"per slot \(~(\d+) s\) and its streams \(~(\d+) s\), and the packs' time over the slots, longest first "
+                     r"\(~(\d+) s: .*; (\d+) s of the packs' time is their per-chunk reports and checkpoints", out)
+    assert line, out
+    wall, command, ray, slot, streams, packs, reports = map(int, line.groups())
+    assert abs(wall - (command + ray + slot + streams + packs)) <= 3, out  # each part rounded to a second
+    column = int(re.search(r"\n(linear_tracking .*) (\d+)s\n", out).group(2))
+    assert abs(column / 2 - packs) <= 1 and reports > column / 2, out

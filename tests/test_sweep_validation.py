@@ -265,8 +265,8 @@ def test_size_limits_are_checked_from_counts():
     with pytest.raises(SweepError, match="^" + re.escape(steps)):
         parse_sweep(_sized(10**14, 10**14, 100, 4), "x")
     rows = (
-        "x: task_settings.bin: 100 seeds x 4 configs x bins = 4.0e9 curve rows (about 400 GB in the store), more than"
-        " the limit of 2,000,000,000 rows (sweeps.spec.sweep.MAX_CURVE_ROWS); use a larger bin"
+        "x: task_settings: steps / bin = 1.0e7 bins per run x 100 seeds x 4 configs = 4.0e9 curve rows (about 400 GB in "
+        "the store), more than the limit of 2,000,000,000 rows (sweeps.spec.sweep.MAX_CURVE_ROWS); raise bin or lower steps"
     )
     with pytest.raises(SweepError, match="^" + re.escape(rows)):
         parse_sweep(_sized(10**7, 1, 100, 4), "x")
@@ -280,8 +280,9 @@ def test_size_limits_are_checked_from_counts():
     with pytest.raises(SweepError, match="curve rows"):
         parse_sweep(_sized(MAX_RUN_BINS, 1, seeds + 1, 1), "x")
     assert parse_sweep(_sized(MAX_RUN_BINS * 10, 10, 1, 1), "x").runs == 1
-    one_run = ("x: task_settings.bin: 1.0e7 logged bins per run, more than the limit of 10,000,000 "
-               "(sweeps.spec.sweep.MAX_RUN_BINS: a pack keeps its runs' binned metrics in memory until it ends); use a larger bin")
+    one_run = ("x: task_settings: steps / bin = 1.0e7 bins per run, more than the limit of 10,000,000 "
+               "(sweeps.spec.sweep.MAX_RUN_BINS: a pack keeps its runs' binned metrics in memory until it ends); raise bin or "
+               "lower steps")
     with pytest.raises(SweepError, match="^" + re.escape(one_run)):
         parse_sweep(_sized(MAX_RUN_BINS + 1, 1, 1, 1), "x")  # a run that cannot run: refused at load
     assert parse_sweep(_sized(MAX_RUN_STEPS, 10**8, 1, 1), "x").run_steps == MAX_RUN_STEPS

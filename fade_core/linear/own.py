@@ -42,6 +42,7 @@ _BOUND = {"exp": (math.exp, rules.exp), "clamp": (rules.clamp,)}  # the globals 
 _OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div)
 _BRANCHES = (ast.If, ast.IfExp, ast.While, ast.For, ast.Compare, ast.BoolOp, ast.Match, ast.ListComp,
              ast.GeneratorExp, ast.SetComp, ast.DictComp, ast.Try)
+_LOOPS = (ast.While, ast.For, ast.ListComp, ast.GeneratorExp, ast.SetComp, ast.DictComp)
 RANGES = "__fade_hyperparameters__"  # the attribute `hyperparameter` keeps a rule's stated ranges in
 
 
@@ -89,12 +90,21 @@ def _call_name(node: ast.Call) -> str:
     return node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
 
 
+def _not_straight(rule: Callable, node: ast.AST) -> RuleError:
+    """The refusal of a loop or a branch, worded as what it is (a `for` is no branch on a value)."""
+    kind = type(node).__name__.lower()
+    if isinstance(node, _LOOPS):
+        return RuleError(f"{_where(rule, node)}: a loop ({kind}) in rule {rule.__name__}; the kernel traces "
+                         "straight-line code: write the steps out, one assignment each")
+    return RuleError(f"{_where(rule, node)}: a Python branch on a value ({kind}) in rule {rule.__name__}; the kernel "
+                     "traces straight-line code: use max, min or clamp")
+
+
 def _check_expression(rule: Callable, node: ast.AST, known: set[str]) -> None:
     """Straight-line arithmetic on known names, numbers and calls of FUNCTIONS; RuleError at the first other thing."""
     for part in ast.walk(node):
         if isinstance(part, _BRANCHES):
-            raise RuleError(f"{_where(rule, part)}: a Python branch on a value ({type(part).__name__.lower()}) in rule "
-                            f"{rule.__name__}; the kernel traces straight-line code: use max, min or clamp")
+            raise _not_straight(rule, part)
         if isinstance(part, ast.Call):
             name = _call_name(part)
             if name not in FUNCTIONS:
@@ -171,9 +181,7 @@ def check_rule(rule: Callable) -> tuple[str, ...]:
             for value in last.value.elts:
                 _check_expression(rule, value, known)
         elif isinstance(statement, _BRANCHES):
-            raise RuleError(f"{_where(rule, statement)}: a Python branch on a value "
-                            f"({type(statement).__name__.lower()}) in rule {rule.__name__}; the kernel traces "
-                            "straight-line code: use max, min or clamp")
+            raise _not_straight(rule, statement)
         else:
             raise RuleError(f"{_where(rule, statement)}: {type(statement).__name__} in rule {rule.__name__}; a rule "
                             "is assignments (NAME = expression) and one return at its end")

@@ -240,7 +240,8 @@ def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = froz
         return
     plan = estimate(sweep, slots, resources, options.runs_per_pack, options.dtype, gpu_slots, not options.address,
                     costs, options.engine, done, calibrate)
-    notes = [oversubscribed_note(slots * resources.cpus), load_note(calibrated=calibrate)] if not options.address else []
+    notes = ([oversubscribed_note(slots * resources.cpus), load_note(None, calibrate, plan.wall_seconds, slots)]
+             if not options.address else [])
     print(plan_text(sweep, resources, plan, len(done & set(sweep.pairs)), notes))
     if raced is not None and not done:
         fixed = plan.command_seconds + plan.ray_seconds + plan.slot_start_seconds + plan.stream_seconds

@@ -115,18 +115,28 @@ def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored
     header = ("task", "settings", "optimizer", "packs", "runs/pack", "run-steps",
               "calibrated" if plan.calibrated else "rate (cost table)", "time")
     cells = [(r.task, r.settings, r.optimizer, str(r.packs), str(r.runs_per_pack), f"{r.run_steps:.2e}",
-              f"{format_rate(r.rate)} {r.device}", f"{r.run_steps / r.rate:.0f}s") for r in plan.rows]
+              f"{format_rate(r.rate)} {r.device}", format_seconds(r.seconds)) for r in plan.rows]
     lines += aligned([header, *cells], left=3)
     wall = plan.wall_seconds
     note = (" GPU packs were calibrated on the CPU (no GPU on this machine): run the dry run where the GPUs are for "
             "their GPU time." if plan.gpu_on_cpu else "")
+    reports = (f"; {plan.report_seconds:.0f} s of the packs' time is their per-chunk reports and checkpoints "
+               "(--chunk-steps, --checkpoint-every)" if plan.report_seconds >= 0.1 * sum(r.seconds for r in plan.rows) else "")
     lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): the command (~{plan.command_seconds:.0f} s)"
                  + (f", Ray's start (~{plan.ray_seconds:.0f} s)" if plan.ray_seconds else "")
                  + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s) and its streams "
-                 f"(~{plan.stream_seconds:.0f} s), ~{plan.pack_start_seconds:.1f} s of start-up "
-                 f"per pack, and the packs' time at the {'calibrated rates' if plan.calibrated else 'cost table rates'} "
-                 f"over the slots, longest first.{note}" + ("" if plan.calibrated else " (--calibrate measures them here first.)"))
+                 f"(~{plan.stream_seconds:.0f} s), and the packs' time over the slots, longest first "
+                 f"(~{plan.packs_seconds:.0f} s: the time column at the {'calibrated rates' if plan.calibrated else 'cost table rates'}, "
+                 f"~{plan.pack_start_seconds:.1f} s of start-up per pack included{reports}).{note}"
+                 + ("" if plan.calibrated else " (--calibrate measures them here first.)"))
     return "\n".join([*lines, *(note for note in notes if note)])
+
+
+def format_seconds(seconds: float) -> str:
+    """A duration for a table cell: whole seconds, one decimal under 10 s, "<0.1s" below that."""
+    if seconds < 0.05:
+        return "<0.1s"
+    return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
 
 
 def race_bounds_text(bounds: RaceBounds, full_run_steps: int) -> str:
@@ -148,17 +158,24 @@ def aligned(rows: Sequence[Sequence[str]], left: int) -> list[str]:
 LOADED = 1.0  # load average per CPU above which the machine counts as loaded
 
 
-def load_note(cpus: int | None = None, calibrated: bool = True) -> str | None:
+def load_note(cpus: int | None = None, calibrated: bool = True, quiet_seconds: float | None = None,
+              packs_at_once: int = 1) -> str | None:
     """A warning when this machine is loaded (its 1-minute load average above LOADED per CPU):
     other jobs slow the calibration and the run alike, so the estimate is only as good as the
-    load is steady. None when quiet."""
+    load is steady. None when quiet. With the cost table's (quiet) estimate `quiet_seconds`, also that
+    estimate at this load: the run's `packs_at_once` processes and the load's share the CPUs evenly, so
+    every part takes (load + packs_at_once) / cpus times as long (linear-demo at load 7.4-10.2 on 2 CPUs:
+    `python benchmarks/bench_dryrun.py linear-demo`, 2026-11-27, load 6.4-10.2: real 42-89 s, so scaled 51-73 s, 12 s quiet)."""
     cpus = cpus or os.cpu_count() or 1
     load = os.getloadavg()[0]
     if load <= LOADED * cpus:
         return None
     if not calibrated:  # the cost table's rates are a quiet machine's
+        slower = (load + packs_at_once) / cpus
+        at_load = (f": at this load, about {quiet_seconds * slower:.0f} s (x{slower:.1f}: the load and the run's "
+                   f"{packs_at_once} packs at once sharing {cpus} CPUs)" if quiet_seconds else "")
         return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the run will run slower than on a "
-                "quiet machine, whose rates the estimate uses, and by as much as the load changes.")
+                f"quiet machine, whose rates the estimate uses{at_load}, and by as much as the load changes.")
     return (f"This machine is loaded (load average {load:.1f} on {cpus} CPUs): the calibration ran and the run will "
             "run slower than on a quiet machine, and by as much as the load changes; the estimate assumes it stays.")
 

@@ -51,6 +51,7 @@ class PlanRow:
     run_steps: int
     rate: float  # run-steps per second of one pack (the cost table's, or calibrated)
     device: str  # "CPU" or "GPU": where it runs (with --calibrate: where it was measured)
+    seconds: float  # its packs' modelled seconds, one after another: kernels and overheads (`CostModel.pack_seconds`)
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ class PlanEstimate:
     stream_seconds: float  # the streams a slot draws
     pack_start_seconds: float  # start-up per pack
     gpu_on_cpu: bool  # GPU packs calibrated on this GPU-less machine
+    packs_seconds: float  # the packs' makespan over the slots (wall = command + Ray + slot start + streams + this)
+    report_seconds: float  # of the packs' seconds (all packs, summed): their per-chunk reports and checkpoints
     calibrated: bool = False  # rates measured here (--calibrate), else the cost table's
 
 
@@ -89,6 +92,7 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
     seconds: dict[str, list[float]] = {"cpu": [], "cuda": []}  # per pack, overheads included
     streams: dict[str, dict[tuple[str, str], float]] = {"cpu": {}, "cuda": {}}  # per slot: each stream drawn once
     uncalibrated = False
+    reports = 0.0
     for experiment, group in by_experiment.items():
         on_gpu = gpu and get_task(experiment.task).runs_on_gpu
         pool = "cuda" if on_gpu else "cpu"
@@ -99,20 +103,24 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         else:
             rate, kind = table.run_steps_per_second(experiment, max(p.runs for p in group), pool), pool
         measured = table.calibrated({experiment: rate})  # a GPU pack calibrated on the CPU: at the CPU's rate (noted)
-        seconds[pool] += [measured.pack_seconds(experiment, p.runs, "cpu" if calibrate else pool) for p in group]
+        where = "cpu" if calibrate else pool
+        mine = [measured.pack_seconds(experiment, p.runs, where) for p in group]
+        seconds[pool] += mine
+        reports += sum(measured.report_seconds(experiment, p.runs) for p in group)
         drawn = (experiment.task, repr(experiment.settings))
         if drawn not in streams[pool]:
             streams[pool][drawn] = _stream_seconds(experiment, len(sweep.seeds), calibrate)
         rows.append(PlanRow(experiment.task, experiment.changed_settings, experiment.optimizer, len(group),
                             sum(p.runs for p in group), max(p.runs for p in group), sum(p.run_steps for p in group), rate,
-                            "GPU" if kind == "cuda" else "CPU"))
+                            "GPU" if kind == "cuda" else "CPU", sum(mine)))
     ray = RAY_START_SECONDS if embedded else 0.0
-    spans = [makespan(seconds[d], n) + SLOT_START_SECONDS + sum(streams[d].values())
-             for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
-    wall = COMMAND_SECONDS + ray + max(spans, default=0.0)
-    return PlanEstimate(len(packs), slots, gpu_slots, rows, wall, COMMAND_SECONDS, ray, SLOT_START_SECONDS,
-                        max((sum(v.values()) for v in streams.values()), default=0.0), table.overheads.pack_start,
-                        uncalibrated, calibrate)
+    # the pool that ends last gives the wall time, and the parts the estimate lists are its own (they add up)
+    spans = [(makespan(seconds[d], n), sum(streams[d].values())) for d, n in (("cpu", slots), ("cuda", gpu_slots or 1))
+             if seconds[d]]
+    packs_span, stream = max(spans, key=sum, default=(0.0, 0.0))
+    wall = COMMAND_SECONDS + ray + (SLOT_START_SECONDS + stream + packs_span if spans else 0.0)
+    return PlanEstimate(len(packs), slots, gpu_slots, rows, wall, COMMAND_SECONDS, ray, SLOT_START_SECONDS, stream,
+                        table.overheads.pack_start, uncalibrated, packs_span, reports, calibrate)
 
 
 def _calibrated(experiment: Experiment, seeds: tuple[int, ...], dtype: str, on_gpu: bool, runs: int,

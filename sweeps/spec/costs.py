@@ -118,11 +118,16 @@ class CostModel:
     def pack_seconds(self, experiment: Experiment, runs: int, device: str = "cpu") -> float:
         """The wall seconds of one pack of `runs` runs of `experiment` on one slot of `device`."""
         steps = experiment.settings.steps
-        chunks = math.ceil(steps / self.chunk_steps)
+        return (self.overheads.pack_start + steps * runs / self.run_steps_per_second(experiment, runs, device)
+                + self.report_seconds(experiment, runs))
+
+    def report_seconds(self, experiment: Experiment, runs: int) -> float:
+        """The seconds of one pack's per-chunk reports and checkpoints: what a long stream in short chunks
+        (`--chunk-steps`) pays beyond its kernel."""
+        chunks = math.ceil(experiment.settings.steps / self.chunk_steps)
         checkpoints = chunks // self.checkpoint_every if self.checkpoint_every else 0
         o = self.overheads
-        return (o.pack_start + steps * runs / self.run_steps_per_second(experiment, runs, device)
-                + chunks * o.per_chunk + checkpoints * (o.per_checkpoint + runs * o.per_checkpoint_run))
+        return chunks * o.per_chunk + checkpoints * (o.per_checkpoint + runs * o.per_checkpoint_run)
 
     def calibrated(self, rates: Mapping[Experiment, float]) -> CostModel:
         """This model with the rates of a slot measured for these experiments (the dry run's calibration)."""

@@ -146,7 +146,8 @@ def load_rule(declared: DeclaredLearner, where: str = "") -> LinearLearner:
 def declare(name: str, reference: str, folder: Path | None, where: str) -> DeclaredLearner:
     """Import, check and describe one learner of a `learners:` block (or an entry point)."""
     if not NAME.match(name) or name in LINEAR_LEARNERS or name in NEURAL_LEARNERS:
-        why = "the name of a built-in learner" if NAME.match(name) else "not a Python identifier"
+        why = ("the name of a built-in learner" if NAME.match(name) else
+               "not a name of ASCII letters, digits and _ (not starting with a digit)")
         raise LearnerError(f"{where}: {name!r} is {why}; give the learner another name")
     if not isinstance(reference, str) or not REFERENCE.match(reference):
         raise LearnerError(f"{where}: must be module:function (e.g. my_rules:{name}), got {reference!r}")

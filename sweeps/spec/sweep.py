@@ -148,15 +148,18 @@ def size_problem(experiments: list[Experiment], seed_count: int) -> tuple[str, s
         return ("task_settings.steps",
                 f"{sizes} x steps = {_sci(run_steps)} run-steps, more than the limit of {_sci(MAX_RUN_STEPS, 0)} "
                 "run-steps (sweeps.spec.sweep.MAX_RUN_STEPS); use fewer steps, seeds or configs")
+    # the bins a run logs are steps / bin: a refusal names both, as either may be the one changed
+    per_run = {math.ceil(e.settings.steps / e.settings.bin) for e in experiments}
+    bins = max(per_run)
+    bins_text = f"steps / bin = {'' if len(per_run) == 1 else 'up to '}{_sci(bins)} bins per run"
     rows = sum(e.size * math.ceil(e.settings.steps / e.settings.bin) for e in experiments) * seed_count
     if rows > MAX_CURVE_ROWS:
-        return ("task_settings.bin",
-                f"{sizes} x bins = {_sci(rows)} curve rows (about {rows * CURVE_ROW_BYTES / 1e9:,.0f} GB in the store), "
-                f"more than the limit of {MAX_CURVE_ROWS:,} rows (sweeps.spec.sweep.MAX_CURVE_ROWS); "
-                "use a larger bin, or fewer steps, seeds or configs")
-    bins = max(math.ceil(e.settings.steps / e.settings.bin) for e in experiments)
+        return ("task_settings",
+                f"{bins_text} x {sizes} = {_sci(rows)} curve rows (about {rows * CURVE_ROW_BYTES / 1e9:,.0f} GB in the "
+                f"store), more than the limit of {MAX_CURVE_ROWS:,} rows (sweeps.spec.sweep.MAX_CURVE_ROWS); "
+                "raise bin or lower steps, or use fewer seeds or configs")
     if bins > MAX_RUN_BINS:
-        return ("task_settings.bin",
-                f"{_sci(bins)} logged bins per run, more than the limit of {MAX_RUN_BINS:,} (sweeps.spec.sweep.MAX_RUN_BINS: "
-                "a pack keeps its runs' binned metrics in memory until it ends); use a larger bin")
+        return ("task_settings",
+                f"{bins_text}, more than the limit of {MAX_RUN_BINS:,} (sweeps.spec.sweep.MAX_RUN_BINS: a pack keeps its "
+                "runs' binned metrics in memory until it ends); raise bin or lower steps")
     return None
