@@ -25,6 +25,9 @@ from sweeps.spec import Pack, parse_sweep
 from sweeps.store import Store
 from sweeps.store.dataset import run_keys
 from sweeps.store.records import RACE_FILE
+from sweeps.cli import main
+from sweeps.tune.racing import RaceRounds
+from tests.helpers import read_status_json
 
 # 13 configurations on 5 seeds; with --race: rounds of 3, 4 and 5 seeds. Noise 1.0 keeps two sgd
 # configurations in the race to the end, so every round runs packs.
@@ -40,6 +43,9 @@ SWEEP = {
 # an interrupt lands inside a round, not after a race that, in one Tune experiment, takes a fraction of that.
 RUN_OPTIONS = ["--race", "--num-cpus", "2", "--runs-per-pack", "4", "--chunk-steps", "500", "--checkpoint-every", "1",
                "--dtype", "float64", "--no-report"]
+# One method on one slot, a round in one pack: when its first pack ends, nothing else runs.
+ALONE = {**SWEEP, "name": "alone", "optimizers": {"sgd": SWEEP["optimizers"]["sgd"]}}
+ALONE_OPTIONS = ["--race", "--num-cpus", "1", "--runs-per-pack", "16", "--dtype", "float64", "--no-report"]
 TABLES = [("best", "md"), ("best", "csv"), ("sensitivity", "md"), ("sensitivity", "csv"), ("compare", "csv")]
 
 
@@ -63,6 +69,17 @@ def uninterrupted(sweep_file, tmp_path_factory) -> Path:
     out, _ = run.communicate(timeout=900)
     assert run.returncode == 0, out
     return storage / SWEEP["name"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted_alone(tmp_path_factory) -> tuple[Path, Path]:
+    """ALONE's sweep file and its uninterrupted race's results."""
+    folder = tmp_path_factory.mktemp("alone")
+    (folder / "alone.yaml").write_text(yaml.safe_dump(ALONE))
+    run = _cli("run", str(folder / "alone.yaml"), "--storage", str(folder), *ALONE_OPTIONS)
+    out, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, out
+    return folder / "alone.yaml", folder / ALONE["name"]
 
 
 def _full_grid() -> pl.DataFrame:
@@ -146,3 +163,34 @@ def test_an_interrupted_race_resumes_to_the_same_decisions_and_identical_tables(
     for kind, fmt in TABLES:
         assert tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, fmt) == tables.table_text(Analysis.of(Store.open(uninterrupted), "mean"), kind, fmt), (kind, fmt)
     assert Store.open(results_dir).verify().clean
+
+
+def test_ctrl_c_as_a_round_is_decided_is_an_interrupt_and_resume_finishes_it(uninterrupted_alone, tmp_path, monkeypatch, capsys):
+    """Ctrl-C lands as the first pack's trial ends, its method's next round decided but not handed to Tune yet, and
+    nothing else running: Tune returns as if done, yet the race is not. Exit 130, the --resume hint, no Done line,
+    status.json `interrupted`; `--resume` then finishes to the uninterrupted run's tables."""
+    sweep_file, reference = uninterrupted_alone
+    after = RaceRounds.after
+
+    def interrupted(self, pack):
+        packs = after(self, pack)
+        if packs:
+            os.kill(os.getpid(), signal.SIGINT)  # to Tune's handler (installed while it runs): stop the experiment
+        return packs
+
+    monkeypatch.setattr(RaceRounds, "after", interrupted)
+    assert main(["run", str(sweep_file), "--storage", str(tmp_path), *ALONE_OPTIONS]) == 130
+    out = capsys.readouterr()
+    assert "Done:" not in out.out + out.err
+    assert "interrupted in the race (sgd in round 2" in out.err and out.err.strip().endswith("--race --resume`"), out
+    results_dir = tmp_path / ALONE["name"]
+    assert read_status_json(results_dir)["state"] == "interrupted"
+    assert _rounds_decided(results_dir) == (1, 1, False)
+
+    run = _cli("run", str(sweep_file), "--storage", str(tmp_path), "--resume", *ALONE_OPTIONS)
+    out, _ = run.communicate(timeout=600)
+    assert run.returncode == 0, out
+    assert read_status_json(results_dir)["state"] == "finished"
+    assert (results_dir / RACE_FILE).read_bytes() == (reference / RACE_FILE).read_bytes()
+    for kind, fmt in TABLES:
+        assert tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, fmt) == tables.table_text(Analysis.of(Store.open(reference), "mean"), kind, fmt), (kind, fmt)

@@ -257,3 +257,20 @@ def test_a_round_fills_the_slots_its_method_has(tmp_path):
     packs = RaceRounds(single, Store.open(folder), {"cpus": 2}).start(resume=False, dtype="float64").packs
     assert len(packs) == 2 and {pair for p in packs for pair in p.pairs()} == {
         (c.config_id, s) for c in single.experiments[0].cells for s in race_rounds(single)[0]}
+
+
+def test_the_searcher_is_finished_only_once_every_pack_ran_and_every_trial_s_end_was_told(tmp_path):
+    """What run_packs asks when Tune returns, which it does after an interrupt too: packs not handed out yet (a
+    grid's beyond the limiter) or a trial whose end Tune never told leave the searcher, and the run, unfinished."""
+    sweep, store = _store(tmp_path / "raced")
+    packs = RaceRounds(sweep, store, {"cpus": SLOTS, "runs_per_pack": 2}).start(resume=False, dtype="float64").packs
+    assert len(packs) > 2
+    grid = PackSearcher(packs, lambda p: p.runs, lambda p: None)  # no `after`: the plain path
+    for n in range(len(packs) - 1):
+        grid.suggest(f"t{n}")
+        grid.on_trial_complete(f"t{n}")
+        assert not grid.finished and len(grid.queued) == len(packs) - n - 1  # nothing running, packs left
+    grid.suggest("last")
+    assert not grid.finished and not grid.queued  # its trial's end not told yet
+    grid.on_trial_complete("last")
+    assert grid.finished and grid.suggest("more") == PackSearcher.FINISHED

@@ -55,6 +55,18 @@ class PackSearcher(Searcher):
         self.handed: list[str] = []  # pack ids, in the order handed out
         self.add(packs)
 
+    @property
+    def finished(self) -> bool:
+        """Whether Tune ran the searcher to its end: every pack handed out and every trial's end told. After an
+        interrupt it may not be: packs still queued (a race's next round, decided as a trial ended, or a grid's
+        packs beyond the limiter), or a trial whose end Tune never reported (a round may follow it)."""
+        return not self._queue and not self._running
+
+    @property
+    def queued(self) -> list[Pack]:
+        """The packs not handed out yet."""
+        return [pack for _, _, pack in self._queue]
+
     def add(self, packs: list[Pack]) -> None:
         for pack in packs:
             heapq.heappush(self._queue, (-self._seconds(pack), next(self._order), pack))

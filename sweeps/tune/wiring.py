@@ -196,10 +196,11 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
     done = store.reopened().finished_runs(stage)  # what the trials committed
     written = {p.pack_id for p in [*earlier, *ran.values()] if all((c.config_id, s) in done for c in p.configs for s in p.seeds)}
     failed = [] if grid is None else [r.config.get("pack_id") for r in grid if r.error and r.config.get("pack_id") not in written]
-    unfinished = [pid for pid in ran if pid not in written and pid not in failed]
-    if grid is None or unfinished:
+    decided = [p.pack_id for p in searcher.queued if p.pack_id not in ran]  # a race's next round, never handed to Tune
+    unfinished = [pid for pid in ran if pid not in written and pid not in failed] + decided
+    if grid is None or unfinished or not searcher.finished:  # Tune returns from an interrupt too: the searcher knows
         progress.finish("interrupted", written)
-        raise SweepInterrupted(len(written), len(earlier) + len(ran), results_dir)
+        raise SweepInterrupted(len(written), len(earlier) + len(ran) + len(decided), results_dir)
     if failed:
         progress.finish("failed", written)
         raise RuntimeError(
