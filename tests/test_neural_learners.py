@@ -449,8 +449,8 @@ def test_every_learner_is_chunk_and_pack_invariant_bit_for_bit(optimizer):
     gen = torch.Generator().manual_seed(5)
     x, y = torch.randn(60, 1, 12, generator=gen), torch.randint(0, 5, (60, 1), generator=gen)
     grid = GRIDS[optimizer]
-    alone = make_runs(optimizer, arch, [3], {k: [v] for k, v in grid[0].items()}, "cross_entropy")
-    pair = make_runs(optimizer, arch, [8, 3], {k: [grid[1][k], grid[0][k]] for k in grid[0]}, "cross_entropy")
+    alone = make_runs(learner_of(optimizer), arch, [3], {k: [v] for k, v in grid[0].items()}, "cross_entropy")
+    pair = make_runs(learner_of(optimizer), arch, [8, 3], {k: [grid[1][k], grid[0][k]] for k in grid[0]}, "cross_entropy")
     sums, pair_sums = StepSums.zeros(1, arch, "cross_entropy", "cpu"), StepSums.zeros(2, arch, "cross_entropy", "cpu")
     alone.advance(x, y, torch.zeros(1, dtype=torch.int64), sums)
     for lo, hi in ((0, 1), (1, 23), (23, 60)):

@@ -91,6 +91,7 @@ def status_view(target: str, results_status: Callable[[str], None]) -> Callable[
     from sweeps.store.store import Store
 
     location = StoreLocation.parse(target)
+    location.check()  # an unreachable object store or a missing bucket: one line, exit 2, before any listing
     if not is_results_folder(location) and any(is_results_folder(location / name) for name in location.children()):
         return lambda: storage_status(location)
 
