@@ -1,45 +1,35 @@
-"""Which code runs a pack: the engines, where each exists, and the default per (task, device).
+"""The engines: what runs a learner's rule for R runs at once, each an explicit `Engine`.
 
-An engine runs a learner's rule for R runs at once. Each family has a reference engine
-that the fast ones are tested against (tests/test_linear_engines.py; the neural engines
-against a plain one-run PyTorch loop in tests/test_neural_learners.py and tests/test_triton*.py,
-at the tolerances stated there and in docs/architecture.md):
+An engine is a name, the family whose learners it runs, the devices a pack runs it on, what
+networks it runs (neural: any, or one-hidden-layer regression networks), and the code that
+advances the runs (`Engine.load`, its module imported on first use: numba only for a "cpu"
+engine, Triton only for triton's). `get_engine` is the one place a name becomes an engine:
+`linear.runs.advance` and `neural.runs.make_runs` both go through it. Each family has a
+reference engine that the fast ones are tested against (docs/architecture.md, "Engines").
 
-    reference   linear: a plain compiled loop over `fade_core/linear/rules.py`, one run and
-                one step at a time (`fade_core/linear/reference.py`)
-    cpu         linear: the vector-traced kernel (`fade_core/linear/kernel.py`);
-                neural: the compiled CPU kernel (`fade_core/neural/cpu_kernel.py`)
-    torch       neural: batched torch ops (`fade_core/neural/torch_ops.py`): the neural
-                reference, on any device
-    triton      neural: the torch ops with each parameter's update fused into one Triton
-                kernel (`fade_core/neural/triton_update.py`), CUDA
-    triton_step neural: each step's backward products and updates as the fewest passes over
-                the weights the rule allows (`fade_core/neural/triton_fused_step.py`), CUDA;
-                not the default until a GPU measurement puts it ahead of triton
-    persistent  neural, one-hidden-layer regression (the nonlinear task): one Triton launch per
-                segment of steps, each run's network on chip (`fade_core/neural/persistent.py`),
-                CUDA; not the default until a GPU measurement puts it ahead of triton
-    cuda        neural, the same tasks as persistent: a CUDA C++ kernel compiled at run time by NVRTC
-                (`fade_core/neural/cuda_engine.py`), one block per run; not the default until measured
-
-The choice is explicit: a sweep file's `engine:` or `fade-sweep run --engine NAME`, else
-`default_engine(task, device)`; a pack's manifest records the engine that ran it. No
-environment variable changes which engine runs.
-
-`ENGINES` is the one table: a row per (task, device, engine) with the default pack size
-and the measured rate. This module imports neither torch nor numba (the light commands
-validate engine names with it).
+Which engine a pack of a task runs on a device by default, and its pack size, is the sweeps'
+choice (`sweeps/spec/engines.py`); what a pack costs, `sweeps/spec/costs.py`. This module names
+no task and imports neither torch nor numba (the light commands validate engine names with it).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable
 
-REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT = "reference", "cpu", "torch", "triton", "triton_step", "persistent"
-CUDA = "cuda"
-ENGINE_NAMES = (REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT, CUDA)
+from fade_core.architecture import Architecture
+from fade_core.learner import Learner
+
 DEVICES = ("cpu", "cuda")
-FAMILY_REFERENCE = {"linear": REFERENCE, "neural": TORCH}  # the engine each family's fast engines are tested against
+# The neural parts whose arithmetic an engine written by hand for them implements (its `parts`);
+# neural/rules.py's PARTS may offer more: such an engine refuses a learner with another part in one
+# line instead of running something else. An engine that takes its arithmetic from `parts.update`
+# (`parts=None`) runs any part.
+BUILT_IN_PARTS: tuple[tuple[str, tuple[object, ...]], ...] = (
+    ("base", ("sgd", "adam")), ("weight_decay", ("none", "coupled", "decoupled")), ("clip", (False, True)),
+    ("fade", ("none", "head", "all")))
 
 
 class EngineError(ValueError):
@@ -47,98 +37,88 @@ class EngineError(ValueError):
 
 
 @dataclass(frozen=True)
-class EngineRow:
-    """One engine for one task on one kind of device."""
+class Engine:
+    """One engine: what it runs, where, and the code that advances a pack's runs."""
 
-    task: str  # a name of tasks.TASKS (tests/test_engines.py checks every task has its rows)
-    family: str  # "linear" | "neural": which learners it runs
-    device: str  # "cpu" | "cuda"
-    engine: str
-    default: bool  # the engine a pack of this task on this device gets unless told otherwise
-    pack_runs: int  # default runs per pack (CPU: an upper bound; the planner sizes packs to keep slots busy)
-    rate: float | None  # measured run-steps/s of one pack on one worker (None: not measured)
-    measured: str  # what was measured, where, at which revision
+    name: str
+    family: str  # "linear" | "neural": whose learners it runs
+    devices: tuple[str, ...]  # where a pack runs it
+    summary: str
+    code: str = field(repr=False)  # "module:attribute": linear, an advance function; neural, what makes the engine of a NeuralRuns
+    options: tuple[tuple[str, Any], ...] = ()  # keyword arguments bound to `code`
+    reference: bool = False  # the family's reference: the fast engines are tested against it
+    hidden_layers: int | None = None  # neural: the hidden layers of the networks it runs (None: any)
+    losses: tuple[str, ...] = ()  # neural: the losses it runs (empty: any)
+    interpreted: bool = False  # its Triton kernels also run on CPU tensors in Triton's interpreter (the tests)
+    segments: bool = False  # a whole segment of steps per launch (nothing for a CUDA graph of steps to save)
+    parts: tuple[tuple[str, tuple[object, ...]], ...] | None = None  # neural: the part choices it implements (None: any)
 
+    def runs(self, family: str, architecture: Architecture | None = None, loss: str | None = None) -> bool:
+        """Whether it runs learners of `family` on networks of `architecture` with `loss`."""
+        layers_ok = self.hidden_layers is None or architecture is None or architecture.layers - 1 == self.hidden_layers
+        return family == self.family and layers_ok and (not self.losses or loss is None or loss in self.losses)
 
-_ROOFLINE = "benchmarks/ROOFLINE.md, 1 core of the 2-core CI machine, float32"
-_NO_GPU = "not measured: no GPU figure is recorded at 9fdfec8 (benchmarks/gpu_check.sh measures one)"
-_NEURAL_TASKS = ("nonlinear_tracking", "emnist_label_permuted", "emnist_partial_permuted")
-
-
-def _neural_rows(task: str, cpu_rate: float, cpu_measured: str) -> tuple[EngineRow, ...]:
-    return (
-        EngineRow(task, "neural", "cpu", CPU, True, 2000, cpu_rate, cpu_measured),
-        EngineRow(task, "neural", "cpu", TORCH, False, 2000, None, "not measured (the reference: batched torch ops)"),
-        EngineRow(task, "neural", "cuda", TRITON, True, 2000, None, _NO_GPU),
-        EngineRow(task, "neural", "cuda", TORCH, False, 2000, None, _NO_GPU),
-        EngineRow(task, "neural", "cuda", TRITON_STEP, False, 2000, None,
-                  "not measured: no GPU was lent (benchmarks/gpu_check.sh's bench part measures it beside triton)"),
-    )
-
-
-ENGINES: tuple[EngineRow, ...] = (
-    EngineRow("linear_tracking", "linear", "cpu", CPU, True, 2000, 29e6,
-              f"linear-noise0's 16 packs (all 7 learners) in one process, {_ROOFLINE}, 2026-11-27"),
-    EngineRow("linear_tracking", "linear", "cpu", REFERENCE, False, 2000, 3.8e6,
-              "fade float32, 200 runs x 2000 steps, per CPU second of 1 thread on the 2-core CI machine (the cpu "
-              "engine: 57-64M in the same process), 2026-11-27"),
-    *_neural_rows("nonlinear_tracking", 114e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),
-    EngineRow("nonlinear_tracking", "neural", "cuda", PERSISTENT, False, 4000, None,
-              "not measured: no GPU was lent (benchmarks/peer_jax.py --device cuda --engine persistent measures it)"),
-    EngineRow("nonlinear_tracking", "neural", "cuda", CUDA, False, 4000, None,
-              "not measured: no GPU was lent (benchmarks/gpu_check.sh's nonlinear part measures it beside the JAX peer)"),
-    *_neural_rows("emnist_label_permuted", 20.2e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),
-    *_neural_rows("emnist_partial_permuted", 20.2e3, f"emnist_label_permuted's fade_sgd figure (same network), {_ROOFLINE}"),
-)
-
-
-def rows_for(task: str, device: str | None = None) -> tuple[EngineRow, ...]:
-    """The table's rows of `task` (on `device`, or on every device)."""
-    return tuple(r for r in ENGINES if r.task == task and (device is None or r.device == device))
-
-
-def engines_for(task: str, device: str | None = None) -> tuple[str, ...]:
-    """The engines that run `task` on `device` (None: on any device), default first."""
-    rows = sorted(rows_for(task, device), key=lambda r: not r.default)
-    return tuple(dict.fromkeys(r.engine for r in rows))
-
-
-def engine_row(task: str, device: str, engine: str) -> EngineRow:
-    """The table's row of `engine` for `task` on `device`; EngineError (one line) if there is none."""
-    check_engine(engine, task, device)
-    return next(r for r in rows_for(task, device) if r.engine == engine)
-
-
-def default_engine(task: str, device: str) -> str:
-    """The engine a pack of `task` on `device` ("cpu" or "cuda") runs unless told otherwise."""
-    if device not in DEVICES:
-        raise EngineError(f"device {device!r} is not one of {', '.join(DEVICES)}")
-    defaults = [r.engine for r in rows_for(task, device) if r.default]
-    if not defaults:
-        raise EngineError(f"{task} has no engine on {device}")
-    return defaults[0]
-
-
-def default_pack_runs(task: str, device: str) -> int:
-    """Runs per pack of `task` on `device` with its default engine."""
-    return engine_row(task, device, default_engine(task, device)).pack_runs
-
-
-def engine_problem(engine: str, task: str, device: str | None = None) -> str | None:
-    """Why `engine` cannot run `task` on `device` (None: on any device), in one line; None if it can."""
-    if engine not in ENGINE_NAMES:
-        return f"engine {engine!r} is unknown; engines are {', '.join(ENGINE_NAMES)}"
-    available = engines_for(task, device)
-    if engine in available:
+    def learner_problem(self, learner: Learner) -> str | None:
+        """Why it cannot run `learner` (a neural part its code does not implement), in one line; None if it can."""
+        beyond = learner.parts_beyond(dict(self.parts)) if self.parts is not None and learner.family == "neural" else ()
+        if beyond:
+            return (f"engine {self.name!r} does not run {', '.join(beyond)} of {learner.name}: its code is written for "
+                    "the built-in parts (fade_core.engines.BUILT_IN_PARTS); choose torch")
         return None
-    where = f" on {device}" if device else ""
-    if not available:
-        return f"{task} has no engine{where}"
-    return f"engine {engine!r} does not run {task}{where}; choose one of {', '.join(available)}"
+
+    def load(self) -> Callable:
+        """The code that advances the runs (its module imported now)."""
+        module, attribute = self.code.split(":")
+        code = getattr(importlib.import_module(module), attribute)
+        return functools.partial(code, **dict(self.options)) if self.options else code
 
 
-def check_engine(engine: str, task: str, device: str | None = None) -> None:
-    """EngineError (one line) unless `engine` runs `task` on `device` (None: on some device)."""
-    problem = engine_problem(engine, task, device)
+REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT, CUDA = (
+    "reference", "cpu", "torch", "triton", "triton_step", "persistent", "cuda")
+_REGRESSION_ONE_HIDDEN: dict[str, Any] = {"hidden_layers": 1, "losses": ("squared_error",)}  # the nonlinear task's networks
+ENGINES: tuple[Engine, ...] = (
+    Engine(REFERENCE, "linear", ("cpu",), "the rules of linear/rules.py in a plain compiled loop, one run and one step at a "
+           "time, float64", "fade_core.linear.reference:advance_reference", reference=True),
+    Engine(CPU, "linear", ("cpu",), "the vector-traced kernel, runs in SIMD lanes", "fade_core.linear.kernel:advance_compiled"),
+    Engine(CPU, "neural", ("cpu",), "the compiled CPU kernel, a segment of steps per call",
+           "fade_core.neural.cpu_engine:CpuKernel", segments=True, parts=BUILT_IN_PARTS),
+    Engine(TORCH, "neural", DEVICES, "batched torch ops, one step at a time: the neural reference, on any device",
+           "fade_core.neural.torch_ops:TorchOps", (("fused", False), ("whole_step", False)), reference=True),
+    Engine(TRITON, "neural", ("cuda",), "the torch ops with each parameter's update fused into one Triton kernel",
+           "fade_core.neural.torch_ops:TorchOps", (("fused", True), ("whole_step", False)), interpreted=True, parts=BUILT_IN_PARTS),
+    Engine(TRITON_STEP, "neural", ("cuda",), "each step's backward products and updates in the fewest passes over the "
+           "weights; not the default until a GPU measurement puts it ahead of triton", "fade_core.neural.torch_ops:TorchOps",
+           (("fused", True), ("whole_step", True)), interpreted=True, parts=BUILT_IN_PARTS),
+    Engine(PERSISTENT, "neural", ("cuda",), "one Triton launch per segment of steps, each run's network on chip",
+           "fade_core.neural.persistent:PersistentKernel", interpreted=True, segments=True, parts=BUILT_IN_PARTS, **_REGRESSION_ONE_HIDDEN),
+    Engine(CUDA, "neural", ("cuda",), "a CUDA C++ kernel compiled at run time by NVRTC, one block per run",
+           "fade_core.neural.cuda_engine:CudaKernel", segments=True, parts=BUILT_IN_PARTS, **_REGRESSION_ONE_HIDDEN),
+)
+ENGINE_NAMES = tuple(dict.fromkeys(e.name for e in ENGINES))
+
+
+def family_engines(family: str) -> tuple[Engine, ...]:
+    """The engines that run `family`'s learners, in the table's order."""
+    return tuple(e for e in ENGINES if e.family == family)
+
+
+def get_engine(name: str, family: str, device: str | None = None, learner: Learner | None = None) -> Engine:
+    """The engine `name` of `family`'s learners (the one place a name becomes an engine); EngineError
+    (one line) for a name it does not have, or (with `device`, `learner`) one that does not run there or it."""
+    engine = next((e for e in family_engines(family) if e.name == name), None)
+    if engine is None:
+        names = ", ".join(e.name for e in family_engines(family))
+        raise EngineError(f"engine {name!r} does not run {family} learners; choose one of {names}")
+    if device is not None and device not in engine.devices and not (engine.interpreted and device == "cpu"):
+        others = ", ".join(e.name for e in family_engines(family) if device in e.devices)
+        where = " and ".join(engine.devices)
+        raise EngineError(f"engine {name!r} runs on {where} only, not {device}; choose {others}")
+    problem = engine.learner_problem(learner) if learner is not None else None
     if problem is not None:
         raise EngineError(problem)
+    return engine
+
+
+def reference_engine(family: str) -> Engine:
+    """The engine `family`'s fast engines are tested against."""
+    return next(e for e in family_engines(family) if e.reference)

@@ -1,5 +1,6 @@
-"""The engine as an explicit choice: the table of fade_core.engines, the sweep file's `engine:`,
-`fade-sweep run --engine`, and the engine each pack's manifest records."""
+"""The engine as an explicit choice: the engines of fade_core.engines, the sweeps' defaults per
+(task, device), the sweep file's `engine:`, `fade-sweep run --engine`, and the engine each pack's
+manifest records."""
 
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ import torch
 import yaml
 
 from fade_core import engines
-from fade_core.engines import ENGINE_NAMES, ENGINES, EngineError, check_engine, default_engine, engines_for
+from fade_core.engines import ENGINE_NAMES, ENGINES, EngineError, get_engine, reference_engine
+from fade_core.neural.runs import engine_class
 from sweeps.cli import main
 from sweeps.packs import make_runner
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
+from sweeps.spec.engines import DEFAULTS, choose_engine, default_engine, engine_problem, engines_for
 from sweeps.store import Store
 from tasks import TASKS
 
@@ -26,27 +29,47 @@ LINEAR = {"name": "eng", "task": "linear_tracking", "task_settings": {"steps": 3
           "optimizers": {"sgd": {"alpha": [0.1, 0.01]}}}
 
 
-# ---------------------------------------------------------------- the table
+# ---------------------------------------------------------------- the engines and the table
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_every_task_has_one_default_per_device_it_runs_on(task):
     spec = TASKS[task]
-    for device in ("cpu", "cuda") if spec.runs_on_gpu else ("cpu",):
-        rows = [r for r in engines.rows_for(task, device) if r.default]
-        assert len(rows) == 1, (task, device, rows)
-        assert default_engine(task, device) == rows[0].engine == engines_for(task, device)[0]
+    devices = ("cpu", "cuda") if spec.runs_on_gpu else ("cpu",)
+    assert {d for t, d in DEFAULTS if t == task} == set(devices)
+    for device in devices:
+        assert default_engine(task, device) == DEFAULTS[task, device].engine == engines_for(task, device)[0]
+        assert DEFAULTS[task, device].pack_runs > 0
+        assert all(get_engine(e, spec.family, device) for e in engines_for(task, device))  # each of its family, there
     if not spec.runs_on_gpu:
-        assert not engines.rows_for(task, "cuda")
-    assert {r.family for r in engines.rows_for(task)} == {spec.family}
-    assert engines.FAMILY_REFERENCE[spec.family] in engines_for(task, "cpu")  # the reference runs where tests run
+        assert engines_for(task, "cuda") == ()
+    assert reference_engine(spec.family).name in engines_for(task, "cpu")  # the reference runs where tests run
 
 
-def test_the_table_names_known_tasks_engines_and_where_each_rate_was_measured():
-    assert {r.task for r in ENGINES} == set(TASKS)
-    for row in ENGINES:
-        assert row.engine in ENGINE_NAMES and row.device in engines.DEVICES and row.pack_runs > 0
-        assert row.measured and (row.rate is None or row.rate > 0), row
-    keys = [(r.task, r.device, r.engine) for r in ENGINES]
-    assert len(keys) == len(set(keys))
+def test_which_engines_run_a_task_follows_from_the_engines():
+    """The one-hidden-layer regression engines run the nonlinear task on CUDA only; none of the
+    linear engines runs a neural task, nor the neural ones a linear task."""
+    assert engines_for("linear_tracking", "cpu") == ("cpu", "reference")
+    assert engines_for("nonlinear_tracking", "cpu") == ("cpu", "torch")
+    assert engines_for("nonlinear_tracking", "cuda") == ("triton", "torch", "triton_step", "persistent", "cuda")
+    assert engines_for("emnist_label_permuted", "cuda") == ("triton", "torch", "triton_step")
+    assert engines_for("emnist_label_permuted") == ("cpu", "triton", "torch", "triton_step")
+
+
+def test_the_engines_are_explicit_objects_each_with_its_code():
+    assert ENGINE_NAMES == ("reference", "cpu", "torch", "triton", "triton_step", "persistent", "cuda")
+    assert len({(e.family, e.name) for e in ENGINES}) == len(ENGINES)
+    for engine in ENGINES:
+        assert engine.family in ("linear", "neural") and set(engine.devices) <= set(engines.DEVICES) and engine.summary
+    assert [reference_engine(f).name for f in ("linear", "neural")] == ["reference", "torch"]
+    from fade_core.linear.kernel import advance_compiled
+    from fade_core.neural.torch_ops import TorchOps
+
+    assert get_engine("cpu", "linear").load() is advance_compiled
+    triton = engine_class("triton_step", torch.device("cpu"))  # Triton's interpreter runs it on CPU tensors
+    assert triton.func is TorchOps and triton.keywords == {"fused": True, "whole_step": True}
+    with pytest.raises(EngineError, match=r"^engine 'triton' does not run linear learners; choose one of reference, cpu$"):
+        get_engine("triton", "linear")
+    with pytest.raises(EngineError, match=r"^engine 'cpu' runs on cpu only, not cuda; choose torch, triton, "):
+        engine_class("cpu", torch.device("cuda"))
 
 
 @pytest.mark.parametrize("engine, task, device, words", [
@@ -56,13 +79,13 @@ def test_the_table_names_known_tasks_engines_and_where_each_rate_was_measured():
     ("persistent", "emnist_label_permuted", None, "engine 'persistent' does not run emnist_label_permuted; choose one of"),
 ])
 def test_an_engine_that_cannot_run_is_one_line_naming_the_choices(engine, task, device, words):
-    with pytest.raises(EngineError) as caught:
-        check_engine(engine, task, device)
-    assert str(caught.value).startswith(words) and "\n" not in str(caught.value)
+    problem = engine_problem(engine, task, device)
+    assert problem.startswith(words) and "\n" not in problem
 
 
 def test_the_engine_table_loads_neither_torch_nor_numba():
-    code = "import sys, fade_core.engines; print(sorted(m for m in ('torch', 'numba') if m in sys.modules))"
+    code = ("import sys, fade_core.engines, sweeps.spec.engines; "
+            "print(sorted(m for m in ('torch', 'numba') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.stdout.strip() == "[]"
@@ -103,6 +126,7 @@ def test_a_pack_runs_on_the_command_lines_engine_else_the_sweep_files_else_the_d
     assert make_runner(chosen, engine="cpu").engine == "cpu"
     with pytest.raises(EngineError, match="engine 'torch' does not run linear_tracking on cpu"):
         make_runner(plain, engine="torch")
+    assert choose_engine(plain.experiment, "cpu") == "cpu" and choose_engine(chosen.experiment, "cpu") == "reference"
 
 
 def test_the_manifest_records_the_engine_that_computed_the_pack(tmp_path):

@@ -8,7 +8,7 @@ import torch
 
 from sweeps.packs.neural import use_tf32
 from sweeps.spec import PackResources, SweepError, parse_sweep, plan_packs
-from fade_core.engines import default_pack_runs
+from sweeps.spec.engines import default_pack_runs
 
 MIXED = {
     "name": "mixed",

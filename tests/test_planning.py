@@ -8,7 +8,7 @@ import pytest
 
 from sweeps.spec import CostModel, parse_sweep, plan_packs, resolve_sweep
 from sweeps.spec.costs import GpuRate, Overheads
-from fade_core.engines import default_pack_runs
+from sweeps.spec.engines import default_pack_runs
 from sweeps.spec.plan import makespan, pack_seconds
 
 COSTS = CostModel()

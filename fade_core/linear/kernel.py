@@ -226,3 +226,13 @@ def schedule(run_slot: np.ndarray, x: np.ndarray, lanes: int) -> tuple[np.ndarra
 def tile_steps(x: np.ndarray) -> int:
     """Steps per tile: the streams' tile x[t0:t0 + tile] takes about TILE_BYTES."""
     return int(np.clip(TILE_BYTES // max(x[0].nbytes, 1), 16, 4096))
+
+
+def advance_compiled(learner: LinearLearner, p: np.ndarray, lo: float, hi: float, run_slot: np.ndarray, x: np.ndarray,
+                     y: np.ndarray, state: tuple[np.ndarray, ...], losses: np.ndarray, loss_sums: np.ndarray) -> None:
+    """The "cpu" engine on C-contiguous arrays, as `reference.advance_reference` takes them: the
+    learner's driver over its lane blocks, shared among threads."""
+    kernel = driver(learner, state[0].dtype)
+    lane_run, lanes_used, shares, tile = schedule(run_slot, x, lanes_for(learner, state[0].dtype))
+    in_threads(lambda share: kernel(p, lo, hi, run_slot, lane_run, lanes_used, share, shares, tile, x, y, *state, losses,
+                                    loss_sums), shares)

@@ -16,13 +16,10 @@ from typing import Mapping, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from fade_core.engines import CPU, REFERENCE, EngineError
-from fade_core.linear.kernel import driver, in_threads, lanes_for, schedule
-from fade_core.linear.reference import advance_reference
+from fade_core.engines import CPU, family_engines, get_engine
 from fade_core.linear.rules import LinearLearner, get_linear_learner
 
-
-LINEAR_ENGINES = (CPU, REFERENCE)
+LINEAR_ENGINES = tuple(e.name for e in family_engines("linear"))
 
 
 class LinearState(NamedTuple):
@@ -103,10 +100,9 @@ def advance(
     (the pack engine). All CPU tensors of the state's dtype. loss_sums, if given: (R,)
     float64 running sums the steps' losses are added to, in step order.
     The arrays written in place (state, losses, loss_sums) must be contiguous.
-    engine: "cpu" (the vector-traced kernel) or "reference" (the plain loop over the rule).
+    engine: "cpu" (the vector-traced kernel) or "reference" (the plain loop over the rule), fade_core.engines.
     """
-    if engine not in LINEAR_ENGINES:
-        raise EngineError(f"engine {engine!r} does not run linear learners; choose one of {', '.join(LINEAR_ENGINES)}")
+    advance_chunk = get_engine(engine, "linear").load()
     if loss_sums is None:
         loss_sums = np.zeros(state.w.shape[0])
     if losses is None:
@@ -122,12 +118,7 @@ def advance(
     slots = np.ascontiguousarray(run_slot.numpy(), dtype=np.int64)
     x_, y_ = (np.ascontiguousarray(t.numpy()) for t in (x, y))
     hp = np.ascontiguousarray(hp_matrix.numpy())
-    if engine == REFERENCE:
-        advance_reference(learner, hp, lo, hi, slots, x_, y_, tuple(written[:5]), written[5], loss_sums)
-        return
-    kernel = driver(learner, dtype)
-    lane_run, lanes_used, shares, tile = schedule(slots, x_, lanes_for(learner, dtype))
-    in_threads(lambda share: kernel(hp, lo, hi, slots, lane_run, lanes_used, share, shares, tile, x_, y_, *written), shares)
+    advance_chunk(learner, hp, lo, hi, slots, x_, y_, tuple(written[:5]), written[5], loss_sums)
 
 
 def _check_shapes(state: LinearState, x: torch.Tensor, y: torch.Tensor, run_slot: torch.Tensor,

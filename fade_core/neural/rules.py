@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Literal, Mapping
+from typing import Callable, ClassVar, Iterable, Literal, Mapping
 
 from fade_core.learner import DECAY, Learner, hyperparameter_names
 from fade_core.neural import parts
@@ -84,6 +84,12 @@ class NeuralLearner(Learner):
         fade "head" only the head's parameters are FADE's; None: whether the learner has FADE)."""
         flags = {part.flag: part.flag_value(getattr(self, part.field)) for part in PARTS}
         return flags if fade_on is None else {**flags, "fade_on": fade_on}
+
+    def parts_beyond(self, known: Mapping[str, Iterable[object]]) -> tuple[str, ...]:
+        """Its parts (as "field=choice") outside `known`, field -> choices: what code written by hand for
+        those choices does not run (a part at its default, its first choice, is always known)."""
+        return tuple(f"{p.field}={getattr(self, p.field)!r}" for p in PARTS
+                     if getattr(self, p.field) != next(iter(p.choices)) and getattr(self, p.field) not in known.get(p.field, ()))
 
     @property
     def rule(self) -> Callable:

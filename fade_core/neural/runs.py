@@ -1,54 +1,26 @@
-"""Making R runs of a neural learner on an engine named by fade_core.engines.
+"""Making R runs of a neural learner on an engine of fade_core.engines (`make_runs`).
 
-    cpu     the compiled CPU kernel (cpu_engine: a whole segment of steps in one call)
-    torch   batched torch ops, one step at a time (torch_ops: the reference, any device)
-    triton  the torch ops with each parameter's update fused into one Triton kernel (CUDA;
-            on CPU tensors only under TRITON_INTERPRET=1, as the tests run it)
-    triton_step  each step's backward products and updates as the fewest passes over the
-            weights (triton_fused_step: W^T delta read in the pass that updates W, layer 0's
-            update fused with the next step's first-layer forward); CUDA, or the interpreter
-    cuda    a CUDA C++ kernel compiled at run time by NVRTC, a segment per launch, one block per run
-            (cuda_engine.py: one-hidden-layer regression networks, the nonlinear task; float32; CUDA)
-    persistent  one Triton launch per segment, each run's network on chip (persistent.py:
-            one-hidden-layer regression networks, the nonlinear task; CUDA, or the interpreter)
+The engines (cpu, torch, triton, triton_step, persistent, cuda) are described where they are
+listed, fade_core/engines.py; `engine_class` gets the chosen one's code from there.
 """
 
 from __future__ import annotations
 
-import functools
-
 import torch
 
-from fade_core.engines import CPU, CUDA, PERSISTENT, TORCH, TRITON, TRITON_STEP, EngineError
+from fade_core.engines import CPU, TRITON, family_engines, get_engine
 from fade_core.mlp import Architecture, BatchedMLP
 from fade_core.neural.rules import NeuralLearner, get_neural_learner
 from fade_core.neural.state import Loss, NeuralRuns
 
-NEURAL_ENGINES = (CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT, CUDA)
+NEURAL_ENGINES = tuple(e.name for e in family_engines("neural"))
 
 
-def engine_class(name: str, device: torch.device):
-    """What makes the engine `name` for runs on `device` (EngineError, one line, for a name it cannot run).
-    The engines' modules load here: numba only for the cpu engine, Triton only for triton."""
-    if name == CPU:
-        if device.type != "cpu":
-            raise EngineError(f"engine 'cpu' runs on CPUs only, not {device}; choose torch or triton")
-        from fade_core.neural.cpu_engine import CpuKernel
-
-        return CpuKernel
-    if name in (TORCH, TRITON, TRITON_STEP):
-        from fade_core.neural.torch_ops import TorchOps
-
-        return functools.partial(TorchOps, fused=name != TORCH, whole_step=name == TRITON_STEP)
-    if name == PERSISTENT:
-        from fade_core.neural.persistent import PersistentKernel
-
-        return PersistentKernel
-    if name == CUDA:
-        from fade_core.neural.cuda_engine import CudaKernel
-
-        return CudaKernel
-    raise EngineError(f"engine {name!r} does not run neural learners; choose one of {', '.join(NEURAL_ENGINES)}")
+def engine_class(name: str, device: torch.device, learner: NeuralLearner | None = None):
+    """What makes the engine `name` for runs (of `learner`) on `device` (fade_core.engines.get_engine:
+    EngineError, one line, for a name it cannot run there). The engine's module loads here: numba only
+    for the cpu engine, Triton only for triton's."""
+    return get_engine(name, "neural", device.type, learner).load()
 
 
 def hyperparameter_tensors(learner: NeuralLearner, values: dict[str, list[float]], dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
@@ -69,4 +41,4 @@ def make_runs(learner: str | NeuralLearner, arch: Architecture, seeds: list[int]
     net = BatchedMLP.from_seeds(arch, list(seeds), device, dtype)
     if engine is None:
         engine = CPU if net.flat.device.type == "cpu" else TRITON
-    return NeuralRuns(spec, net, hyperparameter_tensors(spec, hp, dtype), loss, engine_class(engine, net.flat.device))
+    return NeuralRuns(spec, net, hyperparameter_tensors(spec, hp, dtype), loss, engine_class(engine, net.flat.device, spec))

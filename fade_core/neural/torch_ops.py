@@ -95,6 +95,7 @@ class TorchOps:
         params = self.runs.net.parameters()
         k = self.runs.adam_steps  # Adam steps taken before this one
         adam = self.adam_scalars(k) if learner.base == "adam" else None
+        rank_one_parts = not learner.parts_beyond(_RANK_ONE_PARTS)  # else every update is parts.update's
         for index, param in enumerate(params):
             layer, is_bias = divmod(index, 2)
             delta = deltas[layer]
@@ -102,7 +103,7 @@ class TorchOps:
                 self._fused_update(index, param, delta, cache, head_factor, adam)
                 continue
             alpha = _per_run(hp["alpha"], param)
-            rank_one = learner.base == "sgd" and learner.weight_decay != "decoupled" and index not in self.runs.fade_index
+            rank_one = rank_one_parts and index not in self.runs.fade_index
             if not is_bias and rank_one:
                 if learner.weight_decay == "coupled":
                     # As torch.optim.SGD(weight_decay): d = G + lambda * P, then P -= alpha * d, per
@@ -142,7 +143,7 @@ class TorchOps:
         new = _TORCH_PARTS.update(
             param, grad, self._curvature(index, cache, head_factor) if fade_on else None, alpha, lam,
             _TORCH_PARTS.shrink(alpha, lam) if learner.weight_decay == "decoupled" else None, per_run("theta_lambda"),
-            _per_run(self.clip_bound(index // 2), param) if learner.clip else None, m, v, gamma, trace, *ac,
+            _per_run(self.clip_bound(index // 2), param) if "kappa" in hp else None, m, v, gamma, trace, *ac,
             **learner.flags(fade_on))
         for state, value in zip((param, m, v, gamma, trace), new):
             if state is not None and value is not state:
@@ -206,6 +207,8 @@ class _BoundParts:
 
 _TORCH_PARTS = _BoundParts()
 _ADAM_COEFFICIENTS = parts.adam_scalars(1.0, 2)[3:]  # 1 - beta1, beta2, 1 - beta2, eps: Python floats
+# The parts the rank-one SGD step of `_update` is written for (on the parameters FADE leaves alone)
+_RANK_ONE_PARTS = {"base": ("sgd",), "weight_decay": ("none", "coupled"), "clip": (False, True), "fade": ("none", "head", "all")}
 
 
 def _triton_kernels() -> ModuleType:

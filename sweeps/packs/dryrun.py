@@ -128,7 +128,7 @@ def _calibrated(experiment: Experiment, seeds: tuple[int, ...], dtype: str, on_g
     """(rate of a slot measured here, where: "cpu" | "cuda", whether a GPU pack was measured on the CPU)."""
     import torch
 
-    from fade_core.engines import default_engine
+    from sweeps.spec.engines import default_engine
     from sweeps.packs.calibrate import calibrate
 
     seeds = seeds[: min(len(seeds), 5)]

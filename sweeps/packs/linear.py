@@ -22,7 +22,7 @@ from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
 from sweeps.packs.rowwise import row_means, trailing_sums
 from fade_core.linear.kernel import driver
 from sweeps.spec import Experiment, Pack
-from sweeps.spec.engines import experiment_engine
+from sweeps.spec.engines import choose_engine
 from sweeps.spec.own import load_rule
 from tasks.stream import stacked
 
@@ -95,7 +95,7 @@ def compile_own(experiments: Iterable[Experiment], dtype: str, engine: str | Non
             continue
         learner = load_rule(experiment.learner)
         started = time.perf_counter()
-        if experiment_engine(experiment, "cpu", engine) == CPU:
+        if choose_engine(experiment, "cpu", engine) == CPU:
             driver(learner, np.dtype(dtype))
         seconds[experiment.learner.name] = time.perf_counter() - started
     return seconds

@@ -2,7 +2,7 @@
 
 All R = configs x seeds runs advance together through `NeuralRuns.advance`, by the
 engine the pack was built with (fade_core.engines: the compiled kernel "cpu", the torch
-ops "torch", or "triton"'s fused updates on CUDA). Metrics are accumulated per step
+ops "torch", "triton"'s fused updates on CUDA, ...). Metrics are accumulated per step
 into float64 per-bin sums on the device, in step order, so binned values do not depend
 on chunking; a bin's summary (group MSE, accuracy, decay rates, dead units, weight
 norms) is taken when the bin ends.
@@ -20,7 +20,7 @@ import warnings
 import numpy as np
 import torch
 
-from fade_core.engines import CPU, CUDA, PERSISTENT
+from fade_core.engines import CPU, get_engine
 from fade_core.neural import NeuralRuns, StepSums, get_neural_learner, make_runs
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
@@ -56,8 +56,8 @@ class NeuralPackRunner(PackRunner):
         self.sums = StepSums.zeros(pack.runs, self.task.architecture, self.task.loss, self.device)
         self.curves = self._empty_curves()
         self._graph: tuple[torch.cuda.CUDAGraph, torch.Tensor, torch.Tensor] | None = None  # graph, its inputs
-        # (the persistent and cuda engines run a whole segment in one launch: nothing for a graph to save)
-        self._use_graphs = self.device.type == "cuda" and engine not in (PERSISTENT, CUDA)
+        # (an engine that runs a whole segment in one launch, persistent and cuda: nothing for a graph to save)
+        self._use_graphs = self.device.type == "cuda" and not get_engine(engine, "neural").segments
 
     # -- metrics -------------------------------------------------------------------------
     def curve_names(self) -> list[str]:

@@ -35,8 +35,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from fade_core.engines import ENGINE_NAMES, engine_problem
+from fade_core.engines import ENGINE_NAMES
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
+from sweeps.spec.engines import engine_problem
 from sweeps.spec.learners import every_optimizer, hyperparameter_spec, optimizer_hyperparameters, optimizers_for
 from sweeps.spec.own import DeclaredLearner
 from sweeps.spec.race import DEFAULT_ALPHA, DEFAULT_MIN_SEEDS, DEFAULT_SEEDS_PER_ROUND, Race

@@ -19,9 +19,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Iterable
 
-from fade_core.engines import default_pack_runs
 from sweeps.spec.config import Config, digest
 from sweeps.spec.costs import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS, CostModel
+from sweeps.spec.engines import default_pack_runs
 from sweeps.spec.sweepfile import Experiment, Sweep
 from tasks import get_task
 
@@ -157,7 +157,7 @@ def balanced_packs(groups: list[_Group], slots: int, costs: CostModel, stage: st
     does), end soonest: the modelled makespan (`makespan`) of each cut tried is compared.
 
     The cuts tried make about k packs per slot for k in PACKS_PER_SLOT (each group gets packs in
-    proportion to its cost, seeds apart first, then configs), capped at the engine table's pack size for the task and device (fade_core.engines),
+    proportion to its cost, seeds apart first, then configs), capped at the engine table's pack size for the task and device (sweeps/spec/engines.py),
     and never fewer packs than slots where the runs allow. More, smaller packs balance better
     but pay more start-ups; on a GPU a small pack also wastes the device (costs.GpuRate)."""
     device = groups[0].device
