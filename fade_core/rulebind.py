@@ -87,7 +87,9 @@ def bind(rule: Callable, primitives: Mapping[str, object], parts: bool = False) 
 
 
 def _rebound(function: types.FunctionType, scope: dict) -> Callable:
-    return types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__, function.__closure__)
+    rebound = types.FunctionType(function.__code__, scope, function.__name__, function.__defaults__, function.__closure__)
+    rebound.__kwdefaults__ = function.__kwdefaults__  # a flag left out keeps its default (FunctionType drops them)
+    return rebound
 
 
 def parameters(rule: Callable) -> tuple[str, ...]:

@@ -12,8 +12,8 @@ A sweep may race its seeds, `race: {min_seeds: 3, max_seeds: 10, alpha: 0.05, se
 (sweeps.spec.race): configurations worse than their method's best with confidence stop getting seeds.
 
 A sweep (or one of its variants) may name the engine its packs run on, `engine: NAME` (a
-name of fade_core.engines that runs the task; default: the engine table's default for the
-task and device). The engine is not part of a configuration's identity: engines compute the
+name of fade_core.engines that runs the task; default: the task's default on the device,
+sweeps/spec/engines.py). The engine is not part of a configuration's identity: engines compute the
 same rule, within the tolerances their tests state.
 
 Beyond interface.md, a sweep may hold `variants`: a list of blocks that each override
