@@ -6,7 +6,8 @@ Usable without Ray or the sweep service, e.g. in a notebook:
 
 `linear`: the seven online linear learners (compiled, CPU). `neural`: the MLP learners
 (compiled on CPU, batched torch ops on CUDA). `mlp`: the batched networks.
-`hyperparameters`: the names and ranges every learner draws from.
+`hyperparameters`: the names and ranges every learner draws from. `learners`: the one
+registry of both families (`get_learner(family, name)`, `every_learner()`).
 
 Names are imported on first use, so `import fade_core` (and reading a registry) loads
 neither torch nor numba.
@@ -18,6 +19,8 @@ _EXPORTS = {
     **dict.fromkeys(["HYPERPARAMETERS", "Hyperparameter"], "fade_core.hyperparameters"),
     **dict.fromkeys(["LINEAR_LEARNERS", "LinearLearner", "LinearRun", "LinearState", "get_linear_learner",
                      "initial_weights", "run_linear"], "fade_core.linear"),
+    "Learner": "fade_core.learner",
+    **dict.fromkeys(["every_learner", "get_learner"], "fade_core.learners"),
     "Architecture": "fade_core.architecture",
     "BatchedMLP": "fade_core.mlp",
     **dict.fromkeys(["NEURAL_LEARNERS", "NeuralLearner", "NeuralRuns", "StepSums", "get_neural_learner", "make_runs"],

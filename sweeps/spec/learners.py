@@ -1,6 +1,6 @@
 """Which optimizers run on which task family, the hyperparameters each takes, and their ranges.
 
-The learner registries live in fade_core; this is the one place that maps a task's
+The learner registry lives in fade_core (`fade_core/learners.py`); this is the one place that maps a task's
 family onto them, so validation, presets and the engine agree. The allowed range of a
 hyperparameter is `fade_core.HYPERPARAMETERS`' unless `RANGE_OVERRIDES` narrows it for
 one (family, optimizer): the same name can mean a different rule in another learner.
@@ -11,11 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
-from fade_core.linear import LINEAR_LEARNERS
-from fade_core.neural import NEURAL_LEARNERS
+from fade_core.learners import BUILT_IN
 from tasks import TaskSpec
-
-_FAMILIES = {"linear": LINEAR_LEARNERS, "neural": NEURAL_LEARNERS}
 
 _LINEAR_DECAY_WHY = "the linear rule w <- (1 - lambda) w flips the sign of w for lambda > 1"
 
@@ -29,17 +26,17 @@ RANGE_OVERRIDES: dict[tuple[str, str, str], tuple[Hyperparameter, str]] = {
 
 
 def optimizers_for(task: TaskSpec) -> tuple[str, ...]:
-    return tuple(_FAMILIES[task.family])
+    return tuple(BUILT_IN[task.family])
 
 
 def every_optimizer() -> dict[str, tuple[str, ...]]:
     """Every optimizer of any family with the hyperparameters it takes (a name means the same rule, with the
     same hyperparameters, in every family that has it); for the sweep file's schema."""
-    return {name: learner.hyperparameters for learners in _FAMILIES.values() for name, learner in learners.items()}
+    return {name: learner.hyperparameters for learners in BUILT_IN.values() for name, learner in learners.items()}
 
 
 def optimizer_hyperparameters(task: TaskSpec, optimizer: str) -> tuple[str, ...]:
-    return _FAMILIES[task.family][optimizer].hyperparameters
+    return BUILT_IN[task.family][optimizer].hyperparameters
 
 
 def hyperparameter_spec(task: TaskSpec, optimizer: str, name: str) -> tuple[Hyperparameter, str]:
