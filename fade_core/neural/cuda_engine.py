@@ -48,13 +48,18 @@ def _ok(result: tuple | object, what: str):
 def kernel_function(shape: KernelShape, device: torch.device):
     """The kernel for `shape` loaded on `device` (compiled for its compute capability, or read from the
     disk cache), once per process."""
+    return load_function(kernel_source(shape), KERNEL_NAME, f"{shape.learner.name}.cu", device)
+
+
+def load_function(source: str, kernel_name: str, file_name: str, device: torch.device):
+    """The entry point `kernel_name` of `source` loaded on `device` (NVRTC for its compute capability, or
+    the disk cache), once per process and device."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(index)
-    source = kernel_source(shape)
     arch = 10 * major + minor
     key = (cuda_compile.cache_key(source, arch), index)
     if key not in _LOADED:
-        code = cuda_compile.cubin(source, arch, f"{shape.learner.name}.cu")
+        code = cuda_compile.cubin(source, arch, file_name)
         driver = _driver()
         _ok(driver.cuInit(0), "cuInit")
         with torch.cuda.device(index):
@@ -64,7 +69,7 @@ def kernel_function(shape: KernelShape, device: torch.device):
                               "cuDevicePrimaryCtxRetain")
                 _ok(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent")
             module = _ok(driver.cuModuleLoadData(code), "cuModuleLoadData")
-            _LOADED[key] = _ok(driver.cuModuleGetFunction(module, KERNEL_NAME.encode()), "cuModuleGetFunction")
+            _LOADED[key] = _ok(driver.cuModuleGetFunction(module, kernel_name.encode()), "cuModuleGetFunction")
     return _LOADED[key]
 
 

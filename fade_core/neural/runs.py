@@ -8,7 +8,8 @@
             weights (triton_fused_step: W^T delta read in the pass that updates W, layer 0's
             update fused with the next step's first-layer forward); CUDA, or the interpreter
     cuda    a CUDA C++ kernel compiled at run time by NVRTC, a segment per launch, one block per run
-            (cuda_engine.py: one-hidden-layer regression networks, the nonlinear task; float32; CUDA)
+            (cuda_engine.py: one-hidden-layer regression networks, the nonlinear task; emnist_engine.py:
+            two-hidden-layer classification networks, EMNIST, W1 and W2 on chip; float32; CUDA)
     persistent  one Triton launch per segment, each run's network on chip (persistent.py:
             one-hidden-layer regression networks, the nonlinear task; CUDA, or the interpreter)
 """
@@ -46,8 +47,9 @@ def engine_class(name: str, device: torch.device):
         return PersistentKernel
     if name == CUDA:
         from fade_core.neural.cuda_engine import CudaKernel
+        from fade_core.neural.emnist_engine import EmnistKernel
 
-        return CudaKernel
+        return lambda runs: (EmnistKernel if EmnistKernel.runs_network(runs.net.arch, runs.loss) else CudaKernel)(runs)
     raise EngineError(f"engine {name!r} does not run neural learners; choose one of {', '.join(NEURAL_ENGINES)}")
 
 

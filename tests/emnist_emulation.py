@@ -1,0 +1,112 @@
+"""The EMNIST kernel (fade_core/neural/emnist_source.py) run on the CPU, as tests/cuda_emulation.py runs the
+nonlinear one: the very source NVRTC compiles, behind cuda_emulation's definitions of CUDA's built-ins
+plus the few this kernel uses more (an int shuffle, `__shfl_sync`, dynamic shared memory), and with
+every global access (`LD`/`ST`) counted, so the bytes a run-step moves are read from the code that
+moves them (`bytes_per_run_step`).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import re
+import subprocess
+from pathlib import Path
+
+import torch
+
+from fade_core.architecture import Architecture
+from fade_core.neural.emnist_engine import kernel_arguments
+from fade_core.neural.emnist_source import KERNEL_NAME, EmnistShape, kernel_source
+from fade_core.neural.rules import NeuralLearner
+from tests.cuda_emulation import SHIM
+
+EXTRA = r"""
+#include <atomic>
+#include <cstdint>
+#include <cmath>
+static std::atomic<long long> bytes_read{0}, bytes_written{0};
+template <typename T> inline T count_load(const T *address) { bytes_read += sizeof(T); return *address; }
+template <typename T, typename V> inline void count_store(T *address, V value) { bytes_written += sizeof(T); *address = (T)value; }
+#define LD(address) count_load(address)
+#define ST(address, value) count_store(address, value)
+static float *dynamic_shared;
+#define SHARED_DYNAMIC(type, name) type *name = (type *)dynamic_shared
+static int exchange_int[32][32];
+inline int __shfl_xor_sync(unsigned, int value, int offset)
+{
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    exchange_int[warp][lane] = value;
+    warp_barriers[warp]->arrive_and_wait();
+    const int got = exchange_int[warp][lane ^ offset];
+    warp_barriers[warp]->arrive_and_wait();
+    return got;
+}
+inline float __shfl_sync(unsigned, float value, int source)
+{
+    const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    exchange[warp][lane] = value;
+    warp_barriers[warp]->arrive_and_wait();
+    const float got = exchange[warp][source];
+    warp_barriers[warp]->arrive_and_wait();
+    return got;
+}
+"""
+
+
+def _harness(source: str, dynamic_floats: int) -> str:
+    signature = re.search(rf"{KERNEL_NAME}\((.*?)\)\s*\{{", source, re.S).group(1)
+    types = [re.sub(r"\s*\b\w+$", "", p.strip()).replace("__restrict__", "").strip() for p in signature.split(",")]
+    call = ", ".join(f"*({t} *)args[{i}]" for i, t in enumerate(types))
+    return f"""{SHIM}
+{EXTRA}
+{source}
+extern "C" void emulate(int blocks, int threads, void **args, long long *moved)
+{{
+    std::vector<float> shared({dynamic_floats});
+    dynamic_shared = shared.data();
+    bytes_read = 0; bytes_written = 0;
+    std::barrier<> block(threads);
+    block_barrier = &block;
+    for (int w = 0; w < threads / 32; ++w) warp_barriers[w] = new std::barrier<>(32);
+    for (int b = 0; b < blocks; ++b) {{
+        std::vector<std::thread> pool;
+        for (int t = 0; t < threads; ++t)
+            pool.emplace_back([=] {{ threadIdx.x = t; blockIdx.x = b; {KERNEL_NAME}({call}); }});
+        for (auto &thread : pool) thread.join();
+    }}
+    for (int w = 0; w < threads / 32; ++w) delete warp_barriers[w];
+    moved[0] = bytes_read; moved[1] = bytes_written;
+}}
+"""
+
+
+def compiled(shape: EmnistShape, folder: Path) -> ctypes.CDLL:
+    """The emulation of `shape`'s kernel as a shared library (built once per source in `folder`)."""
+    text = _harness(kernel_source(shape), shape.dynamic_shared // 4)
+    library = folder / f"emnist-{hashlib.sha256(text.encode()).hexdigest()[:16]}.so"
+    if not library.exists():
+        source = library.with_suffix(".cpp")
+        source.write_text(text)
+        subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-w",
+                        str(source), "-o", str(library)], check=True, capture_output=True, text=True)
+    return ctypes.CDLL(str(library))
+
+
+def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.Tensor], hp: dict[str, torch.Tensor],
+            x: torch.Tensor, labels: torch.Tensor, run_slot: torch.Tensor, sums, folder: Path,
+            threads: int = 64) -> tuple[int, int]:
+    """emnist_engine.advance on CPU tensors, the kernel emulated with `threads` threads a block; -> (bytes
+    read, bytes written) by the whole launch."""
+    built = kernel_arguments(learner, arch, state, hp, x, labels, run_slot, sums)
+    if built is None:
+        return 0, 0
+    args, _alive = built
+    shape = EmnistShape(learner, arch.sizes, float(arch.negative_slope), threads)
+    library = compiled(shape, folder)
+    pointers = (ctypes.c_void_p * len(args))(*(ctypes.addressof(a) for a in args))
+    moved = (ctypes.c_longlong * 2)()
+    library.emulate(state["params"].shape[0], threads, pointers, moved)
+    if learner.base == "adam":
+        state["adam_steps"] += x.shape[0]
+    return moved[0], moved[1]
