@@ -20,7 +20,8 @@ at the tolerances stated there and in docs/architecture.md):
                 segment of steps, each run's network on chip (`fade_core/neural/persistent.py`),
                 CUDA; not the default until a GPU measurement puts it ahead of triton
     cuda        neural, the same tasks as persistent: a CUDA C++ kernel compiled at run time by NVRTC
-                (`fade_core/neural/cuda_engine.py`), one block per run; not the default until measured
+                (`fade_core/neural/cuda_engine.py`), one block per run; and EMNIST, W1 and W2 on chip for a
+                segment (`fade_core/neural/emnist_engine.py`); not the default until measured
 
 The choice is explicit: a sweep file's `engine:` or `fade-sweep run --engine NAME`, else
 `default_engine(task, device)`; a pack's manifest records the engine that ran it. No
@@ -89,6 +90,9 @@ ENGINES: tuple[EngineRow, ...] = (
               "not measured: no GPU was lent (benchmarks/gpu_check.sh's nonlinear part measures it beside the JAX peer)"),
     *_neural_rows("emnist_label_permuted", 20.2e3, f"fade_sgd, one run pinned, {_ROOFLINE}"),
     *_neural_rows("emnist_partial_permuted", 20.2e3, f"emnist_label_permuted's fade_sgd figure (same network), {_ROOFLINE}"),
+    *(EngineRow(task, "neural", "cuda", CUDA, False, 2000, None,
+                "not measured: no GPU was lent (benchmarks/gpu_check_emnist.sh measures it beside the JAX peer)")
+      for task in ("emnist_label_permuted", "emnist_partial_permuted")),
 )
 
 

@@ -110,3 +110,24 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
     if learner.base == "adam":
         state["adam_steps"] += x.shape[0]
     return moved[0], moved[1]
+
+
+def bytes_per_run_step(learner: NeuralLearner, arch: Architecture, folder: Path) -> tuple[int, int]:
+    """(bytes read, bytes written) from and to global memory by one run-step in the middle of a segment, counted
+    by the emulated kernel at `arch`'s size with the block's real thread count: a 3-step segment less a
+    2-step one (the segment's loads and stores of what stays on chip cancel out)."""
+    from fade_core.neural.runs import make_runs
+    from fade_core.neural.state import StepSums
+
+    hp = {"alpha": [0.01], "lambda": [0.01], "kappa": [2.0], "theta_lambda": [0.1], "gamma0": [-4.6]}
+    counts = []
+    for steps in (2, 3):
+        nets = make_runs(learner, arch, [0], {k: hp[k] for k in learner.hyperparameters}, "cross_entropy", "cpu",
+                         engine="torch")
+        sums = StepSums.zeros(1, arch, "cross_entropy", "cpu")
+        x = torch.rand(steps, 1, arch.sizes[0], generator=torch.Generator().manual_seed(0))
+        y = torch.zeros(steps, 1, dtype=torch.int64)
+        shape = EmnistShape(learner, arch.sizes, arch.negative_slope)
+        counts.append(advance(learner, arch, nets.state_dict(), nets.hp, x, y, torch.zeros(1, dtype=torch.int64), sums.tensors(),
+                              folder, shape.threads))
+    return counts[1][0] - counts[0][0], counts[1][1] - counts[0][1]
