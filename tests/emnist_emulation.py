@@ -8,9 +8,6 @@ moves them (`bytes_per_run_step`).
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import re
-import subprocess
 from pathlib import Path
 
 import torch
@@ -19,7 +16,7 @@ from fade_core.architecture import Architecture
 from fade_core.neural.emnist_engine import kernel_arguments
 from fade_core.neural.emnist_source import KERNEL_NAME, EmnistShape, kernel_source
 from fade_core.neural.rules import NeuralLearner
-from tests.cuda_emulation import SHIM
+from tests.cuda_emulation import build, harness
 
 EXTRA = r"""
 #include <atomic>
@@ -54,43 +51,13 @@ inline float __shfl_sync(unsigned, float value, int source)
 """
 
 
-def _harness(source: str, dynamic_floats: int) -> str:
-    signature = re.search(rf"{KERNEL_NAME}\((.*?)\)\s*\{{", source, re.S).group(1)
-    types = [re.sub(r"\s*\b\w+$", "", p.strip()).replace("__restrict__", "").strip() for p in signature.split(",")]
-    call = ", ".join(f"*({t} *)args[{i}]" for i, t in enumerate(types))
-    return f"""{SHIM}
-{EXTRA}
-{source}
-extern "C" void emulate(int blocks, int threads, void **args, long long *moved)
-{{
-    std::vector<float> shared({dynamic_floats});
-    dynamic_shared = shared.data();
-    bytes_read = 0; bytes_written = 0;
-    std::barrier<> block(threads);
-    block_barrier = &block;
-    for (int w = 0; w < threads / 32; ++w) warp_barriers[w] = new std::barrier<>(32);
-    for (int b = 0; b < blocks; ++b) {{
-        std::vector<std::thread> pool;
-        for (int t = 0; t < threads; ++t)
-            pool.emplace_back([=] {{ threadIdx.x = t; blockIdx.x = b; {KERNEL_NAME}({call}); }});
-        for (auto &thread : pool) thread.join();
-    }}
-    for (int w = 0; w < threads / 32; ++w) delete warp_barriers[w];
-    moved[0] = bytes_read; moved[1] = bytes_written;
-}}
-"""
-
-
 def compiled(shape: EmnistShape, folder: Path) -> ctypes.CDLL:
-    """The emulation of `shape`'s kernel as a shared library (built once per source in `folder`)."""
-    text = _harness(kernel_source(shape), shape.dynamic_shared // 4)
-    library = folder / f"emnist-{hashlib.sha256(text.encode()).hexdigest()[:16]}.so"
-    if not library.exists():
-        source = library.with_suffix(".cpp")
-        source.write_text(text)
-        subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-w",
-                        str(source), "-o", str(library)], check=True, capture_output=True, text=True)
-    return ctypes.CDLL(str(library))
+    """The emulation of `shape`'s kernel as a shared library (built once per source in `folder`); its `emulate`
+    writes the bytes read and written to `moved`."""
+    setup = (f"std::vector<float> shared({shape.dynamic_shared // 4}); dynamic_shared = shared.data(); "
+             "bytes_read = 0; bytes_written = 0;")
+    text = harness(kernel_source(shape), KERNEL_NAME, EXTRA, setup, "moved[0] = bytes_read; moved[1] = bytes_written;")
+    return build(text, folder, "emnist")
 
 
 def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.Tensor], hp: dict[str, torch.Tensor],

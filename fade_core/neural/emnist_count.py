@@ -14,14 +14,8 @@ from __future__ import annotations
 
 import re
 
+from fade_core.neural.cuda_sass import _target  # (the branch target parser the nonlinear count uses)
 from fade_core.neural.emnist_source import EmnistShape
-
-
-def _target(instruction: str) -> int | None:
-    if not re.search(r"\bBRA\b", instruction):
-        return None
-    found = re.search(r"0x([0-9a-f]+)", instruction)
-    return int(found.group(1), 16) if found else None
 
 
 def _loops(code: list[tuple[int, str]]) -> list[tuple[int, int]]:

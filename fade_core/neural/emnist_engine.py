@@ -9,17 +9,15 @@ nonlinear kernel (cuda_engine.CudaKernel) otherwise.
 from __future__ import annotations
 
 import ctypes
-import math
 from typing import Sequence
 
 import torch
 
 from fade_core.architecture import Architecture
 from fade_core.engines import CUDA, EngineError
-from fade_core.neural.cuda_engine import _driver, _ok, _pointer, load_function
+from fade_core.neural.cuda_engine import _driver, _ok, load_function, segment_arguments
 from fade_core.neural.emnist_source import KERNEL_NAME, EmnistShape, kernel_source, unsupported
 from fade_core.neural.rules import NeuralLearner
-from fade_core.neural.state import adam_table
 
 _SHARED_SET: set[int] = set()  # kernels whose dynamic shared memory limit is raised (by CUfunction id)
 
@@ -35,40 +33,10 @@ def kernel_arguments(learner: NeuralLearner, arch: Architecture, state: dict[str
                          str(params.dtype).removeprefix("torch."))
     if reason:
         raise ValueError(reason)
-    runs, steps = params.shape[0], x.shape[0]
-    if steps == 0 or runs == 0:
-        return None
-    if steps >= 2**31:
-        raise ValueError(f"engine 'cuda': a segment of {steps} steps is longer than the kernel's int32 step count")
     loss, _, correct, active = sums
-    f32 = torch.float32
-    zeros = params.new_zeros(runs)
-    fans = arch.sizes[:3]
-    bounds = [(hp["kappa"] / math.sqrt(fan_in)).contiguous() if "kappa" in hp else zeros for fan_in in fans]
-    adam = learner.base == "adam"
-    fade = state["gamma"].shape[1] > 0
-    table = adam_table(state["adam_steps"], steps, params.dtype) if adam else (zeros.double(), zeros, zeros)
-    x, labels = x.contiguous(), labels.to(torch.int64).contiguous()
-    slot = run_slot.to(device=params.device, dtype=torch.int64).contiguous()
-    tensors = [
-        (params, f32, "params"), (state["adam_m"] if adam else params, f32, "adam_m"),
-        (state["adam_v"] if adam else params, f32, "adam_v"), (state["gamma"] if fade else params, f32, "gamma"),
-        (state["trace"] if fade else params, f32, "trace"), (x, f32, "x"), (labels, torch.int64, "labels"),
-        (slot, torch.int64, "run_slot"), (hp["alpha"].contiguous(), f32, "alpha"),
-        (hp.get("lambda", zeros).contiguous(), f32, "lambda"), (hp.get("theta_lambda", zeros).contiguous(), f32, "theta"),
-        (bounds[0], f32, "bound0"), (bounds[1], f32, "bound1"), (bounds[2], f32, "bound2"),
-        (table[0], torch.float64, "bc1"), (table[1], f32, "sqrt_bc2"), (table[2], f32, "inv_bc2"),
-        (loss, torch.float64, "loss"), (correct, torch.float64, "correct"), (active.view(torch.uint8), torch.uint8, "active"),
-    ]
-    for tensor, _, name in tensors:
-        if tensor.dim() == 2 and tensor.stride(1) != 1 or name in ("loss", "correct", "active") and not tensor.is_contiguous():
-            raise ValueError(f"engine 'cuda': {name} must have contiguous rows")
-    args = [_pointer(t, dtype, name, params.is_cuda) for t, dtype, name in tensors]
-    args += [ctypes.c_int(steps), *(ctypes.c_longlong(s) for s in (x.stride(0), x.stride(1), labels.stride(0),
-                                                                   labels.stride(1), params.stride(0),
-                                                                   state["adam_m"].stride(0) if adam else 0,
-                                                                   state["gamma"].shape[1]))]
-    return args, [t for t, _, _ in tensors]
+    sums_args = [(loss, torch.float64, "loss"), (correct, torch.float64, "correct"),
+                 (active.view(torch.uint8), torch.uint8, "active")]
+    return segment_arguments(learner, state, hp, x, (labels, torch.int64), run_slot, arch.sizes[:3], sums_args)
 
 
 def kernel_function(shape: EmnistShape, device: torch.device):
