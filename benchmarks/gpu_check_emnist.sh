@@ -1,4 +1,5 @@
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154,SC2034
+# (sourced: dry, py, logs, work are gpu_check.sh's; emnist_same is read by its finish)
 # The GPU check's EMNIST part (issue 40), sourced by benchmarks/gpu_check.sh under its part's budget (115 s):
 # it uses that script's `step`, `verdict`, `note`, `gpu_step`, `need_ray`, `$py`, `$logs`, `$work`, `$dry`.
 #
