@@ -22,6 +22,9 @@ A step, NT threads (NW warps), one barrier between phases:
   8 thread i: dz0[i]
   9 a warp per row i of W0: each element updated (dz0[i] x[t]) and stored, its new value times x[t + 1]
     summed into z0 of the next step; lane 0 updates b0[i]
+Where a pass streams state from HBM (Adam's moments, FADE's on every layer), a thread loads a batch of
+parameters' state (9 W0 columns, 10 W1 rows, 8 W2 rows) before updating any: the compiler may not move a
+load above a store that may alias, so without the batches each load would wait for the last store.
 The update of every parameter is `cuda_rule.apply_rule`, printed from fade_core/neural/parts.py.
 
 Each run's numbers come from its own block only (bitwise independent of the pack, the run's position
