@@ -22,6 +22,7 @@ at the same number of runs in flight where the peer ran one.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import tempfile
@@ -66,9 +67,9 @@ def _pack(learner: str, runs: int, engine: str) -> tuple[torch.cuda.CUDAGraph, i
     return graph, state, (nets, sums, x, y, slot)
 
 
-def layout_rate(learner: str, runs: int, streams: int, steps: int, engine: str) -> tuple[float, float]:
-    """(run-steps/s, MB of state in flight) of packs of `runs` runs, `streams` at a time."""
-    waves = [[_pack(learner, runs, engine) for _ in range(streams)] for _ in range(WAVES + 1)]
+def layout_rate(learner: str, runs: int, streams: int, steps: int, engine: str, timed: int = WAVES) -> tuple[float, float]:
+    """(run-steps/s, MB of state in flight) of packs of `runs` runs, `streams` at a time, over `timed` waves."""
+    waves = [[_pack(learner, runs, engine) for _ in range(streams)] for _ in range(timed + 1)]
     lanes = [torch.cuda.Stream() for _ in range(streams)]
     replays = max(1, steps // GRAPH)
 
@@ -89,7 +90,7 @@ def layout_rate(learner: str, runs: int, streams: int, steps: int, engine: str) 
     torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     in_flight = sum(state for _, state, _ in waves[0]) / 1e6
-    return WAVES * streams * runs * replays * GRAPH / seconds, in_flight
+    return timed * streams * runs * replays * GRAPH / seconds, in_flight
 
 
 def peer_rate(learner: str, runs: int, steps: int, data_dir: str) -> float:
@@ -120,8 +121,10 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=200, help="steps per pack and wave (a multiple of 25)")
     parser.add_argument("--peer-steps", type=int, default=200)
     parser.add_argument("--no-peer", action="store_true")
+    parser.add_argument("--waves", type=int, default=WAVES, help=f"timed waves per layout (default {WAVES}), after a warm one")
     parser.add_argument("--engine", default="triton_step", help="the neural engine (fade_core.engines) the packs run on")
     parser.add_argument("--data-dir", default=os.environ.get("FADE_EMNIST_DIR", ""))
+    parser.add_argument("--results", type=Path, help="append each one-pack layout's row to this file as JSON (gpu_figures.py)")
     args = parser.parse_args()
     if not torch.cuda.is_available():
         print("bench_gpu_packs: needs a CUDA GPU (none here)", file=sys.stderr)
@@ -148,10 +151,14 @@ def main() -> None:
                     except Exception as err:  # noqa: BLE001 - the peer is a comparison, not the subject
                         print(f"peer {learner} {runs}: {type(err).__name__}: {err}", flush=True)
         for runs, streams in layouts:
-            rate, mb = layout_rate(learner, runs, streams, args.steps, args.engine)
+            rate, mb = layout_rate(learner, runs, streams, args.steps, args.engine, args.waves)
             peer = peers.get(runs * streams)
             rows.append((learner, f"{runs}x{streams}", mb, rate, peer))
             print(f"  {learner} {runs}x{streams}: {rate:,.0f} run-steps/s", flush=True)
+            if args.results and streams == 1:
+                with args.results.open("a") as out:
+                    out.write(json.dumps({"engine": args.engine, "learner": learner, "runs": runs,
+                                          "engine_rate": rate, "jax_rate": peer}) + "\n")
     print(f"\n{'learner':<9} {'layout':>8} {'MB in flight':>12} {'run-steps/s':>12} {'JAX peer':>10} {'ratio':>6}")
     for learner, layout, mb, rate, peer in rows:
         ratio = f"{rate / peer:5.2f}x" if peer else "-"

@@ -9,6 +9,9 @@
 #                            tree for the image's Python ($GPU_PYTHON, default 3.12); the list is
 #                            benchmarks/gpu_bundle.py's (`pins`), the image's packages
 #                            benchmarks/gpu_image_packages.txt
+#   BUNDLE_DIR/emnist/       the first 12,000 images of the EMNIST bymerge test split (~3 MiB; emnist_cut.py),
+#                            which gpu_check_emnist.sh's sweep reads; from $FADE_EMNIST_DIR or the shared
+#                            data folder beside the checkout, left out (with a note) where neither holds it
 #   BUNDLE_DIR/MANIFEST      the pins, sizes per distribution unpacked, and the transfer's breakdown
 #
 # benchmarks/gpu_check.sh unpacks site.tar.xz into a temporary folder and puts it on PYTHONPATH.
@@ -52,6 +55,14 @@ done
 rm -rf "$bundle"
 mkdir -p "$bundle"
 tar -C "$work/site" -cf - . | xz -T2 -9e >"$bundle/site.tar.xz"
+emnist_note="no EMNIST cut: no bymerge test split in \$FADE_EMNIST_DIR, ../shared/data/emnist or ../../shared/data/emnist"
+for src in ${FADE_EMNIST_DIR:+"$FADE_EMNIST_DIR"} ../shared/data/emnist ../../shared/data/emnist; do
+  if [[ -f $src/emnist-bymerge-test-images-idx3-ubyte.gz ]]; then
+    emnist_note=$($py benchmarks/emnist_cut.py "$src" "$bundle/emnist" --images 12000)
+    break
+  fi
+done
+echo "$emnist_note"
 kib() { echo "$(($1 / 1024)) KiB"; }
 site=$(stat -c %s "$bundle/site.tar.xz")
 {
@@ -60,6 +71,7 @@ site=$(stat -c %s "$bundle/site.tar.xz")
   echo "$wanted"
   echo "== unpacked site, MB per top-level entry (after pruning and stripping)"
   (cd "$work/site" && du -sm -- * | sort -rn)
+  echo "== EMNIST: $emnist_note"
   echo "== transfer: repository $(kib "$repo"), site.tar.xz $(kib "$site")"
 } >"$bundle/MANIFEST"
 total=$(du -sb "$bundle" | cut -f1)

@@ -33,13 +33,14 @@ cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 py=${PYTHON:-python3}
 parts_all="nonlinear emnist"
-steps_all="nonlinear.tests nonlinear.bench nonlinear.sweep"
+steps_all="nonlinear.tests nonlinear.bench nonlinear.sweep emnist.compile emnist.tests emnist.bench emnist.sweep"
 dry=0
 wanted=()
 for arg in "$@"; do
   case $arg in
     --dry-run) dry=1 ;;
     nonlinear | emnist | nonlinear.tests | nonlinear.bench | nonlinear.sweep) wanted+=("$arg") ;;
+    emnist.compile | emnist.tests | emnist.bench | emnist.sweep) wanted+=("$arg") ;;
     *) echo "gpu_check.sh: unknown part or step '$arg'; choose from: $parts_all $steps_all (and --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -132,6 +133,9 @@ finish() {
   trap - EXIT
   local figures
   figures=$($py benchmarks/gpu_figures.py nonlinear --results "$logs/nonlinear_rates.jsonl" --sweep "$sweep_same" 2>&1)
+  if [[ -n ${emnist_same:-} ]]; then  # (the EMNIST part ran: gpu_check_emnist.sh sets it)
+    figures+=$'\n'$($py benchmarks/gpu_figures.py emnist --results "$logs/emnist_rates.jsonl" --sweep "${emnist_same:-missing}" 2>&1)
+  fi
   tar -C "$logs" -czf "$out/gpu_check_logs.tar.gz" . 2>/dev/null
   rm -rf "$work" "$logs"
   echo "$figures" >"$out/figures.tsv"
@@ -210,7 +214,7 @@ if wants nonlinear.tests || wants nonlinear.bench || wants nonlinear.sweep; then
 fi
 
 # -- emnist (issue 40): its steps, sourced into this script under its part's budget -----------------
-if wants emnist; then
+if wants emnist.compile || wants emnist.tests || wants emnist.bench || wants emnist.sweep; then
   part emnist 115
   emnist=${GPU_CHECK_EMNIST:-benchmarks/gpu_check_emnist.sh}
   if [[ -f $emnist ]]; then

@@ -111,7 +111,7 @@ from tasks import get_task  # noqa: E402
 from tests.emnist_fixture import write_idx_dataset  # noqa: E402
 
 PACKS = {"linear": (20, 10), "nonlinear": (48, 5), "emnist": (20, 5)}  # configs x seeds: 200, 240, 100 runs
-LEARNERS = {"linear": tuple(LINEAR_RULES), "nonlinear": ("fade_sgd", "adam"), "emnist": ("fade_sgd", "adam")}
+LEARNERS = {"linear": tuple(LINEAR_RULES), "nonlinear": ("fade_sgd", "adam"), "emnist": ("fade_sgd", "adam", "fade_adam")}
 STEPS = {"linear": 20_000, "nonlinear": 1_000, "emnist": 500}
 GUARD = 100  # steps of the correctness guard
 D = 20  # linear inputs
@@ -205,7 +205,7 @@ def neural_case(workload: str, learner: str, steps: int, dtype: torch.dtype, dat
     arch = task.architecture
     n = arch.offsets()[-1]
     head = n - arch.offsets()[-3]
-    state = n * (1 + 2 * (learner == "adam")) + 2 * head * learner.startswith("fade")
+    state = n * (1 + 2 * ("adam" in learner)) + 2 * head * learner.startswith("fade")
     meta = {"workload": workload, "learner": learner, "hp": list(hp), "sizes": list(arch.sizes),
             "slope": arch.negative_slope, "classification": task.loss == "cross_entropy", "parameters": n, "head": head}
     init = fresh().net.flat[:seeds].numpy()  # run s < S is config 0 of seed s

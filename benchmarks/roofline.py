@@ -101,3 +101,14 @@ def machine(cores: int) -> Machine:
     bandwidth = {"L1": 64 * ghz * 1e9, "L2": stream_bandwidth(int(sizes["L2"]) // 2),
                  "L3": stream_bandwidth(int(sizes["L3"]) // 2), "DRAM": stream_bandwidth(256 * 1024**2)}
     return Machine(cores, ghz, lanes, {**dict(sorted(sizes.items())), "DRAM": np.inf}, bandwidth)
+
+
+if __name__ == "__main__":  # the GPU kernels' bounds, counted on this CPU: `python benchmarks/roofline.py --gpu-emnist`
+    import sys
+
+    if sys.argv[1:2] != ["--gpu-emnist"]:
+        sys.exit("usage: python benchmarks/roofline.py --gpu-emnist [--learners ...] (the CPU bounds: peer_jax.py)")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from roofline_gpu import main
+
+    main(sys.argv[2:])

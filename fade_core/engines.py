@@ -47,16 +47,15 @@ class Engine:
     code: str = field(repr=False)  # "module:attribute": linear, an advance function; neural, what makes the engine of a NeuralRuns
     options: tuple[tuple[str, Any], ...] = ()  # keyword arguments bound to `code`
     reference: bool = False  # the family's reference: the fast engines are tested against it
-    hidden_layers: int | None = None  # neural: the hidden layers of the networks it runs (None: any)
-    losses: tuple[str, ...] = ()  # neural: the losses it runs (empty: any)
+    networks: tuple[tuple[int, str], ...] = ()  # neural: the (hidden layers, loss) of the networks it runs (empty: any)
     interpreted: bool = False  # its Triton kernels also run on CPU tensors in Triton's interpreter (the tests)
     segments: bool = False  # a whole segment of steps per launch (nothing for a CUDA graph of steps to save)
     parts: tuple[tuple[str, tuple[object, ...]], ...] | None = None  # neural: the part choices it implements (None: any)
 
     def runs(self, family: str, architecture: Architecture | None = None, loss: str | None = None) -> bool:
         """Whether it runs learners of `family` on networks of `architecture` with `loss`."""
-        layers_ok = self.hidden_layers is None or architecture is None or architecture.layers - 1 == self.hidden_layers
-        return family == self.family and layers_ok and (not self.losses or loss is None or loss in self.losses)
+        network_ok = not self.networks or architecture is None or (architecture.layers - 1, loss) in self.networks
+        return family == self.family and network_ok
 
     def learner_problem(self, learner: Learner) -> str | None:
         """Why it cannot run `learner` (a neural part its code does not implement), in one line; None if it can."""
@@ -75,7 +74,8 @@ class Engine:
 
 REFERENCE, CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT, CUDA = (
     "reference", "cpu", "torch", "triton", "triton_step", "persistent", "cuda")
-_REGRESSION_ONE_HIDDEN: dict[str, Any] = {"hidden_layers": 1, "losses": ("squared_error",)}  # the nonlinear task's networks
+_REGRESSION_ONE_HIDDEN = (1, "squared_error")  # the nonlinear task's networks
+_CLASSIFICATION_TWO_HIDDEN = (2, "cross_entropy")  # EMNIST's
 ENGINES: tuple[Engine, ...] = (
     Engine(REFERENCE, "linear", ("cpu",), "the rules of linear/rules.py in a plain compiled loop, one run and one step at a "
            "time, float64", "fade_core.linear.reference:advance_reference", reference=True),
@@ -90,9 +90,11 @@ ENGINES: tuple[Engine, ...] = (
            "weights; not the default until a GPU measurement puts it ahead of triton", "fade_core.neural.torch_ops:TorchOps",
            (("fused", True), ("whole_step", True)), interpreted=True, parts=BUILT_IN_PARTS),
     Engine(PERSISTENT, "neural", ("cuda",), "one Triton launch per segment of steps, each run's network on chip",
-           "fade_core.neural.persistent:PersistentKernel", interpreted=True, segments=True, parts=BUILT_IN_PARTS, **_REGRESSION_ONE_HIDDEN),
-    Engine(CUDA, "neural", ("cuda",), "a CUDA C++ kernel compiled at run time by NVRTC, one block per run",
-           "fade_core.neural.cuda_engine:CudaKernel", segments=True, parts=BUILT_IN_PARTS, **_REGRESSION_ONE_HIDDEN),
+           "fade_core.neural.persistent:PersistentKernel", interpreted=True, segments=True, parts=BUILT_IN_PARTS,
+           networks=(_REGRESSION_ONE_HIDDEN,)),
+    Engine(CUDA, "neural", ("cuda",), "a CUDA C++ kernel compiled at run time by NVRTC, a segment per launch, one "
+           "block per run (EMNIST's network: W1 and W2 on chip for the segment)", "fade_core.neural.emnist_engine:cuda_kernel",
+           segments=True, parts=BUILT_IN_PARTS, networks=(_REGRESSION_ONE_HIDDEN, _CLASSIFICATION_TWO_HIDDEN)),
 )
 ENGINE_NAMES = tuple(dict.fromkeys(e.name for e in ENGINES))
 

@@ -61,40 +61,48 @@ inline float __fsqrt_rn(float a) { return std::sqrt(a); }
 """
 
 
-def _harness(source: str) -> str:
-    """`source` behind the shim, and `emulate(blocks, threads, args)`: the kernel's call per thread, its
-    arguments read from `args` as cuLaunchKernel reads kernelParams (a pointer to each value)."""
-    signature = re.search(rf"{KERNEL_NAME}\((.*?)\)\s*\{{", source, re.S).group(1)
+def harness(source: str, kernel_name: str = KERNEL_NAME, extra: str = "", setup: str = "", results: str = "") -> str:
+    """`source` behind the shim (and `extra` definitions), and `emulate(blocks, threads, args)`: the kernel's call
+    per thread, its arguments read from `args` as cuLaunchKernel reads kernelParams (a pointer to each value);
+    `setup` runs first, and with `results` (C that writes them) emulate takes a `long long *moved` as well."""
+    signature = re.search(rf"{kernel_name}\((.*?)\)\s*\{{", source, re.S).group(1)
     types = [re.sub(r"\s*\b\w+$", "", p.strip()).replace("__restrict__", "").strip() for p in signature.split(",")]
     call = ", ".join(f"*({t} *)args[{i}]" for i, t in enumerate(types))
     return f"""{SHIM}
+{extra}
 {source}
-extern "C" void emulate(int blocks, int threads, void **args)
+extern "C" void emulate(int blocks, int threads, void **args{', long long *moved' if results else ''})
 {{
+    {setup}
     std::barrier<> block(threads);
     block_barrier = &block;
     for (int w = 0; w < threads / 32; ++w) warp_barriers[w] = new std::barrier<>(32);
     for (int b = 0; b < blocks; ++b) {{
         std::vector<std::thread> pool;
         for (int t = 0; t < threads; ++t)
-            pool.emplace_back([=] {{ threadIdx.x = t; blockIdx.x = b; {KERNEL_NAME}({call}); }});
+            pool.emplace_back([=] {{ threadIdx.x = t; blockIdx.x = b; {kernel_name}({call}); }});
         for (auto &thread : pool) thread.join();
     }}
     for (int w = 0; w < threads / 32; ++w) delete warp_barriers[w];
+    {results}
 }}
 """
 
 
-def compiled(shape: KernelShape, folder: Path) -> ctypes.CDLL:
-    """The emulation of `shape`'s kernel as a shared library (built once per source in `folder`)."""
-    text = _harness(kernel_source(shape))
-    library = folder / f"emulated-{hashlib.sha256(text.encode()).hexdigest()[:16]}.so"
+def build(text: str, folder: Path, stem: str = "emulated") -> ctypes.CDLL:
+    """The harness `text` compiled as a shared library (once per text in `folder`)."""
+    library = folder / f"{stem}-{hashlib.sha256(text.encode()).hexdigest()[:16]}.so"
     if not library.exists():
         source = library.with_suffix(".cpp")
         source.write_text(text)
         subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-pthread", "-w",
                         str(source), "-o", str(library)], check=True, capture_output=True, text=True)
     return ctypes.CDLL(str(library))
+
+
+def compiled(shape: KernelShape, folder: Path) -> ctypes.CDLL:
+    """The emulation of `shape`'s kernel as a shared library (built once per source in `folder`)."""
+    return build(harness(kernel_source(shape)), folder)
 
 
 def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.Tensor], hp: dict[str, torch.Tensor],

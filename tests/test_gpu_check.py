@@ -21,11 +21,13 @@ SCRIPT = ROOT / "benchmarks" / "gpu_check.sh"
 FIGURES = ["nonlinear_fade_sgd_best", "nonlinear_fade_sgd_jax_ratio_min", "nonlinear_sgd_best", "nonlinear_adam_best",
            "nonlinear_adam_jax_ratio_min", "nonlinear_fade_adam_best", "nonlinear_sweep_same"]
 sys.path.insert(0, str(ROOT / "benchmarks"))
+EMNIST_FIGURES = ["emnist_fade_sgd_best", "emnist_fade_sgd_100", "emnist_fade_sgd_jax_ratio_min", "emnist_adam_best",
+                  "emnist_adam_jax_ratio_min", "emnist_fade_adam_best", "emnist_sweep_same"]
 
 import gpu_figures  # noqa: E402
 
 
-def _check(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+def _check(tmp_path: Path, *args: str, figure_names: list[str] = FIGURES, **env: str) -> tuple[subprocess.CompletedProcess, list[str]]:
     out = tmp_path / "out"
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "PYTHONPATH", "HOME", "VIRTUAL_ENV")}
     done = subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=300,
@@ -36,7 +38,7 @@ def _check(tmp_path: Path, *args: str, **env: str) -> tuple[subprocess.Completed
     # the summary (its steps' lines, then the figures) is the last thing printed
     assert done.stdout.rstrip("\n").splitlines()[-len(summary):] == summary, done.stdout[-2000:]
     figures = (out / "figures.tsv").read_text().splitlines()
-    assert summary[-len(figures):] == figures and [f.split("\t")[0] for f in figures] == FIGURES
+    assert summary[-len(figures):] == figures and [f.split("\t")[0] for f in figures] == figure_names
     return done, summary
 
 
@@ -45,17 +47,20 @@ def _rows(summary: list[str]) -> list[tuple[str, str]]:
 
 
 def test_a_dry_run_plans_every_step_inside_its_parts_budget(tmp_path):
-    done, summary = _check(tmp_path, "--dry-run", GPU_CHECK_NONLINEAR_S="100")
+    done, summary = _check(tmp_path, "--dry-run", figure_names=FIGURES + EMNIST_FIGURES, GPU_CHECK_NONLINEAR_S="100")
     assert done.returncode == 0, done.stderr
     rows = _rows(summary)
     plans = [(name, text) for name, text in rows if text.startswith("would run")]
-    assert [name for name, _ in plans] == ["nonlinear.tests", "nonlinear.bench"] + ["nonlinear.sweep"] * 3
+    emnist = ["emnist.compile", "emnist.tests", "emnist.bench"] + ["emnist.sweep"] * 3
+    assert [name for name, _ in plans] == ["nonlinear.tests", "nonlinear.bench"] + ["nonlinear.sweep"] * 3 + emnist
     assert "tests/test_cuda_engine.py" in plans[0][1] and "--engine cuda --runs 240,4000,1000" in plans[1][1]
     assert "--gpus-per-pack 1 --engine cuda" in plans[3][1] and "compare_stores.py" in plans[4][1]
     limits = [int(re.match(r"would run \((\d+) s\)", text).group(1)) for _, text in plans]
-    assert all(limit <= 100 for limit in limits) and limits[:2] == [65, 70]  # each cut to the part's budget
-    assert ("emnist", "not present (benchmarks/gpu_check_emnist.sh): issue 40's steps") in rows
-    assert all(line.endswith("\tnot measured") for line in summary[-len(FIGURES):])
+    assert all(limit <= 100 for limit in limits[:5]) and limits[:2] == [65, 70]  # each cut to the part's budget
+    assert sum(limits[5:]) <= 115 and "tests/test_emnist_kernel.py" in plans[6][1]  # the EMNIST part's own budget
+    assert "bench_gpu_packs.py --engine cuda" in plans[7][1] and "--layouts 2000x1,100x1" in plans[7][1]
+    assert "--gpus-per-pack 1 --engine cuda" in plans[9][1] and "emnist-check" in plans[10][1]
+    assert all(line.endswith("\tnot measured") for line in summary[-len(FIGURES + EMNIST_FIGURES):])
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="on a GPU the GPU steps run")
@@ -81,7 +86,8 @@ def test_an_unknown_part_is_one_line_and_exit_2(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT), "benchmark"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert done.stderr.strip() == ("gpu_check.sh: unknown part or step 'benchmark'; choose from: nonlinear emnist "
-                                   "nonlinear.tests nonlinear.bench nonlinear.sweep (and --dry-run)")
+                                   "nonlinear.tests nonlinear.bench nonlinear.sweep emnist.compile emnist.tests emnist.bench "
+                                   "emnist.sweep (and --dry-run)")
 
 
 def test_the_figures_come_from_the_rows_and_say_not_measured_without_them(tmp_path):
@@ -99,3 +105,16 @@ def test_the_figures_come_from_the_rows_and_say_not_measured_without_them(tmp_pa
                        "nonlinear_adam_jax_ratio_min": "not measured",  # no 4,000-run row
                        "nonlinear_fade_adam_best": "not measured", "nonlinear_sweep_same": "yes"}
     assert set(dict(gpu_figures.nonlinear(tmp_path / "none.jsonl", "missing")).values()) == {"not measured"}
+
+
+def test_the_emnist_figures_take_2000_runs_as_best_and_the_100_and_2000_run_ratios(tmp_path):
+    results = tmp_path / "emnist.jsonl"
+    rows = [("fade_sgd", 2000, 1.3e6, 0.4e6), ("fade_sgd", 100, 1.1e6, 0.7e6), ("adam", 2000, 0.45e6, 0.2e6),
+            ("adam", 100, 0.3e6, None), ("fade_adam", 2000, 0.43e6, 0.2e6)]
+    results.write_text("\n".join(json.dumps({"engine": "cuda", "learner": l, "runs": r, "engine_rate": e, "jax_rate": j})
+                                  for l, r, e, j in rows) + "\n")
+    figures = dict(gpu_figures.emnist(results, "no"))
+    assert figures == {"emnist_fade_sgd_best": "1.3e+06", "emnist_fade_sgd_100": "1.1e+06",
+                       "emnist_fade_sgd_jax_ratio_min": "1.57", "emnist_adam_best": "4.5e+05",
+                       "emnist_adam_jax_ratio_min": "not measured",  # no peer at 100 runs
+                       "emnist_fade_adam_best": "4.3e+05", "emnist_sweep_same": "no"}

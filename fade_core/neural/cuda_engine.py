@@ -48,13 +48,18 @@ def _ok(result: tuple | object, what: str):
 def kernel_function(shape: KernelShape, device: torch.device):
     """The kernel for `shape` loaded on `device` (compiled for its compute capability, or read from the
     disk cache), once per process."""
+    return load_function(kernel_source(shape), KERNEL_NAME, f"{shape.learner.name}.cu", device)
+
+
+def load_function(source: str, kernel_name: str, file_name: str, device: torch.device):
+    """The entry point `kernel_name` of `source` loaded on `device` (NVRTC for its compute capability, or
+    the disk cache), once per process and device."""
     index = device.index if device.index is not None else torch.cuda.current_device()
     major, minor = torch.cuda.get_device_capability(index)
-    source = kernel_source(shape)
     arch = 10 * major + minor
     key = (cuda_compile.cache_key(source, arch), index)
     if key not in _LOADED:
-        code = cuda_compile.cubin(source, arch, f"{shape.learner.name}.cu")
+        code = cuda_compile.cubin(source, arch, file_name)
         driver = _driver()
         _ok(driver.cuInit(0), "cuInit")
         with torch.cuda.device(index):
@@ -64,7 +69,7 @@ def kernel_function(shape: KernelShape, device: torch.device):
                               "cuDevicePrimaryCtxRetain")
                 _ok(driver.cuCtxSetCurrent(context), "cuCtxSetCurrent")
             module = _ok(driver.cuModuleLoadData(code), "cuModuleLoadData")
-            _LOADED[key] = _ok(driver.cuModuleGetFunction(module, KERNEL_NAME.encode()), "cuModuleGetFunction")
+            _LOADED[key] = _ok(driver.cuModuleGetFunction(module, kernel_name.encode()), "cuModuleGetFunction")
     return _LOADED[key]
 
 
@@ -95,33 +100,45 @@ def kernel_arguments(learner: NeuralLearner, arch: Architecture, state: dict[str
                          str(params.dtype).removeprefix("torch."))
     if reason:
         raise ValueError(reason)
+    loss, sq_error, _, active = sums
+    sums_args = [(loss, torch.float64, "loss"), (sq_error, torch.float64, "sq_error"),
+                 (active.view(torch.uint8), torch.uint8, "active")]
+    return segment_arguments(learner, state, hp, x, (target, torch.float32), run_slot, arch.sizes[:2], sums_args)
+
+
+def segment_arguments(learner: NeuralLearner, state: dict[str, torch.Tensor], hp: dict[str, torch.Tensor],
+                      x: torch.Tensor, target: tuple[torch.Tensor, torch.dtype], run_slot: torch.Tensor,
+                      fans: Sequence[int], sums: list[tuple[torch.Tensor, torch.dtype, str]]) -> tuple[list, list[torch.Tensor]] | None:
+    """The arguments the segment kernels (this one, emnist_engine's) take, in their order: the state, x and the
+    target (in its dtype), the run slots, the per-run hyperparameters, a clip bound per layer of fan-in `fans`,
+    Adam's per-step table, the sums as given, then the step count and the strides; and the tensors they point
+    into. None when there is nothing to run; ValueError for another dtype, device or layout than a kernel reads."""
+    params = state["params"]
     runs, steps = params.shape[0], x.shape[0]
     if steps == 0 or runs == 0:
         return None
     if steps >= 2**31:
         raise ValueError(f"engine 'cuda': a segment of {steps} steps is longer than the kernel's int32 step count")
-    loss, sq_error, _, active = sums
-    n_in, n_hidden, _ = arch.sizes
     f32 = torch.float32
     zeros = params.new_zeros(runs)
-    bounds = [(hp["kappa"] / math.sqrt(fan_in)).contiguous() if "kappa" in hp else zeros for fan_in in (n_in, n_hidden)]
+    bounds = [(hp["kappa"] / math.sqrt(fan_in)).contiguous() if "kappa" in hp else zeros for fan_in in fans]
     adam = learner.base == "adam"
     fade = state["gamma"].shape[1] > 0
     table = adam_table(state["adam_steps"], steps, params.dtype) if adam else (zeros.double(), zeros, zeros)
-    x, target = x.contiguous(), target.contiguous()
+    x, (target, target_dtype) = x.contiguous(), (target[0].contiguous(), target[1])
     slot = run_slot.to(device=params.device, dtype=torch.int64).contiguous()
     tensors = [
         (params, f32, "params"), (state["adam_m"] if adam else params, f32, "adam_m"),
         (state["adam_v"] if adam else params, f32, "adam_v"), (state["gamma"] if fade else params, f32, "gamma"),
-        (state["trace"] if fade else params, f32, "trace"), (x, f32, "x"), (target, f32, "target"),
+        (state["trace"] if fade else params, f32, "trace"), (x, f32, "x"), (target, target_dtype, "target"),
         (slot, torch.int64, "run_slot"), (hp["alpha"].contiguous(), f32, "alpha"),
         (hp.get("lambda", zeros).contiguous(), f32, "lambda"), (hp.get("theta_lambda", zeros).contiguous(), f32, "theta"),
-        (bounds[0], f32, "bound0"), (bounds[1], f32, "bound1"), (table[0], torch.float64, "bc1"),
-        (table[1], f32, "sqrt_bc2"), (table[2], f32, "inv_bc2"), (loss, torch.float64, "loss"),
-        (sq_error, torch.float64, "sq_error"), (active.view(torch.uint8), torch.uint8, "active"),
+        *((bound, f32, f"bound{i}") for i, bound in enumerate(bounds)), (table[0], torch.float64, "bc1"),
+        (table[1], f32, "sqrt_bc2"), (table[2], f32, "inv_bc2"), *sums,
     ]
+    sum_names = {name for _, _, name in sums}
     for tensor, _, name in tensors:
-        if tensor.dim() == 2 and tensor.stride(1) != 1 or name in ("loss", "sq_error", "active") and not tensor.is_contiguous():
+        if tensor.dim() == 2 and tensor.stride(1) != 1 or name in sum_names and not tensor.is_contiguous():
             raise ValueError(f"engine 'cuda': {name} must have contiguous rows")
     args = [_pointer(t, dtype, name, params.is_cuda) for t, dtype, name in tensors]
     args += [ctypes.c_int(steps), *(ctypes.c_longlong(s) for s in (x.stride(0), x.stride(1), target.stride(0),
