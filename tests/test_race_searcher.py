@@ -238,8 +238,38 @@ def test_a_race_s_progress_line_counts_towards_its_most_and_names_each_method_s_
     method = start.packs[0].experiment.optimizer
     other = "fade" if method == "sgd" else "sgd"
     assert "rounds (of at most 4): " in line and f"{method} 2" in line and f"{other} 1" in line
+    assert "packs" not in line and f"of at most {progress.status.run_steps_total:.3e}" in line  # one thing: no pack counts
     out = {c for c, _ in start.packs[0].pairs()} - set(dict(rounds.standing.methods)[start.packs[0].experiment.label].alive)
     assert progress.status.run_steps_total == (5 * 6 - len(out) * 3) * 1000  # an eliminated configuration keeps 3 seeds
+
+
+def test_a_race_s_bar_shows_its_rounds_and_follows_its_shrinking_most(tmp_path):
+    """The terminal's bar of a race says what its lines say: each method's round (no pack counts) and the
+    share of the most run-steps the race can need, a total that shrinks as configurations are eliminated."""
+    from sweeps.cli.progress import Bar, bar_text
+    from sweeps.tune.progress import SweepProgress
+
+    sweep, store = _store(tmp_path / "raced")
+    rounds = RaceRounds(sweep, store, {"cpus": 1})
+    start = rounds.start(resume=False, dtype="float64")
+    progress = SweepProgress(sweep.name, start.packs, store.location)
+    progress.race(rounds.rounds, 4, rounds.most_run_steps)
+    bar = Bar(progress.status)
+    try:
+        before = progress.status.run_steps_total
+        _run(start.packs[0], store, _score_of(sweep))
+        progress.on_trial_result(0, [], type("Trial", (), {"config": {"pack_id": start.packs[0].pack_id}})(),
+                                 {"written": True})
+        progress.add(rounds.after(start.packs[0]))
+        progress.race(rounds.rounds, 4, rounds.most_run_steps)
+        bar.update(progress.status, True)
+        task = bar._progress.tasks[0]
+        assert progress.status.run_steps_total < before and task.total == progress.status.run_steps_total
+        assert task.completed == start.packs[0].run_steps
+        text = bar_text(progress.status)
+        assert text.startswith("rounds (of at most 4): ") and "packs" not in text
+    finally:
+        bar.close()
 
 
 def test_a_round_fills_the_slots_its_method_has(tmp_path):

@@ -63,7 +63,7 @@ def run_steps_text(status: SweepStatus, live: bool) -> str:
     progress lines. Of a race the total is the most it can need (it ends below), and the ETA an upper bound."""
     remaining = status.run_steps_total - status.run_steps_done
     eta = remaining / status.rate if live and status.rate > 0 and status.state == "running" else None
-    return (f"{status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
+    return (f"{status.run_steps_done:.3e} of {'at most ' if status.rounds else ''}{status.run_steps_total:.3e} "
             f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {format_rate(status.rate)}"
             + (f", ETA {'at most ' if status.rounds else ''}{eta:.0f} s" if eta is not None else ""))
 
@@ -72,8 +72,9 @@ def progress_line(status: SweepStatus) -> str:
     """One line of a run's progress where no progress bar is drawn (a log file, a job's output):
     the numbers `fade-sweep status` shows, from the same status."""
     elapsed = status.updated_at - status.started_at
-    return (f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"
-            + (f"; {rounds_text(status)}" if status.rounds else ""))
+    if status.rounds:  # a race: its packs come and go with its rounds, their count says nothing of its progress
+        return f"[{elapsed:.0f} s] {status.state}: run-steps {run_steps_text(status, True)}; {rounds_text(status)}"
+    return f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"
 
 
 def rounds_text(status: SweepStatus) -> str:

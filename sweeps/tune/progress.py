@@ -118,7 +118,7 @@ class SweepProgress(Callback):
         self.status.rounds_finished = [label for label, (_, done) in rounds.items() if done]
         self.status.rounds_most = most_rounds
         self.status.run_steps_total = max(most_run_steps, sum(t.run_steps_total for t in self.status.trials.values()))
-        self._refresh(force=True)
+        self._refresh(force=True, milestone=True)  # a round decided: a progress line with the new rounds
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks with the experiment state; the display and its maker stay behind.

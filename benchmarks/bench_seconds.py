@@ -1,0 +1,110 @@
+"""Where a real `fade-sweep run` spends its seconds, from timestamps the run leaves anyway (nothing extra in the
+code): the command's wall clock (this script), the Done line (Ray's start), status.json (when Tune's experiment
+started and ended) and Tune's experiment state (per trial: when the driver started it, when its last result came,
+its trainable's own seconds, the runner's `compute_seconds`, the worker's pid). Beside each part, the dry run's
+figure for it, so the cost model (sweeps/spec/costs.py `Overheads`, sweeps/packs/dryrun.py) can be checked part by
+part, not only in total.
+
+    python benchmarks/bench_seconds.py [--num-cpus 2] [--race] [linear-demo nonlinear-demo ...]
+
+Parts (seconds): before Ray (imports, the store's checks) + Ray's start + Tune's start (experiment created to
+its first trial started) + the packs (first trial start to last result) + after (Tune's end, the closing tables).
+Within the packs, per worker: its first trial's wait for the actor (imports of the trainable, torch, numba), and
+per pack the trainable's seconds outside the runner's loop (store, runner build, kernels, write) and the gaps
+between a worker's packs (Tune's scheduling). On a shared machine the load average is printed beside each run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from statistics import median
+
+ROOT = Path(__file__).resolve().parents[1]
+DONE = re.compile(r"Done: .* in ([\d.]+) s wall \(Ray start ([\d.]+) s")
+
+
+def _command(args: list[str]) -> tuple[str, float, float]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    began = time.time()
+    done = subprocess.run([sys.executable, "-m", "sweeps.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT)
+    if done.returncode != 0:
+        raise SystemExit(f"{args}: exit {done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
+    return done.stdout, began, time.time()
+
+
+def _trials(results: Path) -> list[dict]:
+    trials = []
+    for state in glob.glob(str(results / "tune-*" / "experiment_state-*.json")):
+        for _, runtime in json.load(open(state))["trial_data"]:
+            runtime = json.loads(runtime) if isinstance(runtime, str) else runtime
+            result = runtime["last_result"]
+            trials.append({"start": runtime["start_time"], "end": runtime["last_result_time"],
+                           "total": result.get("time_total_s", 0.0), "compute": result.get("compute_seconds", 0.0),
+                           "pid": result.get("pid"), "run_steps": result.get("run_steps_done", 0)})
+    return sorted(trials, key=lambda t: t["start"])
+
+
+def _dry(sweep: str, cpus: list[str], extra: list[str]) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as storage:
+        out, began, ended = _command(["run", sweep, "--dry-run", "--storage", storage, *cpus, *extra])
+    parts = {"estimate": float(re.search(r"Estimated wall time: (\d+) s", out).group(1)), "dry run wall": ended - began}
+    best = re.search(r"best case ~?(\d+) s", out)
+    if best:
+        parts["race best"] = float(best.group(1))
+    return parts
+
+
+def where(sweep: str, cpus: list[str], extra: list[str]) -> None:
+    dry = _dry(sweep, cpus, extra)
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as storage:
+        out, began, ended = _command(["run", sweep, "--storage", storage, "--no-report", *cpus, *extra])
+        results = next(p for p in Path(storage).iterdir() if p.is_dir())
+        status = json.loads((results / "status.json").read_text())
+        trials = _trials(results)
+    wall, ray = (float(x) for x in DONE.search(out).groups())
+    first, last = trials[0]["start"], max(t["end"] for t in trials)
+    workers: dict[int, list[dict]] = {}
+    for t in trials:
+        workers.setdefault(t["pid"], []).append(t)
+    waits = [ts[0]["end"] - ts[0]["total"] - ts[0]["start"] for ts in workers.values()]  # trial started -> trainable ran
+    outside = [t["total"] - t["compute"] for t in trials]  # the trainable's seconds beyond the runner's loop
+    gaps = [b["start"] - a["end"] for ts in workers.values() for a, b in zip(ts, ts[1:])]
+    busy = sum(t["compute"] for t in trials)
+    print(f"\n{sweep} {' '.join(extra)}: {len(trials)} packs on {len(workers)} workers, wall {ended - began:.1f} s "
+          f"(Done line {wall:.1f} s); load {load:.1f} -> {os.getloadavg()[0]:.1f}")
+    print(f"  before Ray (imports, store)  {status['started_at'] - began - ray:6.1f} s   (Ray's start {ray:.1f} s)")
+    print(f"  Tune's start to first trial  {first - status['started_at']:6.1f} s")
+    print(f"  packs: first start to last   {last - first:6.1f} s   (runner loops {busy:.1f} s summed)")
+    print(f"    a worker's first trial waits for its actor: {', '.join(f'{w:.1f}' for w in waits)} s")
+    print(f"    per pack outside the runner (store, build, kernels, write, reports): median {median(outside):.2f} s, "
+          f"max {max(outside):.2f} s, sum {sum(outside):.1f} s")
+    if gaps:
+        print(f"    gaps between a worker's packs: median {median(gaps):.2f} s, sum {sum(gaps):.1f} s")
+    print(f"  after the last pack (Tune's end, tables) {ended - last:6.1f} s")
+    print(f"  dry run: {', '.join(f'{k} {v:.1f} s' for k, v in dry.items())}; real/estimate "
+          f"{(ended - began) / dry['estimate']:.2f}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweeps", nargs="*", default=["linear-demo", "nonlinear-demo"])
+    parser.add_argument("--num-cpus", type=int, default=2)
+    parser.add_argument("--race", action="store_true")
+    args = parser.parse_args()
+    for sweep in args.sweeps:
+        where(sweep, ["--num-cpus", str(args.num_cpus)], ["--race"] if args.race else [])
+
+
+if __name__ == "__main__":
+    main()
