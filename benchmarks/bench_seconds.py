@@ -8,7 +8,8 @@ part, not only in total.
     python benchmarks/bench_seconds.py [--num-cpus 2] [--race] [linear-demo nonlinear-demo ...]
 
 Parts (seconds): before Ray (imports, the store's checks) + Ray's start + Tune's start (experiment created to
-its first trial started) + the packs (first trial start to last result) + after (Tune's end, the closing tables).
+its first trial started) + the packs (first trial start to last result) + Tune's end (its last result to the
+experiment's end) + after (the closing table).
 Within the packs, per worker: its first trial's wait for the actor (imports of the trainable, torch, numba), and
 per pack the trainable's seconds outside the runner's loop (store, runner build, kernels, write) and the gaps
 between a worker's packs (Tune's scheduling). On a shared machine the load average is printed beside each run.
@@ -91,7 +92,8 @@ def where(sweep: str, cpus: list[str], extra: list[str]) -> None:
           f"max {max(outside):.2f} s, sum {sum(outside):.1f} s")
     if gaps:
         print(f"    gaps between a worker's packs: median {median(gaps):.2f} s, sum {sum(gaps):.1f} s")
-    print(f"  after the last pack (Tune's end, tables) {ended - last:6.1f} s")
+    print(f"  last result to Tune's end    {status['updated_at'] - last:6.1f} s   (the Done line's packs end there)")
+    print(f"  after Tune (the closing table) {ended - status['updated_at']:4.1f} s")
     print(f"  dry run: {', '.join(f'{k} {v:.1f} s' for k, v in dry.items())}; real/estimate "
           f"{(ended - began) / dry['estimate']:.2f}", flush=True)
 

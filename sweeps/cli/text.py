@@ -123,9 +123,12 @@ def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored
             "their GPU time." if plan.gpu_on_cpu else "")
     reports = (f"; {plan.report_seconds:.0f} s of the packs' time is their per-chunk reports and checkpoints "
                "(--chunk-steps, --checkpoint-every)" if plan.report_seconds >= 0.1 * sum(r.seconds for r in plan.rows) else "")
+    compiling = (f", the linear kernels of {', '.join(plan.cold)} compiled by their first packs (~"
+                 f"{plan.compile_seconds:.0f} s: not in numba's cache yet; later runs load them)" if plan.cold else "")
     lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): the command (~{plan.command_seconds:.0f} s)"
                  + (f", Ray's start (~{plan.ray_seconds:.0f} s)" if plan.ray_seconds else "")
-                 + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s) and its streams "
+                 + f", Tune's trial actors' start (~{plan.tune_start_seconds:.0f} s)"
+                 + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s){compiling} and its streams "
                  f"(~{plan.stream_seconds:.0f} s), and the packs' time over the slots, longest first "
                  f"(~{plan.packs_seconds:.0f} s: the time column at the {'calibrated rates' if plan.calibrated else 'cost table rates'}, "
                  f"~{plan.pack_start_seconds:.1f} s of start-up per pack included{reports}).{note}"
