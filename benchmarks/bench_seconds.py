@@ -9,7 +9,7 @@ part, not only in total.
 
 Parts (seconds): before Ray (imports, the store's checks) + Ray's start + Tune's start (experiment created to
 its first trial started) + the packs (first trial start to last result) + Tune's end (its last result to the
-experiment's end) + after (the closing table).
+experiment's end) + after (the Done line, the closing table, Ray's shutdown at exit).
 Within the packs, per worker: its first trial's wait for the actor (imports of the trainable, torch, numba), and
 per pack the trainable's seconds outside the runner's loop (store, runner build, kernels, write) and the gaps
 between a worker's packs (Tune's scheduling). On a shared machine the load average is printed beside each run.
@@ -22,6 +22,7 @@ import glob
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -33,14 +34,32 @@ ROOT = Path(__file__).resolve().parents[1]
 DONE = re.compile(r"Done: .* in ([\d.]+) s wall \(Ray start ([\d.]+) s")
 
 
-def _command(args: list[str]) -> tuple[str, float, float]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+def _command(args: list[str], lines: dict[str, float] | None = None) -> tuple[str, float, float]:
+    """Run `fade-sweep ARGS`: (its stdout, when it started, when it ended); `lines`: the time each line of stdout came,
+    by its first word."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     env.pop("RAY_ADDRESS", None)
-    began = time.time()
-    done = subprocess.run([sys.executable, "-m", "sweeps.cli", *args], capture_output=True, text=True, env=env, cwd=ROOT)
-    if done.returncode != 0:
-        raise SystemExit(f"{args}: exit {done.returncode}\n{done.stdout[-3000:]}{done.stderr[-3000:]}")
-    return done.stdout, began, time.time()
+    began, cpu = time.time(), _children_cpu()
+    process = subprocess.Popen([sys.executable, "-m", "sweeps.cli", *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT)
+    out = []
+    for line in process.stdout:
+        out.append(line)
+        if lines is not None and line.split():
+            lines.setdefault(line.split()[0], time.time())
+    err = process.stderr.read()
+    if process.wait() != 0:
+        raise SystemExit(f"{args}: exit {process.returncode}\n{''.join(out)[-3000:]}{err[-3000:]}")
+    if lines is not None:
+        lines["<exit>"], lines["<cpu>"] = time.time(), _children_cpu() - cpu
+    return "".join(out), began, time.time()
+
+
+def _children_cpu() -> float:
+    """CPU seconds of the processes this one started and waited for, and theirs (a command's Ray included, as far as
+    its processes are reaped): a lower bound on a quiet run's wall time times its cores, which the load moves less."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _trials(results: Path) -> list[dict]:
@@ -69,7 +88,8 @@ def where(sweep: str, cpus: list[str], extra: list[str]) -> None:
     dry = _dry(sweep, cpus, extra)
     load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as storage:
-        out, began, ended = _command(["run", sweep, "--storage", storage, "--no-report", *cpus, *extra])
+        lines: dict[str, float] = {}
+        out, began, ended = _command(["run", sweep, "--storage", storage, "--no-report", *cpus, *extra], lines)
         results = next(p for p in Path(storage).iterdir() if p.is_dir())
         status = json.loads((results / "status.json").read_text())
         trials = _trials(results)
@@ -93,7 +113,10 @@ def where(sweep: str, cpus: list[str], extra: list[str]) -> None:
     if gaps:
         print(f"    gaps between a worker's packs: median {median(gaps):.2f} s, sum {sum(gaps):.1f} s")
     print(f"  last result to Tune's end    {status['updated_at'] - last:6.1f} s   (the Done line's packs end there)")
-    print(f"  after Tune (the closing table) {ended - status['updated_at']:4.1f} s")
+    print(f"  Tune's end to the Done line  {lines['Done:'] - status['updated_at']:6.1f} s   (the store tidied, reopened)")
+    print(f"  the closing table            {lines['Score:'] - lines['Results:']:6.1f} s")
+    print(f"  the table to the exit        {ended - lines['Score:']:6.1f} s   (Ray shut down)")
+    print(f"  CPU seconds of the command and what it started: {lines['<cpu>']:.1f} s")
     print(f"  dry run: {', '.join(f'{k} {v:.1f} s' for k, v in dry.items())}; real/estimate "
           f"{(ended - began) / dry['estimate']:.2f}", flush=True)
 
