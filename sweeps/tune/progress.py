@@ -6,7 +6,8 @@ Tune's banners out of a run.
 The throughput is ONE number everywhere (the display, the closing "Done" line, `fade-sweep
 status`): `SweepStatus.rate`, the run-steps this run has done divided by the wall seconds since
 its packs started (Ray's start is reported apart). The display gets the status at every refresh
-and a milestone when a pack is written and when the run ends; the numbers are its to word.
+and a milestone when a pack is written (in a race: when a method's round is decided, so a line names the new
+rounds, not the ones a landed pack just ended) and when the run ends; the numbers are its to word.
 
 The same numbers go to Ray's metrics (`metrics.SweepGauges`), for the dashboard.
 
@@ -150,7 +151,8 @@ class SweepProgress(Callback):
             entry.state, entry.run_steps_done = "done", entry.run_steps_total
             if self._gauges is not None:
                 self._gauges.runs_written(from_report(result.get("config_totals", [])))
-            self._refresh(force=True, milestone=True)  # a pack done: a progress line
+            # a pack done: a progress line; in a race, the round it ends (race) has the line, with the new rounds
+            self._refresh(force=True, milestone=not self.status.rounds)
             return
         self._refresh()
 
