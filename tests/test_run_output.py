@@ -127,7 +127,7 @@ def test_a_dry_run_s_wall_time_is_the_sum_of_the_parts_it_lists(tmp_path, capsys
     out = capsys.readouterr().out
     line = re.search(r"Estimated wall time: (\d+) s .*: the command \(~(\d+) s\), Ray's start \(~(\d+) s\), Tune's trial "
                      r"actors' start \(~(\d+) s\), a worker's start "
-                     r"per slot \(~(\d+) s\) and its streams \(~(\d+) s\), and the packs' time over the slots, longest first "
+                     r"per slot \(~(\d+) s\) and its streams \(~(\d+) s[^)]*\), and the packs' time over the slots, longest first "
                      r"\(~(\d+) s: .*; (\d+) s of the packs' time is their per-chunk reports and checkpoints", out)
     assert line, out
     wall, command, ray, tune, slot, streams, packs, reports = map(int, line.groups())
@@ -165,3 +165,24 @@ def test_a_dry_run_adds_the_compile_time_of_kernels_numba_s_cache_lacks(tmp_path
     assert plan.wall_seconds == pytest.approx(plan.fixed_seconds + plan.packs_seconds)
     assert main(["run", "linear-demo", "--dry-run", "--num-cpus", "2"]) == 0
     assert "the linear kernels of fade, fade_idbd, idbd, sgd_wd compiled by their first packs" in capsys.readouterr().out
+
+
+def test_streams_a_worker_cannot_keep_are_drawn_by_every_pack(monkeypatch):
+    """A 2M-step linear stream of one seed is 336 MB: ten seeds do not fit a worker's cache (512 MiB), so each pack
+    draws its own seeds' streams (their seconds in its time, none per slot); with a cache that holds them all a slot
+    draws each stream once and its packs read them."""
+    from sweeps.packs.dryrun import STREAM_RATES, estimate, streams_fit
+    from sweeps.spec import PackResources, parse_sweep
+
+    document = {"name": "long", "task": "linear_tracking", "task_settings": {"steps": 2_000_000, "bin": 200_000},
+                "seeds": 10, "optimizers": {"sgd": {"alpha": [0.1, 0.05]}}}
+    sweep = parse_sweep(document, "test")
+    monkeypatch.delenv("FADE_STREAM_CACHE_MB", raising=False)
+    apart = estimate(sweep, 2, PackResources(1, 0), None, "float32")
+    assert not streams_fit(sweep) and apart.streams_per_pack and apart.stream_seconds == 0
+    monkeypatch.setenv("FADE_STREAM_CACHE_MB", "8192")
+    kept = estimate(sweep, 2, PackResources(1, 0), None, "float32")
+    draw = 10 * 2_000_000 / STREAM_RATES["linear_tracking"]  # the ten seeds' streams, once
+    assert streams_fit(sweep) and not kept.streams_per_pack and kept.stream_seconds == pytest.approx(draw)
+    # every seed is in one pack (seeds apart): the packs draw the ten seeds once between them
+    assert sum(r.seconds for r in apart.rows) - sum(r.seconds for r in kept.rows) == pytest.approx(draw)

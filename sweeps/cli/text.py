@@ -129,7 +129,10 @@ def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored
                  + (f", Ray's start (~{plan.ray_seconds:.0f} s)" if plan.ray_seconds else "")
                  + f", Tune's trial actors' start (~{plan.tune_start_seconds:.0f} s)"
                  + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s){compiling} and its streams "
-                 f"(~{plan.stream_seconds:.0f} s), and the packs' time over the slots, longest first "
+                 + (f"(~{plan.stream_seconds:.0f} s)" if not plan.streams_per_pack else
+                    "(~0 s: they do not fit a worker's stream cache, FADE_STREAM_CACHE_MB, so each pack draws its own, "
+                    "in its time)")
+                 + ", and the packs' time over the slots, longest first "
                  f"(~{plan.packs_seconds:.0f} s: the time column at the {'calibrated rates' if plan.calibrated else 'cost table rates'}, "
                  f"~{plan.pack_start_seconds:.1f} s of start-up per pack included{reports}).{note}"
                  + ("" if plan.calibrated else " (--calibrate measures them here first.)"))

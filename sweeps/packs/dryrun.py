@@ -50,10 +50,14 @@ SLOT_START_SECONDS = 3.0
 # first 4 s more, then 2.3 s per learner; the slots compile different learners side by side)
 COMPILE_FIRST_SECONDS = 4.0
 COMPILE_LEARNER_SECONDS = 2.3
-# steps of one seed's stream drawn per second, one thread (quiet 2-core machine, best of 3, 2026-11-27:
-# linear 33M, nonlinear 42M on a loaded one; EMNIST's permuted images: a guess between them)
-STREAM_RATES = {"linear_tracking": 33e6, "nonlinear_tracking": 42e6}
-DEFAULT_STREAM_RATE = 30e6
+# steps of one seed's stream drawn per second, one thread, the first time (not from a worker's BlockCache), by process
+# time on the 2-core machine under load (2026-11-27, 6 seeds each): linear 1.7-2.1M (21 normal draws a step),
+# nonlinear 54-65K (its target network's forward pass: as dear as a fade_adam run); EMNIST's permuted images: a guess.
+# (The 33M and 42M this table held were re-reads from the cache.)
+STREAM_RATES = {"linear_tracking": 2.0e6, "nonlinear_tracking": 6.5e4}
+DEFAULT_STREAM_RATE = 1.0e6
+STREAM_BYTES = {"linear_tracking": 168, "nonlinear_tracking": 208}  # a step of one seed's stream (x and y) in the cache
+DEFAULT_STREAM_BYTES = 4 * 28 * 28
 
 
 @dataclass(frozen=True)
@@ -93,6 +97,7 @@ class PlanEstimate:
     tune_start_seconds: float = 0.0  # Tune's experiment to its first trial (the trial actors' start)
     compile_seconds: float = 0.0  # the linear kernels not in numba's cache, compiled by the first packs
     cold: tuple[str, ...] = ()  # ... their learners
+    streams_per_pack: bool = False  # the streams do not fit a worker's cache: each pack draws its own (in its seconds)
 
     @property
     def fixed_seconds(self) -> float:
@@ -119,6 +124,7 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
     rows = []
     seconds: dict[str, list[float]] = {"cpu": [], "cuda": []}  # per pack, overheads included
     streams: dict[str, dict[tuple[str, str], float]] = {"cpu": {}, "cuda": {}}  # per slot: each stream drawn once
+    cached = streams_fit(sweep)  # else every pack draws its seeds' streams again
     uncalibrated = False
     reports = 0.0
     for experiment, group in by_experiment.items():
@@ -132,12 +138,13 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
             rate, kind = table.run_steps_per_second(experiment, max(p.runs for p in group), pool), pool
         measured = table.calibrated({experiment: rate})  # a GPU pack calibrated on the CPU: at the CPU's rate (noted)
         where = "cpu" if calibrate else pool
-        mine = [measured.pack_seconds(experiment, p.runs, where, len(p.seeds)) for p in group]
-        seconds[pool] += mine
-        reports += sum(measured.report_seconds(experiment, p.runs) for p in group)
         drawn = (experiment.task, repr(experiment.settings))
         if drawn not in streams[pool]:
             streams[pool][drawn] = _stream_seconds(experiment, len(sweep.seeds), calibrate)
+        per_seed = 0.0 if cached else streams[pool][drawn] / len(sweep.seeds)
+        mine = [measured.pack_seconds(experiment, p.runs, where, len(p.seeds)) + per_seed * len(p.seeds) for p in group]
+        seconds[pool] += mine
+        reports += sum(measured.report_seconds(experiment, p.runs) for p in group)
         rows.append(PlanRow(experiment.task, experiment.changed_settings, experiment.optimizer, len(group),
                             sum(p.runs for p in group), max(p.runs for p in group), sum(p.run_steps for p in group), rate,
                             "GPU" if kind == "cuda" else "CPU", sum(mine)))
@@ -146,11 +153,13 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
     spans = [(makespan(seconds[d], n), sum(streams[d].values())) for d, n in (("cpu", slots), ("cuda", gpu_slots or 1))
              if seconds[d]]
     packs_span, stream = max(spans, key=sum, default=(0.0, 0.0))
+    stream = stream if cached else 0.0  # else in the packs' seconds
     cold = cold_kernels(by_experiment, dtype, engine) if seconds["cpu"] else ()
     compile_seconds = (COMPILE_FIRST_SECONDS + COMPILE_LEARNER_SECONDS * -(-len(cold) // max(1, slots))) if cold else 0.0
     plan = PlanEstimate(len(packs), slots, gpu_slots, rows, 0.0, COMMAND_SECONDS, ray,
                         SLOT_START_SECONDS if spans else 0.0, stream, table.overheads.pack_start, uncalibrated,
-                        packs_span, reports, calibrate, TUNE_START_SECONDS if spans else 0.0, compile_seconds, cold)
+                        packs_span, reports, calibrate, TUNE_START_SECONDS if spans else 0.0, compile_seconds, cold,
+                        not cached)
     return dataclasses.replace(plan, wall_seconds=plan.fixed_seconds + packs_span)
 
 
@@ -187,6 +196,17 @@ def _calibrated(experiment: Experiment, seeds: tuple[int, ...], dtype: str, on_g
     return calibrate(experiment, seeds, getattr(torch, dtype), engine=cpu_engine) * max(resources.cpus, 1), "cpu", on_gpu
 
 
+def streams_fit(sweep: Sweep) -> bool:
+    """Whether a worker's BlockCache (FADE_STREAM_CACHE_MB) holds every stream of the sweep: then a slot draws each
+    once and its later packs read them from the cache; else each pack draws its seeds' streams again (a 2M-step
+    linear stream of one seed is 336 MB: the default 512 MiB holds one)."""
+    from tasks.stream import stream_cache_budget
+
+    drawn = {(e.task, repr(e.settings)): e for e in sweep.experiments}
+    size = sum(len(sweep.seeds) * e.settings.steps * STREAM_BYTES.get(e.task, DEFAULT_STREAM_BYTES) for e in drawn.values())
+    return size <= stream_cache_budget()
+
+
 def _stream_seconds(experiment: Experiment, seeds: int, calibrate: bool) -> float:
     """Seconds a slot spends drawing the experiment's streams, each seed's once (a worker's BlockCache keeps
     them for the packs that follow): timed here with `calibrate`, else at `STREAM_RATES`."""
@@ -211,9 +231,11 @@ def race_bounds(sweep: Sweep, slots: int, costs: CostModel, fixed_seconds: float
     """The wall time of `sweep`'s race (CPU slots; the cost table's rates) in its best and worst case:
     `fixed_seconds` (the command, Ray's and the workers' start) plus each method's rounds one after the
     other, the methods side by side on the slots (a method's round waits for its previous one only), each
-    method's rounds on its share of the slots, planned as the race plans them (`plan_round`)."""
+    method's rounds on its share of the slots, planned as the race plans them (`plan_round`), each pack drawing its
+    seeds' streams where the cache cannot hold them (`streams_fit`)."""
     race = sweep.race
     seeds, schedule = race.seeds(sweep.seeds), race.schedule(sweep.seeds)
+    cached = streams_fit(sweep)
     rounds = [seeds[:n] for n in schedule]
     share = max(1, round(slots / max(1, len(sweep.experiments))))
     bounds = []
@@ -230,7 +252,8 @@ def race_bounds(sweep: Sweep, slots: int, costs: CostModel, fixed_seconds: float
                 held = played[number - 1] if number else ()
                 done = {(c, s) for c in alive for s in held}
                 packs = plan_round(one, set(alive), round_seeds, cpus=share, done=done, costs=costs)
-                chain += makespan([pack_seconds(p, costs) for p in packs], share)
+                draw = 0.0 if cached else _stream_seconds(experiment, 1, False)  # a seed's, by each pack that needs it
+                chain += makespan([pack_seconds(p, costs) + draw * len(p.seeds) for p in packs], share)
                 steps += sum(p.run_steps for p in packs)
             chains.append(chain)
         bounds.append((fixed_seconds + makespan(chains, max(1, slots // share)), steps))
