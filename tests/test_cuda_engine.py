@@ -131,14 +131,20 @@ def test_the_engine_refuses_what_it_does_not_run():
 
 
 # ---------------------------------------------------------------- the kernel emulated on the CPU
+# The student's inputs and outputs with 64 hidden units: two warps (the head's sums still cross warps through
+# shared memory, every thread still has a hidden unit), a quarter of the student's OS threads and barrier waits
+# on the CPU. The compiled kernels above are the student's own.
+EMULATED = Architecture((STUDENT.sizes[0], 64, STUDENT.sizes[-1]))
+
+
 def _emulated(learner: str, runs: list[int], x, y, folder, segments=None) -> dict[str, torch.Tensor]:
     spec = NEURAL_LEARNERS[learner]
-    nets = make_runs(learner, STUDENT, [r % 2 for r in runs], {k: [HP[k][r % 4] for r in runs] for k in spec.hyperparameters},
+    nets = make_runs(learner, EMULATED, [r % 2 for r in runs], {k: [HP[k][r % 4] for r in runs] for k in spec.hyperparameters},
                      "squared_error", "cpu", engine="torch")  # (its state and tensors; its engine is not used)
-    sums = StepSums.zeros(len(runs), STUDENT, "squared_error", "cpu")
+    sums = StepSums.zeros(len(runs), EMULATED, "squared_error", "cpu")
     slot, t = torch.tensor([r % 2 for r in runs]), 0
     for n in segments or [x.shape[0]]:
-        cuda_emulation.advance(nets.learner, STUDENT, nets.state_dict(), nets.hp, x[t : t + n], y[t : t + n], slot,
+        cuda_emulation.advance(nets.learner, EMULATED, nets.state_dict(), nets.hp, x[t : t + n], y[t : t + n], slot,
                                sums.tensors(), folder)
         t += n
     return {**nets.state_dict(), **{f"sums.{i}": s for i, s in enumerate(sums.tensors())}}
@@ -148,7 +154,7 @@ def _emulated(learner: str, runs: list[int], x, y, folder, segments=None) -> dic
 def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, cache):
     """The kernel's own source (layout, reductions, barriers, the printed rule), compiled for the CPU with
     its threads as OS threads (tests/cuda_emulation.py), against the torch engine: 10 steps, 3 runs
-    reading 2 stream slots. Measured 2026-11-27: 1e-7 relative on the loss sums, 1e-3 on an Adam moment
+    reading 2 stream slots, the 32-64-20 network (EMULATED). Measured 2026-11-27: 1e-7 relative on the loss sums, 1e-3 on an Adam moment
     near zero; test_cuda.py's tolerance."""
     from tests.test_cuda import ATOL, RTOL
 
@@ -156,9 +162,9 @@ def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, cac
     x, y = torch.randn(10, 2, 32, generator=gen), torch.randn(10, 2, 20, generator=gen)
     got = _emulated(learner, [0, 1, 2], x, y, cache)
     spec = NEURAL_LEARNERS[learner]
-    ref = make_runs(learner, STUDENT, [0, 1, 0], {k: HP[k][:3] for k in spec.hyperparameters}, "squared_error", "cpu",
+    ref = make_runs(learner, EMULATED, [0, 1, 0], {k: HP[k][:3] for k in spec.hyperparameters}, "squared_error", "cpu",
                     engine="torch")
-    sums = StepSums.zeros(3, STUDENT, "squared_error", "cpu")
+    sums = StepSums.zeros(3, EMULATED, "squared_error", "cpu")
     ref.advance(x, y, torch.tensor([0, 1, 0]), sums)
     for key, want in {**ref.state_dict(), **{f"sums.{i}": s for i, s in enumerate(sums.tensors())}}.items():
         assert got[key].isfinite().all(), key
