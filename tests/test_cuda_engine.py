@@ -12,6 +12,8 @@ float32 on engines whose sums are ordered differently); invariance is bitwise.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import torch
@@ -137,7 +139,22 @@ def test_the_engine_refuses_what_it_does_not_run():
 EMULATED = Architecture((STUDENT.sizes[0], 64, STUDENT.sizes[-1]))
 
 
-def _emulated(learner: str, runs: list[int], x, y, folder, segments=None) -> dict[str, torch.Tensor]:
+@pytest.fixture(scope="module")
+def emulations(cache):
+    """The folder of the emulated kernels, each learner's built in the background in the order the tests use
+    them (the C++ compile is most of an emulated test's time: the next one compiles while a test runs), and a
+    wait for one learner's build."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        built = {name: pool.submit(cuda_emulation.compiled, KernelShape(spec, EMULATED.sizes, float(EMULATED.negative_slope)),
+                                   cache) for name, spec in sorted(NEURAL_LEARNERS.items())}
+        yield cache, lambda learner: built[learner].result()
+        for future in built.values():
+            future.cancel()  # (a -k run: the builds no test asked for)
+
+
+def _emulated(learner: str, runs: list[int], x, y, emulations, segments=None) -> dict[str, torch.Tensor]:
+    folder, wait_for_build = emulations
+    wait_for_build(learner)  # (its library is complete before advance looks for it)
     spec = NEURAL_LEARNERS[learner]
     nets = make_runs(learner, EMULATED, [r % 2 for r in runs], {k: [HP[k][r % 4] for r in runs] for k in spec.hyperparameters},
                      "squared_error", "cpu", engine="torch")  # (its state and tensors; its engine is not used)
@@ -151,7 +168,7 @@ def _emulated(learner: str, runs: list[int], x, y, folder, segments=None) -> dic
 
 
 @pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
-def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, cache):
+def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, emulations):
     """The kernel's own source (layout, reductions, barriers, the printed rule), compiled for the CPU with
     its threads as OS threads (tests/cuda_emulation.py), against the torch engine: 10 steps, 3 runs
     reading 2 stream slots, the 32-64-20 network (EMULATED). Measured 2026-11-27: 1e-7 relative on the loss sums, 1e-3 on an Adam moment
@@ -160,7 +177,7 @@ def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, cac
 
     gen = torch.Generator().manual_seed(10)
     x, y = torch.randn(10, 2, 32, generator=gen), torch.randn(10, 2, 20, generator=gen)
-    got = _emulated(learner, [0, 1, 2], x, y, cache)
+    got = _emulated(learner, [0, 1, 2], x, y, emulations)
     spec = NEURAL_LEARNERS[learner]
     ref = make_runs(learner, EMULATED, [0, 1, 0], {k: HP[k][:3] for k in spec.hyperparameters}, "squared_error", "cpu",
                     engine="torch")
@@ -171,13 +188,13 @@ def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, cac
         torch.testing.assert_close(got[key], want, rtol=RTOL, atol=ATOL, msg=f"{learner} {key}")
 
 
-def test_the_emulated_kernel_gives_a_run_the_same_bits_alone_and_in_segments(cache):
+def test_the_emulated_kernel_gives_a_run_the_same_bits_alone_and_in_segments(emulations):
     """fade_adam (the head's state in shared memory, Adam's per-step scalars): run 2 of a 3-run pack in one
     segment equals run 2 alone stepped in three uneven segments, bit for bit."""
     gen = torch.Generator().manual_seed(7)
     x, y = torch.randn(7, 2, 32, generator=gen), torch.randn(7, 2, 20, generator=gen)
-    whole = _emulated("fade_adam", [0, 1, 2], x, y, cache)
-    alone = _emulated("fade_adam", [2], x, y, cache, segments=[1, 2, 4])
+    whole = _emulated("fade_adam", [0, 1, 2], x, y, emulations)
+    alone = _emulated("fade_adam", [2], x, y, emulations, segments=[1, 2, 4])
     for key, value in alone.items():
         assert torch.equal(value, whole[key] if value.dim() == 0 else whole[key][2:3]), key
 
