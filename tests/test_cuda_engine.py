@@ -48,14 +48,26 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("cubins")
 
 
+@pytest.fixture(scope="module")
+def cubins(cache):
+    """The cache folder, every learner's kernel compiled into it for sm_80 and sm_90 by NVRTC two at a time in
+    the background (NVRTC releases the GIL: a compile overlaps a test reading the previous machine code), and
+    a wait for one (learner, arch): its compile's error, if any, raised in that test."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        compiled = {(name, arch): pool.submit(_cubin, name, arch, cache) for name in sorted(NEURAL_LEARNERS) for arch in (80, 90)}
+        yield cache, lambda learner, arch: compiled[learner, arch].result()
+        for future in compiled.values():
+            future.cancel()  # (a -k run: the compiles no test asked for)
+
+
 def _cubin(learner: str, arch: int, cache) -> bytes:
     return cuda_compile.cubin(kernel_source(KernelShape(NEURAL_LEARNERS[learner], STUDENT.sizes)), arch, cache=cache)
 
 
 @pytest.mark.parametrize("arch", [80, 90])
 @pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
-def test_every_learner_compiles_without_spills(learner, arch, cache):
-    code = _cubin(learner, arch, cache)
+def test_every_learner_compiles_without_spills(learner, arch, cubins):
+    code = cubins[1](learner, arch)
     used = cuda_sass.resources(code)
     assert used.stack == 0 and used.local == 0, (learner, arch, used)
     assert used.registers <= 255
@@ -64,8 +76,8 @@ def test_every_learner_compiles_without_spills(learner, arch, cache):
 
 
 @pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
-def test_instructions_per_run_step_stay_under_budget(learner, cache):
-    code = cuda_sass.sass(_cubin(learner, 90, cache))
+def test_instructions_per_run_step_stay_under_budget(learner, cubins):
+    code = cuda_sass.sass(cubins[1](learner, 90))
     count = cuda_sass.step_loop(code, WARPS)
     mix = cuda_sass.opcode_mix(code)
     assert mix["BAR"] == 2, "the step loop found is not the one with the kernel's two barriers"
