@@ -192,18 +192,17 @@ def test_job_submission_status_logs_and_results(two_nodes, tmp_path):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["run", "{sweep}", "--address", "127.0.0.1:1"], "cannot reach a Ray cluster at 127.0.0.1:1"),
-        (["submit", "{sweep}", "--address", "http://127.0.0.1:1", "--storage", "{tmp}"], "cannot reach a Ray dashboard at 127.0.0.1:1"),
         (["run", "{sweep}", "--address", "{address}", "--cpus-per-pack", "4"], "no node can run a pack asking for 4 CPU and 0 GPU"),
         (["run", "{sweep}", "--address", "{address}", "--gpus-per-pack", "1"], "linear_tracking runs on CPUs only"),
         (["run", "{sweep}", "--address", "{address}", "--storage", "/proc/fade"], "storage /proc/fade/faults is not writable"),
     ],
-    ids=["unreachable-cluster", "unreachable-dashboard", "too-many-cpus", "gpu-for-cpu-task", "unwritable-storage"],
+    ids=["too-many-cpus", "gpu-for-cpu-task", "unwritable-storage"],
 )
 def test_clear_errors(two_nodes, sweep_file, tmp_path, args, message):
+    """Refusals on a cluster that is up: in a subprocess, as attaching leaves that process connected to it."""
     local, _ = two_nodes
     storage = tmp_path / "store"
-    args = [a.format(sweep=sweep_file, tmp=storage, address=local.address) for a in args]
+    args = [a.format(sweep=sweep_file, address=local.address) for a in args]
     if "--storage" not in args:
         args += ["--storage", str(storage)]
     started = time.monotonic()
@@ -212,6 +211,28 @@ def test_clear_errors(two_nodes, sweep_file, tmp_path, args, message):
     assert done.returncode == 2, out
     assert message in out, out
     assert out.strip().splitlines()[-1].startswith("fade-sweep: error:")
+    assert not storage.exists()  # nothing half-written
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "{sweep}", "--address", "127.0.0.1:1", "--storage", "{tmp}"], "cannot reach a Ray cluster at 127.0.0.1:1"),
+        (["submit", "{sweep}", "--address", "http://127.0.0.1:1", "--storage", "{tmp}"], "cannot reach a Ray dashboard at 127.0.0.1:1"),
+    ],
+    ids=["unreachable-cluster", "unreachable-dashboard"],
+)
+def test_clear_errors_for_an_address_nothing_answers(tmp_path, capsys, args, message):
+    """In this process: nothing is attached (test_interrupts.py runs `run --address 127.0.0.1:1` as a subprocess)."""
+    from sweeps.cli import main
+
+    sweep, storage = tmp_path / "faults.yaml", tmp_path / "store"
+    sweep.write_text(yaml.safe_dump(SWEEP))
+    started = time.monotonic()
+    assert main([a.format(sweep=sweep, tmp=storage) for a in args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1 and err.startswith("fade-sweep: error:"), err
     assert not storage.exists()  # nothing half-written
     assert time.monotonic() - started < 60
 

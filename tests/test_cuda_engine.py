@@ -12,6 +12,8 @@ float32 on engines whose sums are ordered differently); invariance is bitwise.
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import torch
@@ -46,14 +48,26 @@ def cache(tmp_path_factory):
     return tmp_path_factory.mktemp("cubins")
 
 
+@pytest.fixture(scope="module")
+def cubins(cache):
+    """The cache folder, every learner's kernel compiled into it for sm_80 and sm_90 by NVRTC two at a time in
+    the background (NVRTC releases the GIL: a compile overlaps a test reading the previous machine code), and
+    a wait for one (learner, arch): its compile's error, if any, raised in that test."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        compiled = {(name, arch): pool.submit(_cubin, name, arch, cache) for name in sorted(NEURAL_LEARNERS) for arch in (80, 90)}
+        yield cache, lambda learner, arch: compiled[learner, arch].result()
+        for future in compiled.values():
+            future.cancel()  # (a -k run: the compiles no test asked for)
+
+
 def _cubin(learner: str, arch: int, cache) -> bytes:
     return cuda_compile.cubin(kernel_source(KernelShape(NEURAL_LEARNERS[learner], STUDENT.sizes)), arch, cache=cache)
 
 
 @pytest.mark.parametrize("arch", [80, 90])
 @pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
-def test_every_learner_compiles_without_spills(learner, arch, cache):
-    code = _cubin(learner, arch, cache)
+def test_every_learner_compiles_without_spills(learner, arch, cubins):
+    code = cubins[1](learner, arch)
     used = cuda_sass.resources(code)
     assert used.stack == 0 and used.local == 0, (learner, arch, used)
     assert used.registers <= 255
@@ -62,8 +76,8 @@ def test_every_learner_compiles_without_spills(learner, arch, cache):
 
 
 @pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
-def test_instructions_per_run_step_stay_under_budget(learner, cache):
-    code = cuda_sass.sass(_cubin(learner, 90, cache))
+def test_instructions_per_run_step_stay_under_budget(learner, cubins):
+    code = cuda_sass.sass(cubins[1](learner, 90))
     count = cuda_sass.step_loop(code, WARPS)
     mix = cuda_sass.opcode_mix(code)
     assert mix["BAR"] == 2, "the step loop found is not the one with the kernel's two barriers"
@@ -131,47 +145,68 @@ def test_the_engine_refuses_what_it_does_not_run():
 
 
 # ---------------------------------------------------------------- the kernel emulated on the CPU
-def _emulated(learner: str, runs: list[int], x, y, folder, segments=None) -> dict[str, torch.Tensor]:
+# The student's inputs and outputs with 64 hidden units: two warps (the head's sums still cross warps through
+# shared memory, every thread still has a hidden unit), a quarter of the student's OS threads and barrier waits
+# on the CPU. The compiled kernels above are the student's own.
+EMULATED = Architecture((STUDENT.sizes[0], 64, STUDENT.sizes[-1]))
+
+
+@pytest.fixture(scope="module")
+def emulations(cache):
+    """The folder of the emulated kernels, each learner's built in the background in the order the tests use
+    them (the C++ compile is most of an emulated test's time: the next one compiles while a test runs), and a
+    wait for one learner's build."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        built = {name: pool.submit(cuda_emulation.compiled, KernelShape(spec, EMULATED.sizes, float(EMULATED.negative_slope)),
+                                   cache) for name, spec in sorted(NEURAL_LEARNERS.items())}
+        yield cache, lambda learner: built[learner].result()
+        for future in built.values():
+            future.cancel()  # (a -k run: the builds no test asked for)
+
+
+def _emulated(learner: str, runs: list[int], x, y, emulations, segments=None) -> dict[str, torch.Tensor]:
+    folder, wait_for_build = emulations
+    wait_for_build(learner)  # (its library is complete before advance looks for it)
     spec = NEURAL_LEARNERS[learner]
-    nets = make_runs(learner, STUDENT, [r % 2 for r in runs], {k: [HP[k][r % 4] for r in runs] for k in spec.hyperparameters},
+    nets = make_runs(learner, EMULATED, [r % 2 for r in runs], {k: [HP[k][r % 4] for r in runs] for k in spec.hyperparameters},
                      "squared_error", "cpu", engine="torch")  # (its state and tensors; its engine is not used)
-    sums = StepSums.zeros(len(runs), STUDENT, "squared_error", "cpu")
+    sums = StepSums.zeros(len(runs), EMULATED, "squared_error", "cpu")
     slot, t = torch.tensor([r % 2 for r in runs]), 0
     for n in segments or [x.shape[0]]:
-        cuda_emulation.advance(nets.learner, STUDENT, nets.state_dict(), nets.hp, x[t : t + n], y[t : t + n], slot,
+        cuda_emulation.advance(nets.learner, EMULATED, nets.state_dict(), nets.hp, x[t : t + n], y[t : t + n], slot,
                                sums.tensors(), folder)
         t += n
     return {**nets.state_dict(), **{f"sums.{i}": s for i, s in enumerate(sums.tensors())}}
 
 
 @pytest.mark.parametrize("learner", sorted(NEURAL_LEARNERS))
-def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, cache):
+def test_every_learner_in_the_emulated_kernel_matches_the_torch_ops(learner, emulations):
     """The kernel's own source (layout, reductions, barriers, the printed rule), compiled for the CPU with
     its threads as OS threads (tests/cuda_emulation.py), against the torch engine: 10 steps, 3 runs
-    reading 2 stream slots. Measured 2026-11-27: 1e-7 relative on the loss sums, 1e-3 on an Adam moment
+    reading 2 stream slots, the 32-64-20 network (EMULATED). Measured 2026-11-27: 1e-7 relative on the loss sums, 1e-3 on an Adam moment
     near zero; test_cuda.py's tolerance."""
     from tests.test_cuda import ATOL, RTOL
 
     gen = torch.Generator().manual_seed(10)
     x, y = torch.randn(10, 2, 32, generator=gen), torch.randn(10, 2, 20, generator=gen)
-    got = _emulated(learner, [0, 1, 2], x, y, cache)
+    got = _emulated(learner, [0, 1, 2], x, y, emulations)
     spec = NEURAL_LEARNERS[learner]
-    ref = make_runs(learner, STUDENT, [0, 1, 0], {k: HP[k][:3] for k in spec.hyperparameters}, "squared_error", "cpu",
+    ref = make_runs(learner, EMULATED, [0, 1, 0], {k: HP[k][:3] for k in spec.hyperparameters}, "squared_error", "cpu",
                     engine="torch")
-    sums = StepSums.zeros(3, STUDENT, "squared_error", "cpu")
+    sums = StepSums.zeros(3, EMULATED, "squared_error", "cpu")
     ref.advance(x, y, torch.tensor([0, 1, 0]), sums)
     for key, want in {**ref.state_dict(), **{f"sums.{i}": s for i, s in enumerate(sums.tensors())}}.items():
         assert got[key].isfinite().all(), key
         torch.testing.assert_close(got[key], want, rtol=RTOL, atol=ATOL, msg=f"{learner} {key}")
 
 
-def test_the_emulated_kernel_gives_a_run_the_same_bits_alone_and_in_segments(cache):
+def test_the_emulated_kernel_gives_a_run_the_same_bits_alone_and_in_segments(emulations):
     """fade_adam (the head's state in shared memory, Adam's per-step scalars): run 2 of a 3-run pack in one
     segment equals run 2 alone stepped in three uneven segments, bit for bit."""
     gen = torch.Generator().manual_seed(7)
     x, y = torch.randn(7, 2, 32, generator=gen), torch.randn(7, 2, 20, generator=gen)
-    whole = _emulated("fade_adam", [0, 1, 2], x, y, cache)
-    alone = _emulated("fade_adam", [2], x, y, cache, segments=[1, 2, 4])
+    whole = _emulated("fade_adam", [0, 1, 2], x, y, emulations)
+    alone = _emulated("fade_adam", [2], x, y, emulations, segments=[1, 2, 4])
     for key, value in alone.items():
         assert torch.equal(value, whole[key] if value.dim() == 0 else whole[key][2:3]), key
 
