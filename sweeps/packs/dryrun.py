@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sweeps.spec import CostModel, Experiment, Pack, PackResources, Sweep, plan_packs, plan_round
-from sweeps.spec.engines import experiment_engine
+from sweeps.spec.engines import choose_engine
 from sweeps.spec.plan import makespan, pack_seconds
 from tasks import get_task
 
@@ -176,7 +176,7 @@ def cold_kernels(experiments: Iterable[Experiment], dtype: str, engine: str | No
     cache = Path(folder) / where if folder else source.parent / "__pycache__"
     built = source.stat().st_mtime if source.exists() else 0.0
     names = sorted({e.optimizer for e in experiments if get_task(e.task).family == "linear"
-                    and experiment_engine(e, "cpu", engine) == "cpu"})
+                    and choose_engine(e, "cpu", engine) == "cpu"})
     return tuple(n for n in names
                  if not any(f.stat().st_mtime >= built for f in cache.glob(f"kernel.run_blocks_{n}_{dtype}_*.nbi")))
 
