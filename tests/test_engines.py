@@ -75,7 +75,7 @@ def test_no_environment_variable_chooses_the_code_that_runs():
         for path in (ROOT / folder).rglob("*.py"):
             text = path.read_text()
             assert "FADE_TRITON" not in text and "FADE_TORCH_COMPILE" not in text, path
-            assert "os.environ" not in text or path.name == "triton_update.py", path
+            assert "os.environ" not in text or path.name == "triton_rule.py", path
 
 
 # ---------------------------------------------------------------- the sweep file and the pack

@@ -25,9 +25,10 @@ os.environ.setdefault("TRITON_INTERPRET", "0" if DEVICE == "cuda" else "1")
 pytest.importorskip("triton", reason="Triton does not import here (torch ships it on Linux x86-64)")
 
 from fade_core.mlp import Architecture  # noqa: E402
-from fade_core.neural import NEURAL_LEARNERS, NeuralRuns, make_runs, triton_update  # noqa: E402
+from fade_core.neural import NEURAL_LEARNERS, NeuralRuns, make_runs, triton_rule, triton_update  # noqa: E402
 
-if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+if triton_rule.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+    importlib.reload(triton_rule)
     importlib.reload(triton_update)
 
 MAX_ULPS = 4

@@ -22,11 +22,12 @@ os.environ.setdefault("TRITON_INTERPRET", "0" if DEVICE == "cuda" else "1")  # b
 pytest.importorskip("triton", reason="Triton does not import here (torch ships it on Linux x86-64)")
 
 from fade_core.mlp import Architecture  # noqa: E402
-from fade_core.neural import NEURAL_LEARNERS, triton_fused_step, triton_update  # noqa: E402
+from fade_core.neural import NEURAL_LEARNERS, triton_fused_step, triton_rule, triton_update  # noqa: E402
 from fade_core.neural.runs import make_runs  # noqa: E402
 from fade_core.neural.state import NeuralRuns, StepSums  # noqa: E402
 
-if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+if triton_rule.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+    importlib.reload(triton_rule)
     importlib.reload(triton_update)
     importlib.reload(triton_fused_step)
 
