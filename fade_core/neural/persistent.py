@@ -43,10 +43,14 @@ would multiply the registers above; more programs per SM (the hardware's choice,
 registers a program takes) play that role. Packs larger than the chip run in waves: the
 grid is one program per run.
 
-The arithmetic is that of torch_ops per element (exp from libdevice, IEEE division and
-square root in the updates, Adam's bias corrections in float64 as torch_ops computes them,
-here per step on the device before the launch); the forward and backward products are sums
-in a different order than torch's bmm, so the two agree to float32 rounding, not bitwise.
+Each parameter's update is the learner's rule (`parts.update`) printed by triton_rule, one
+function per layer (RULE0, RULE1: FADE's part on the head's parameters or on all), called on
+the tiles (exp from libdevice, IEEE division and square root unless `exact` is off, Adam's
+bias corrections in float64 as torch_ops computes them, here per step on the device before
+the launch); the kernel itself is layout, the step loop and the state it keeps or streams.
+`fp_fusion` (on by default, for the products) lets the compiler contract the rule's a*b+c
+too, and the forward and backward products are sums in a different order than torch's bmm,
+so the two agree to float32 rounding, not bitwise.
 Every run's arithmetic reads only its own program's data: a run's numbers do not depend on
 its pack size, position, wave or segment length (bitwise), and a run whose numbers overflow
 becomes inf/NaN alone (maxima and clamps propagate NaN).
