@@ -31,7 +31,6 @@ os.environ["TRITON_INTERPRET"] = "0"
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fade_core.neural import NEURAL_LEARNERS  # noqa: E402
-from fade_core.neural.rules import WEIGHT_DECAY_MODES  # noqa: E402
 
 WARP_INSTRUCTIONS_PER_S = 132 * 4 * 1.75e9  # an H100 SXM: SMs x schedulers x clock
 TARGETS = {"sgd": 100e6, "fade_sgd": 50e6, "adam": 20e6, "fade_adam": 20e6}  # issue 39, run-steps/s
@@ -52,10 +51,7 @@ def ptxas_report(learner: str, warps: int, stream: int, sizes=(32, 256, 20), sas
 
     spec = NEURAL_LEARNERS[learner]
     kernel = persistent._segment_kernel
-    flags = dict(ADAM=spec.base == "adam", WD=WEIGHT_DECAY_MODES[spec.weight_decay], CLIP=spec.clip,
-                 FADE={"none": 0, "head": 1, "all": 2}[spec.fade], STREAM=stream if spec.base == "adam" else 0, SLOPE=0.0, EXACT=True,
-                 BI=triton.next_power_of_2(sizes[0]), BH=triton.next_power_of_2(sizes[1]),
-                 BO=triton.next_power_of_2(sizes[2]))
+    flags = dict(persistent.kernel_flags(spec, persistent.KernelConfig(num_warps=warps, stream=stream), sizes), SLOPE=0.0)
     signature = {n: "constexpr" if n in flags else POINTERS.get(n, "*fp32") if n.endswith("_ptr")
                  else "i32" for n in kernel.arg_names}
     source = ASTSource(kernel, signature, constexprs={(kernel.arg_names.index(n),): v for n, v in flags.items()})

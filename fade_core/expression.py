@@ -5,7 +5,8 @@ primitives) on `Value`s: every operation records a `Node` instead of computing, 
 out is the rule's arithmetic as a graph, in the order the source writes it (nothing
 reassociated, no multiply-add fused unless the rule writes `fma`). `ssa(outputs)` lists the
 graph's nodes once each, operands first, for a printer to name and print (the C printer of
-`fade_core/neural/c_source.py`, the numba printer of `fade_core/neural/cpu_rules.py`).
+`fade_core/neural/c_source.py`, the numba printer of `fade_core/neural/cpu_elements.py`,
+the Triton printer of `fade_core/neural/triton_rule.py`).
 
 Why a traced form rather than each backend running the rule itself (review's pitfalls): a
 literal has no dtype here (`Node("const")` holds the number; a printer writes it in the run's
@@ -125,6 +126,19 @@ def ssa(outputs: Iterable[Node]) -> list[Node]:
             stack.append((node, True))
             stack.extend((arg, False) for arg in reversed(node.args) if id(arg) not in seen)
     return order
+
+
+def substitute(outputs: Sequence[Node], values: Mapping[str, Node]) -> tuple[Node, ...]:
+    """`outputs` with each input named in `values` replaced by that node (e.g. an input the
+    engine derives, as AdamW's factor from `parts.shrink`'s graph, or one it fixes as a constant):
+    the graph a printer prints when an engine computes some of a rule's inputs itself."""
+    done: dict[int, Node] = {}
+    for node in ssa(outputs):
+        if node.op == "var" and node.value in values:
+            done[id(node)] = values[node.value]
+        elif node.args and any(id(arg) in done for arg in node.args):
+            done[id(node)] = Node(node.op, tuple(done.get(id(arg), arg) for arg in node.args), node.value)
+    return tuple(done.get(id(out), out) for out in outputs)
 
 
 def constants(outputs: Iterable[Node]) -> list[float]:

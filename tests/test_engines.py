@@ -99,7 +99,7 @@ def test_no_environment_variable_chooses_the_code_that_runs():
         for path in (ROOT / folder).rglob("*.py"):
             text = path.read_text()
             assert "FADE_TRITON" not in text and "FADE_TORCH_COMPILE" not in text, path
-            assert "os.environ" not in text or path.name in ("triton_update.py", "dryrun.py"), path
+            assert "os.environ" not in text or path.name in ("triton_rule.py", "dryrun.py"), path
 
 
 # ---------------------------------------------------------------- the sweep file and the pack

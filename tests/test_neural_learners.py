@@ -149,38 +149,37 @@ def emnist_data(data_dir, seed: int, partial: bool = False):
     return stream.inputs(index, torch.device("cpu"), torch.float64), labels
 
 
-def batched(optimizer: str, arch, data, dtype, compiled: str):
-    """All configurations x seeds of GRIDS[optimizer] in one batch, one step per `advance`
-    call (the compiled CPU engine) or per `step` call (batched torch ops, as on CUDA):
-    per-step losses [T, R] and the runs."""
+def batched(optimizer: str, arch, data, dtype, compiled: str, device: str = "cpu"):
+    """All configurations x seeds of GRIDS[optimizer] in one batch on engine `compiled`, one
+    `advance` call per step, over the steps of `data`: per-step losses [T, R] and the runs."""
     grid = GRIDS[optimizer]
     seeds = [s for _ in grid for s in SEEDS]
     hp = {k: [c[k] for c in grid for _ in SEEDS] for k in grid[0]}
     loss = "cross_entropy" if data[SEEDS[0]][1].dtype == torch.int64 else "squared_error"
-    runs = make_runs(learner_of(optimizer), arch, seeds, hp, loss, dtype=dtype, engine=compiled)
-    xs = torch.stack([data[s][0] for s in seeds], dim=1).to(dtype)
-    ys = torch.stack([data[s][1] for s in seeds], dim=1)
+    runs = make_runs(learner_of(optimizer), arch, seeds, hp, loss, device, dtype=dtype, engine=compiled)
+    xs = torch.stack([data[s][0] for s in seeds], dim=1).to(device, dtype)
+    ys = torch.stack([data[s][1] for s in seeds], dim=1).to(device)
     ys = ys if ys.dtype == torch.int64 else ys.to(dtype)
-    sums = StepSums.zeros(len(seeds), arch, loss, "cpu")
+    sums = StepSums.zeros(len(seeds), arch, loss, device)
     losses = []
-    for t in range(STEPS):
+    for t in range(xs.shape[0]):
         sums.reset()
-        runs.advance(xs[t : t + 1], ys[t : t + 1], torch.arange(len(seeds)), sums)
-        losses.append(sums.loss.clone())
+        runs.advance(xs[t : t + 1], ys[t : t + 1], torch.arange(len(seeds), device=device), sums)
+        losses.append(sums.loss.clone().cpu())
     return torch.stack(losses), runs, grid, seeds
 
 
-def check_against_reference(optimizer, arch, data, dtype, rtol, atol, compiled="cpu"):
-    losses, runs, grid, seeds = batched(optimizer, arch, data, dtype, compiled)
+def check_against_reference(optimizer, arch, data, dtype, rtol, atol, compiled="cpu", device="cpu"):
+    losses, runs, grid, seeds = batched(optimizer, arch, data, dtype, compiled, device)
     for r, seed in enumerate(seeds):
         hp = grid[r // len(SEEDS)]
         ref_losses, ref_state, ref_gamma = reference(optimizer, hp, arch, seed, *data[seed])
         torch.testing.assert_close(losses[:, r].double(), ref_losses, rtol=rtol, atol=atol)
         for name, value in runs.net.run_state_dict(r).items():
-            torch.testing.assert_close(value.double(), ref_state[name], rtol=rtol, atol=atol, msg=lambda m, n=name, r=r: f"{optimizer} run {r} {n}: {m}")
+            torch.testing.assert_close(value.double().cpu(), ref_state[name], rtol=rtol, atol=atol, msg=lambda m, n=name, r=r: f"{optimizer} run {r} {n}: {m}")
         if ref_gamma:
             head = list(ref_gamma.values())[-2]
-            torch.testing.assert_close(runs.head_decay()[0][r].double(), head.exp(), rtol=rtol, atol=atol)
+            torch.testing.assert_close(runs.head_decay()[0][r].double().cpu(), head.exp(), rtol=rtol, atol=atol)
 
 
 ENGINES = {"compiled-cpu": "cpu", "torch-ops": "torch"}  # test id -> engine name

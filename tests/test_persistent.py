@@ -23,7 +23,7 @@ os.environ.setdefault("TRITON_INTERPRET", "0" if DEVICE == "cuda" else "1")
 pytest.importorskip("triton", reason="Triton does not import here (torch ships it on Linux x86-64)")
 
 from fade_core.architecture import Architecture  # noqa: E402
-from fade_core.neural import NEURAL_LEARNERS, StepSums, persistent, triton_update  # noqa: E402
+from fade_core.neural import NEURAL_LEARNERS, StepSums, persistent, triton_rule, triton_update  # noqa: E402
 from fade_core.neural.runs import make_runs  # noqa: E402
 from sweeps.packs.neural import NeuralPackRunner  # noqa: E402
 from tests.test_cuda import RTOL, ATOL, _assert_close, _pack, _run  # noqa: E402
@@ -31,7 +31,8 @@ from tests.test_neural_learners import COMBINED  # noqa: E402 (FADE with weight 
 
 LEARNERS = {**NEURAL_LEARNERS, **COMBINED}
 
-if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+if triton_rule.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+    importlib.reload(triton_rule)
     importlib.reload(triton_update)
     importlib.reload(persistent)
 

@@ -25,9 +25,10 @@ os.environ.setdefault("TRITON_INTERPRET", "0" if DEVICE == "cuda" else "1")
 pytest.importorskip("triton", reason="Triton does not import here (torch ships it on Linux x86-64)")
 
 from fade_core.mlp import Architecture  # noqa: E402
-from fade_core.neural import NEURAL_LEARNERS, NeuralRuns, make_runs, triton_update  # noqa: E402
+from fade_core.neural import NEURAL_LEARNERS, NeuralRuns, make_runs, triton_rule, triton_update  # noqa: E402
 
-if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+if triton_rule.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+    importlib.reload(triton_rule)
     importlib.reload(triton_update)
 
 MAX_ULPS = 4
@@ -155,8 +156,12 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from fade_core.neural import triton_update as tu
+from fade_core.neural.rules import NeuralLearner
+from fade_core.neural.triton_rule import rule_for
 kernel = tu._update_kernel
-flags = dict(ADAM=1, DECOUPLED=0, CLIP=1, FADE=int(sys.argv[1]), WEIGHT=1, HEAD_FACTOR=1, BLOCK=tu.MAX_BLOCK)
+fade = bool(int(sys.argv[1]))
+learner = NeuralLearner("adam_clip_fade", "adam", clip=True, fade="head")
+flags = dict(RULE=rule_for(learner, fade), ADAM=1, FADE=fade, WEIGHT=1, HEAD_FACTOR=1, BLOCK=tu.MAX_BLOCK)
 signature = {n: "constexpr" if n in flags else "*fp32" if n.endswith("_ptr") else "i32" for n in kernel.arg_names}
 source = ASTSource(kernel, signature, constexprs={(kernel.arg_names.index(n),): v for n, v in flags.items()})
 ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}).asm["ptx"]
@@ -168,12 +173,17 @@ print(json.dumps({op: ptx.count(op) for op in ops}))
 @pytest.mark.skipif(DEVICE == "cuda", reason="the compiled kernels run against torch's CUDA ops above")
 @pytest.mark.parametrize("fade", [0, 1])
 def test_the_kernel_compiles_for_hopper_with_exact_rounding(fade):
-    """Without a GPU: Triton compiles the Adam (+FADE) variant for sm_90, with IEEE division and
-    square root only, and FMAs only where torch's kernels have them (2 per element:
-    lerp and addcmul; libdevice's expf uses flush-to-zero ones of its own)."""
+    """Without a GPU: Triton compiles the Adam (+FADE) variant for sm_90 with exactly the rule's
+    rounding: per element, an IEEE division, square root and FMA for each the traced rule has
+    (launched with fp_fusion off: no contracted multiply-add beside them; libdevice's expf uses
+    flush-to-zero ones of its own), and no approximate division or square root."""
     import json
     import subprocess
     import sys
+
+    from fade_core.expression import ssa
+    from fade_core.neural.c_source import update_flags
+    from fade_core.neural.rules import NeuralLearner
 
     env = {**os.environ, "TRITON_INTERPRET": "0"}
     done = subprocess.run([sys.executable, "-c", COMPILE, str(fade)], env=env, capture_output=True, text=True,
@@ -183,6 +193,10 @@ def test_the_kernel_compiles_for_hopper_with_exact_rounding(fade):
     assert done.returncode == 0, done.stderr[-2000:]
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     per_thread = triton_update.MAX_BLOCK // (32 * 4)
+    learner = NeuralLearner("adam_clip_fade", "adam", clip=True, fade="head")
+    rule = [node.op for node in ssa(triton_rule._graph(update_flags(learner, bool(fade))))]
     assert counts["div.full"] == counts["div.approx"] == counts["sqrt.approx"] == 0, counts
-    assert counts["sqrt.rn.f32"] == per_thread * (1 + fade) and counts["div.rn.f32"] == per_thread * (2 + fade), counts
-    assert counts["fma.rn.f32"] == 2 * per_thread, counts
+    assert (rule.count("sqrt"), rule.count("div"), rule.count("fma")) == (1 + fade, 2 + fade, 2 * fade)  # the rule's
+    assert counts["sqrt.rn.f32"] == per_thread * rule.count("sqrt"), counts
+    assert counts["div.rn.f32"] == per_thread * rule.count("div"), counts
+    assert counts["fma.rn.f32"] == per_thread * rule.count("fma"), counts

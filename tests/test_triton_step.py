@@ -2,8 +2,8 @@
 neural reference, for all nine learners, from several steps of `NeuralRuns.advance`.
 
 Without a GPU the kernels run in Triton's interpreter (TRITON_INTERPRET=1, numpy on the CPU); with one,
-compiled, against torch's CUDA ops. The per-element rule is triton_update.rule (tests/test_triton.py holds
-it to the torch ops ulp by ulp); what is new here is the order of the passes: W^T delta read from the
+compiled, against torch's CUDA ops. The per-element rule is the learner's, printed by triton_rule (tests/test_triton.py
+holds triton_update's kernel to the torch ops ulp by ulp); what is new here is the order of the passes: W^T delta read from the
 weights before their update in the same pass, the first layer's update fused with the next step's
 forward product, and a segment's one forward-only pass. Only the sums' order differs from torch's
 products, so the two paths agree to float32 (float64) tolerance over many steps.
@@ -22,11 +22,12 @@ os.environ.setdefault("TRITON_INTERPRET", "0" if DEVICE == "cuda" else "1")  # b
 pytest.importorskip("triton", reason="Triton does not import here (torch ships it on Linux x86-64)")
 
 from fade_core.mlp import Architecture  # noqa: E402
-from fade_core.neural import NEURAL_LEARNERS, triton_fused_step, triton_update  # noqa: E402
+from fade_core.neural import NEURAL_LEARNERS, triton_fused_step, triton_rule, triton_update  # noqa: E402
 from fade_core.neural.runs import make_runs  # noqa: E402
 from fade_core.neural.state import NeuralRuns, StepSums  # noqa: E402
 
-if triton_update.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+if triton_rule.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported earlier in the other mode
+    importlib.reload(triton_rule)
     importlib.reload(triton_update)
     importlib.reload(triton_fused_step)
 
@@ -116,10 +117,13 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from fade_core.neural import triton_fused_step as fs
+from fade_core.neural.rules import NeuralLearner
+from fade_core.neural.triton_rule import rule_for
+rule = rule_for(NeuralLearner("adam_clip_fade", "adam", clip=True, fade="head"), True)
 counts = {}
 for name, extra in (("_update_forward_kernel", dict(UPDATE=1, FORWARD=1)), ("_backward_update_kernel", {})):
     kernel = getattr(fs, name)
-    flags = dict(HEAD_FACTOR=1, ADAM=1, COUPLED=0, DECOUPLED=0, CLIP=1, FADE=1, BJ=16, BI=128, **extra)
+    flags = dict(HEAD_FACTOR=1, RULE=rule, ADAM=1, FADE=1, BJ=16, BI=128, **extra)
     signature = {n: "constexpr" if n in flags else "*fp32" if n.endswith("_ptr") else "i32" for n in kernel.arg_names}
     source = ASTSource(kernel, signature, constexprs={(kernel.arg_names.index(n),): v for n, v in flags.items()})
     ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}).asm["ptx"]

@@ -46,8 +46,10 @@ def affine(p, w0, b0, fan_in, fan_out, inp, z):
 
 @_dense
 def sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, bound, back, delta_in):
-    """W <- W - alpha * delta inp^T, clipped to +-bound (inf: none); with `back`, also
-    delta_in = W^T delta in the same pass."""
+    """W <- W - alpha * delta inp^T, clipped to +-bound (inf: none, `parts.clip`); with `back`,
+    also delta_in = W^T delta in the same pass. The step is `parts.sgd` in its rank-one form,
+    w + (delta_j * -alpha) * inp_i as one FMA (the torch engine's baddbmm_ has the same form):
+    the rule's w - alpha * (delta_j * inp_i) rounds three times and would cost a product per weight."""
     if back:
         delta_in[:] = 0
     for j in range(fan_out):
@@ -58,17 +60,17 @@ def sgd_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, bound, back, delta_i
             for i in range(fan_in):
                 wi = w[i]
                 delta_in[i] = fma(wi, dj, delta_in[i])
-                w[i] = min(max(fma(c, inp[i], wi), -bound), bound)
+                w[i] = clip_to(fma(c, inp[i], wi), bound)
         else:
             for i in range(fan_in):
-                w[i] = min(max(fma(c, inp[i], w[i]), -bound), bound)
+                w[i] = clip_to(fma(c, inp[i], w[i]), bound)
 
 
 # (Not a shrink factor, which FASTMATH's absence of 'reassoc' keeps LLVM from making of it.)
 @_dense
 def sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam, back, delta_in):
     """W <- W - alpha * (delta inp^T + lam * W), per element as torch.optim.SGD(weight_decay)
-    computes it (d = G + lam * W; W -= alpha * d). Not a shrink factor 1 - alpha * lam: in
+    computes it (d = G + lam * W; W -= alpha * d: `parts.coupled_decay`, then `parts.sgd`). Not a shrink factor 1 - alpha * lam: in
     float32 that rounds to a multiple of 2^-24, so small decays vanish (alpha * lam < 3e-8) or
     come out up to 19% too large (1e-7). `back` as in `sgd_rank_one`."""
     if back:
@@ -80,10 +82,10 @@ def sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam, back, delta_
             for i in range(fan_in):
                 wi = w[i]
                 delta_in[i] = fma(wi, dj, delta_in[i])
-                w[i] = wi - alpha * (dj * inp[i] + lam * wi)
+                w[i] = sgd(wi, coupled_decay(dj * inp[i], wi, lam), alpha)
         else:
             for i in range(fan_in):
-                w[i] = w[i] - alpha * (dj * inp[i] + lam * w[i])
+                w[i] = sgd(w[i], coupled_decay(dj * inp[i], w[i], lam), alpha)
 
 
 # Weight rows (gradient dj * inp[i], FADE curvature inp[i]^2 * factor), one kernel per
@@ -163,8 +165,8 @@ def adam_rank_one(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, ac, bound, b
             for i in range(fan_in):
                 delta_in[i] = fma(pr[i], dj, delta_in[i])
         for i in range(fan_in):  # (a second loop over the row in L1: Adam's divisions bound it, not the loads)
-            mr[i], vr[i], w = adam(mr[i], vr[i], pr[i] * shrink, dj * inp[i], ac)
-            pr[i] = min(max(w, -bound), bound)
+            mr[i], vr[i], w = adam(mr[i], vr[i], decoupled_decay(pr[i], shrink), dj * inp[i], ac)
+            pr[i] = clip_to(w, bound)
 
 
 @_dense
@@ -179,8 +181,8 @@ def adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, 
         pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
         dj = delta[j]
         for i in range(fan_in):
-            mr[i], vr[i], w = adam(mr[i], vr[i], pr[i] * shrink, dj * inp[i], ac)
-            pr[i] = min(max(w, -bound), bound)
+            mr[i], vr[i], w = adam(mr[i], vr[i], decoupled_decay(pr[i], shrink), dj * inp[i], ac)
+            pr[i] = clip_to(w, bound)
         z[j] = dot(pr, next_inp, fan_in)
 
 

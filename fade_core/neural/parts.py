@@ -3,14 +3,15 @@
 Every engine takes its update arithmetic from here (`fade_core/rulebind.py` says how a rule
 is bound): the torch engine binds torch's ops to these functions and runs them on tensors;
 the CPU engine's per-parameter functions are printed from them as numba code
-(`cpu_rules.py`); the CUDA kernel's from them as C (`c_source.py`). Only the loops, the
+(`cpu_elements.py`), the Triton engines' as a Triton function (`triton_rule.py`), the CUDA
+kernel's as C (`c_source.py`). Only the loops, the
 passes over memory and the layouts stay in an engine.
 
 Element rules (traced: branch-free arithmetic on one parameter, the primitives of
 rulebind, literals in the run's dtype) and per-run or per-step scalars (`adam_scalars`,
 `clip_bound`, `shrink`: float64, on the host, as torch.optim computes them) are both plain
 functions; `update` composes the parts of one learner, its parts chosen by keyword-only
-flags that are Python values at trace time (as persistent._step's constexprs), in the order
+flags that are Python values at trace time (an engine's compile-time constants), in the order
 of torch_ops: FADE's decay, weight decay, the base step with the gradient taken at the old
 weights, clipping.
 

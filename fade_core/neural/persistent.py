@@ -43,10 +43,14 @@ would multiply the registers above; more programs per SM (the hardware's choice,
 registers a program takes) play that role. Packs larger than the chip run in waves: the
 grid is one program per run.
 
-The arithmetic is that of torch_ops per element (exp from libdevice, IEEE division and
-square root in the updates, Adam's bias corrections in float64 as torch_ops computes them,
-here per step on the device before the launch); the forward and backward products are sums
-in a different order than torch's bmm, so the two agree to float32 rounding, not bitwise.
+Each parameter's update is the learner's rule (`parts.update`) printed by triton_rule, one
+function per layer (RULE0, RULE1: FADE's part on the head's parameters or on all), called on
+the tiles (exp from libdevice, IEEE division and square root unless `exact` is off, Adam's
+bias corrections in float64 as torch_ops computes them, here per step on the device before
+the launch); the kernel itself is layout, the step loop and the state it keeps or streams.
+`fp_fusion` (on by default, for the products) lets the compiler contract the rule's a*b+c
+too, and the forward and backward products are sums in a different order than torch's bmm,
+so the two agree to float32 rounding, not bitwise.
 Every run's arithmetic reads only its own program's data: a run's numbers do not depend on
 its pack size, position, wave or segment length (bitwise), and a run whose numbers overflow
 becomes inf/NaN alone (maxima and clamps propagate NaN).
@@ -63,12 +67,14 @@ import triton
 import triton.language as tl
 
 from fade_core.architecture import Architecture
-from fade_core.neural.rules import BETA1, BETA2, WEIGHT_DECAY_MODES, NeuralLearner
+from fade_core.neural import parts
+from fade_core.neural.rules import NeuralLearner
 from fade_core.neural.state import adam_table
-from fade_core.neural.triton_update import _EPS, _GAMMA_MAX, _GAMMA_MIN, _clamp, _div, _exp, _fma, _sqrt
+from fade_core.neural.triton_rule import rule_for
+from fade_core.rulebind import bind
 
-_M_WEIGHT, _V_WEIGHT, _BETA2 = tl.constexpr(1 - BETA1), tl.constexpr(1 - BETA2), tl.constexpr(BETA2)
 _FADE_MODES = {"none": 0, "head": 1, "all": 2}
+_clip_bound = bind(parts.clip_bound, {"sqrt": math.sqrt})  # per run, on the host: kappa [R] / sqrt(fan_in)
 
 
 @dataclass(frozen=True)
@@ -103,54 +109,14 @@ def unsupported(learner: NeuralLearner, arch: Architecture, loss: str) -> str | 
     return None
 
 
-@triton.jit
-def _quotient(a, b, EXACT: tl.constexpr):
-    """a / b: rounded once (IEEE, as torch), or Triton's approximate float32 division (~2 ulp, a
-    few instructions instead of a dozen)."""
-    if EXACT:
-        return _div(a, b)
-    else:
-        return a / b
-
-
-@triton.jit
-def _root(a, EXACT: tl.constexpr):
-    if EXACT:
-        return _sqrt(a)
-    else:
-        return tl.sqrt(a)
-
-
-@triton.jit
-def _step(P, G, m, v, gamma, trace, q, alpha, lam, theta, bound, step, sqrt_bc2, inv_bc2,
-          ADAM: tl.constexpr, WD: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr, EXACT: tl.constexpr):
-    """One parameter's update of algorithms.md §2 (torch_ops' order): FADE's decay first, weight
-    decay, the SGD or Adam step with gradient G taken at the old P, then clipping. Arguments a
-    variant does not use are placeholders, returned as they came."""
-    one = tl.full([], 1.0, P.dtype)
-    eps = tl.full([], _EPS, P.dtype)
-    if FADE:
-        alpha_eff = alpha
-        if ADAM:  # alpha / (sqrt(v_hat) + eps), v_hat before this step (alpha on the first step)
-            alpha_eff = tl.where(inv_bc2 > 0, _quotient(alpha, _root(v * inv_bc2, EXACT) + eps, EXACT), alpha)
-        gamma = _clamp(gamma - theta * G * trace, _GAMMA_MIN, _GAMMA_MAX)
-        decay = _exp(gamma)
-        c = tl.maximum(one - decay - alpha_eff * q, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        trace = trace * c - decay * P
-        P = P * (one - decay)
-    if WD == 1:  # coupled (SGD's weight_decay): L2 in the gradient
-        G = G + lam * P
-    if WD == 2:  # decoupled (AdamW)
-        P = P * (one - alpha * lam)
-    if ADAM:
-        m = _fma(tl.full([], _M_WEIGHT, P.dtype), G - m, m)
-        v = _fma(tl.full([], _V_WEIGHT, P.dtype) * G, G, v * tl.full([], _BETA2, P.dtype))
-        P = P - _quotient(step * m, _quotient(_root(v, EXACT), sqrt_bc2, EXACT) + eps, EXACT)
-    else:
-        P = P - alpha * G
-    if CLIP:
-        P = _clamp(P, -bound, bound)
-    return P, m, v, gamma, trace
+def kernel_flags(learner: NeuralLearner, config: KernelConfig, sizes: Sequence[int]) -> dict[str, object]:
+    """The kernel's compile-time arguments for `learner` on a network of `sizes` (in, hidden, out):
+    the rule of each layer (FADE's part on the head's parameters, or on all) and the layout."""
+    fade = _FADE_MODES[learner.fade]
+    return dict(RULE0=rule_for(learner, fade == 2), RULE1=rule_for(learner, fade >= 1), ADAM=learner.base == "adam",
+                FADE=fade, STREAM=config.stream if learner.base == "adam" else 0, EXACT=config.exact,
+                BI=triton.next_power_of_2(sizes[0]), BH=triton.next_power_of_2(sizes[1]),
+                BO=triton.next_power_of_2(sizes[2]))
 
 
 @triton.jit(do_not_specialize=["steps"])  # segment lengths vary (bin pieces, chunk tails): one compile
@@ -162,7 +128,8 @@ def _segment_kernel(
     loss_ptr, sq_ptr, active_ptr,  # the bin's sums: [R] float64, [R, O] float64, [R, H] uint8
     steps, x_t, x_s, y_t, y_s,  # steps, and the streams' strides (step, slot)
     p_row, state_row, fade_row, fade_start, n_in, n_hidden, n_out,
-    ADAM: tl.constexpr, WD: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr, STREAM: tl.constexpr,
+    RULE0: tl.constexpr, RULE1: tl.constexpr,  # each layer's update, printed from the rule (triton_rule)
+    ADAM: tl.constexpr, FADE: tl.constexpr, STREAM: tl.constexpr,  # which state is kept, loaded, streamed
     SLOPE: tl.constexpr,  # the hidden activation's negative slope, rounded to the run's dtype as torch does
     EXACT: tl.constexpr,  # KernelConfig.exact
     BI: tl.constexpr, BH: tl.constexpr, BO: tl.constexpr,
@@ -232,26 +199,26 @@ def _segment_kernel(
         # updates, every parameter from its gradient at the old weights
         if STREAM >= 2 and ADAM:
             m1, v1 = tl.load(m_row + w1, mask=w1m, other=0.0), tl.load(v_row + w1, mask=w1m, other=0.0)
-            W1, m1, v1, gW1, tW1 = _step(W1, h[:, None] * d[None, :], m1, v1, gW1, tW1, (h * h)[:, None], alpha, lam,
-                                         theta, bound1, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE >= 1, EXACT)
+            W1, m1, v1, gW1, tW1 = RULE1(W1, h[:, None] * d[None, :], (h * h)[:, None], alpha, lam, theta, bound1,
+                                         m1, v1, gW1, tW1, step, sqrt_bc2, inv_bc2, EXACT)
             tl.store(m_row + w1, m1, mask=w1m)
             tl.store(v_row + w1, v1, mask=w1m)
         else:
-            W1, mW1, vW1, gW1, tW1 = _step(W1, h[:, None] * d[None, :], mW1, vW1, gW1, tW1, (h * h)[:, None], alpha, lam,
-                                           theta, bound1, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE >= 1, EXACT)
-        B1, mB1, vB1, gB1, tB1 = _step(B1, d, mB1, vB1, gB1, tB1, one, alpha, lam, theta, bound1, step, sqrt_bc2, inv_bc2,
-                                       ADAM, WD, CLIP, FADE >= 1, EXACT)
+            W1, mW1, vW1, gW1, tW1 = RULE1(W1, h[:, None] * d[None, :], (h * h)[:, None], alpha, lam, theta, bound1,
+                                           mW1, vW1, gW1, tW1, step, sqrt_bc2, inv_bc2, EXACT)
+        B1, mB1, vB1, gB1, tB1 = RULE1(B1, d, one, alpha, lam, theta, bound1, mB1, vB1, gB1, tB1, step, sqrt_bc2, inv_bc2,
+                                       EXACT)
         if STREAM >= 1 and ADAM:
             m0, v0 = tl.load(m_row + w0, mask=w0m, other=0.0), tl.load(v_row + w0, mask=w0m, other=0.0)
-            W0, m0, v0, gW0, tW0 = _step(W0, dz[:, None] * x[None, :], m0, v0, gW0, tW0, (x * x)[None, :], alpha, lam,
-                                         theta, bound0, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE == 2, EXACT)
+            W0, m0, v0, gW0, tW0 = RULE0(W0, dz[:, None] * x[None, :], (x * x)[None, :], alpha, lam, theta, bound0,
+                                         m0, v0, gW0, tW0, step, sqrt_bc2, inv_bc2, EXACT)
             tl.store(m_row + w0, m0, mask=w0m)
             tl.store(v_row + w0, v0, mask=w0m)
         else:
-            W0, mW0, vW0, gW0, tW0 = _step(W0, dz[:, None] * x[None, :], mW0, vW0, gW0, tW0, (x * x)[None, :], alpha, lam,
-                                           theta, bound0, step, sqrt_bc2, inv_bc2, ADAM, WD, CLIP, FADE == 2, EXACT)
-        B0, mB0, vB0, gB0, tB0 = _step(B0, dz, mB0, vB0, gB0, tB0, one, alpha, lam, theta, bound0, step, sqrt_bc2, inv_bc2,
-                                       ADAM, WD, CLIP, FADE == 2, EXACT)
+            W0, mW0, vW0, gW0, tW0 = RULE0(W0, dz[:, None] * x[None, :], (x * x)[None, :], alpha, lam, theta, bound0,
+                                           mW0, vW0, gW0, tW0, step, sqrt_bc2, inv_bc2, EXACT)
+        B0, mB0, vB0, gB0, tB0 = RULE0(B0, dz, one, alpha, lam, theta, bound0, mB0, vB0, gB0, tB0, step, sqrt_bc2, inv_bc2,
+                                       EXACT)
     # the segment's end: state and sums written once
     tl.store(p + w0, W0, mask=w0m)
     tl.store(p + b0, B0, mask=hm)
@@ -304,7 +271,7 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
     n_in, n_hidden, n_out = arch.sizes
     zeros = torch.zeros(runs, device=params.device, dtype=params.dtype)
     kappa = hp.get("kappa", zeros)
-    bounds = [kappa / math.sqrt(fan_in) for fan_in in (n_in, n_hidden)]  # as TorchOps.clip_bound
+    bounds = [_clip_bound(kappa, fan_in) for fan_in in (n_in, n_hidden)]
     adam = learner.base == "adam"
     table = adam_table(state["adam_steps"], steps, params.dtype) if adam else (zeros, zeros, zeros)
     x, target = x.contiguous(), target.contiguous()
@@ -320,9 +287,7 @@ def advance(learner: NeuralLearner, arch: Architecture, state: dict[str, torch.T
         steps, x.stride(0), x.stride(1), target.stride(0), target.stride(1),
         params.stride(0), state["adam_m"].stride(0) if adam else 0, fade_row, params.shape[1] - fade_row,
         n_in, n_hidden, n_out,
-        ADAM=adam, WD=WEIGHT_DECAY_MODES[learner.weight_decay], CLIP=learner.clip, FADE=_FADE_MODES[learner.fade],
-        STREAM=config.stream if adam else 0, SLOPE=float(arch.negative_slope), EXACT=config.exact,
-        BI=triton.next_power_of_2(n_in), BH=triton.next_power_of_2(n_hidden), BO=triton.next_power_of_2(n_out),
+        **kernel_flags(learner, config, arch.sizes), SLOPE=float(arch.negative_slope),
         num_warps=config.num_warps, enable_fp_fusion=config.fp_fusion, **({"maxnreg": config.maxnreg} if config.maxnreg else {}),
     )
     if adam:

@@ -156,10 +156,10 @@ class TorchOps:
         layer, is_bias = divmod(index, 2)
         fade = index in self.runs.fade_index
         kernels.update(
-            param, delta, None if is_bias else cache.inputs[layer], hp["alpha"],
+            learner, param, delta, None if is_bias else cache.inputs[layer], hp["alpha"],
             adam=kernels.AdamStep(self.runs.adam_m[index], self.runs.adam_v[index], *adam[:3]) if adam else None,
             fade=kernels.FadeState(self.runs.gamma[index], self.runs.trace[index], hp["theta_lambda"]) if fade else None,
-            lam=hp["lambda"] if learner.weight_decay == "decoupled" else None,
+            lam=hp.get("lambda"),
             bound=self.clip_bound(layer) if learner.clip else None,
             head_factor=head_factor if fade and layer == self.runs.net.arch.layers - 1 else None,
         )

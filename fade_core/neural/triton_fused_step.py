@@ -6,8 +6,8 @@ float32 parameters (1.15 MB; 3.45 MB with Adam's moments), far over what an SM k
 pass over a layer's weights streams them through HBM. Two kernels, as the CPU kernel's passes
 (cpu_kernel.py):
 
-  layer 0      `_update_forward_kernel`: the step's update of W0, b0 (any learner, via
-               triton_update.rule) and, from the updated weights, the NEXT step's W0 x' + b0,
+  layer 0      `_update_forward_kernel`: the step's update of W0, b0 (any learner: its rule
+               printed by triton_rule) and, from the updated weights, the NEXT step's W0 x' + b0,
                whose input x' is known: one read and one write of W0 per step.
   layers >= 1  `_backward_update_kernel`: delta_in = W^T delta read from the weights before the
                step (as the torch ops' backward, then the update) in the same pass that updates
@@ -44,8 +44,8 @@ benchmarks/bench_neural.py --streams.
 A segment of T steps makes one forward-only pass over W0 at its start (the same kernel with the
 update off, so W0 x comes from the same loop whatever the segmenting: a run's numbers do not
 depend on the chunking). Everything stays on the device: a segment can be captured in a CUDA graph.
-The arithmetic of each element's update is triton_update.rule, the fused kernel the torch ops are
-tested against; only the sums' order differs from torch's products.
+The arithmetic of each element's update is the learner's rule (`parts.update`) printed by
+triton_rule, as in triton_update's kernel; only the sums' order differs from torch's products.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ import torch
 import triton
 import triton.language as tl
 
-from fade_core.neural.triton_update import rule
+from fade_core.neural.triton_rule import rule_for
 
 # torch_ops.TorchOps and state.StepSums (torch_ops imports this module on first use): named, not imported.
 Ops = Any
@@ -93,16 +93,15 @@ def _store_state(p_ptr, m_ptr, v_ptr, g_ptr, t_ptr, at, fade_at, mask, p, m, v, 
 
 @triton.jit
 def _update(p_ptr, m_ptr, v_ptr, g_ptr, t_ptr, at, fade_at, mask, grad, q, hp_ptr, scalars_ptr, run, runs,
-            ADAM: tl.constexpr, COUPLED: tl.constexpr, DECOUPLED: tl.constexpr, CLIP: tl.constexpr,
-            FADE: tl.constexpr):
-    """Load, `rule`, store: one step on the elements `at` given their gradient and curvature.
+            RULE: tl.constexpr, ADAM: tl.constexpr, FADE: tl.constexpr):
+    """Load, RULE (the learner's update printed by triton_rule), store: one step on the elements
+    `at` given their gradient and curvature.
     hp_ptr: [5, R] alpha, lambda, theta_lambda, clip bound, Adam's step; scalars_ptr: [2] Adam's
     sqrt(1 - beta2^k) and 1 / (1 - beta2^(k-1)). Returns the weights before the step."""
     p, m, v, g, t = _load_state(p_ptr, m_ptr, v_ptr, g_ptr, t_ptr, at, fade_at, mask, ADAM, FADE)
-    new_p, m, v, g, t = rule(p, m, v, g, t, grad, q, tl.load(hp_ptr + run), tl.load(hp_ptr + runs + run),
-                             tl.load(hp_ptr + 2 * runs + run), tl.load(hp_ptr + 3 * runs + run),
-                             tl.load(hp_ptr + 4 * runs + run), tl.load(scalars_ptr), tl.load(scalars_ptr + 1),
-                             ADAM, COUPLED, DECOUPLED, CLIP, FADE)
+    new_p, m, v, g, t = RULE(p, grad, q, tl.load(hp_ptr + run), tl.load(hp_ptr + runs + run),
+                             tl.load(hp_ptr + 2 * runs + run), tl.load(hp_ptr + 3 * runs + run), m, v, g, t,
+                             tl.load(hp_ptr + 4 * runs + run), tl.load(scalars_ptr), tl.load(scalars_ptr + 1), True)
     _store_state(p_ptr, m_ptr, v_ptr, g_ptr, t_ptr, at, fade_at, mask, new_p, m, v, g, t, ADAM, FADE)
     return p, new_p
 
@@ -114,7 +113,7 @@ def _update_forward_kernel(
     hp_ptr, scalars_ptr,
     w0, b0, fw0, fb0, p_row, f_row, in_row, out_row, runs, fan_in, fan_out,
     UPDATE: tl.constexpr, FORWARD: tl.constexpr, HEAD_FACTOR: tl.constexpr,
-    ADAM: tl.constexpr, COUPLED: tl.constexpr, DECOUPLED: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr,
+    RULE: tl.constexpr, ADAM: tl.constexpr, FADE: tl.constexpr,
     BJ: tl.constexpr, BI: tl.constexpr,
 ):
     """Program (run, block of BJ output rows): the rows' update, then z = W x' + b from the
@@ -139,7 +138,7 @@ def _update_forward_kernel(
             if HEAD_FACTOR:
                 q = q * hf[:, None]
             _, w = _update(p_ptr, m_ptr, v_ptr, g_ptr, t_ptr, p_base + w0 + at, f_base + fw0 + at, mask,
-                           d[:, None] * x, q, hp_ptr, scalars_ptr, run, runs, ADAM, COUPLED, DECOUPLED, CLIP, FADE)
+                           d[:, None] * x, q, hp_ptr, scalars_ptr, run, runs, RULE, ADAM, FADE)
         else:
             w = tl.load(p_ptr + p_base + w0 + at, mask=mask, other=0.0)
         if FORWARD:
@@ -147,7 +146,7 @@ def _update_forward_kernel(
             acc += tl.sum(w * x_next[None, :], axis=1)
     if UPDATE:
         _, b = _update(p_ptr, m_ptr, v_ptr, g_ptr, t_ptr, p_base + b0 + rows, f_base + fb0 + rows, row_ok, d,
-                       hf, hp_ptr, scalars_ptr, run, runs, ADAM, COUPLED, DECOUPLED, CLIP, FADE)
+                       hf, hp_ptr, scalars_ptr, run, runs, RULE, ADAM, FADE)
     else:
         b = tl.load(p_ptr + p_base + b0 + rows, mask=row_ok)
     if FORWARD:
@@ -161,7 +160,7 @@ def _backward_update_kernel(
     hp_ptr, scalars_ptr,
     w0, b0, fw0, fb0, p_row, f_row, delta_row, in_row, runs, fan_in, fan_out,
     HEAD_FACTOR: tl.constexpr,
-    ADAM: tl.constexpr, COUPLED: tl.constexpr, DECOUPLED: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr,
+    RULE: tl.constexpr, ADAM: tl.constexpr, FADE: tl.constexpr,
     BJ: tl.constexpr, BI: tl.constexpr,
 ):
     """Program (run, block of BI input columns): for every output row, W^T delta on the columns
@@ -186,10 +185,10 @@ def _backward_update_kernel(
         at = rows[:, None] * fan_in + cols[None, :]
         w, _ = _update(p_ptr, m_ptr, v_ptr, g_ptr, t_ptr, p_base + w0 + at, f_base + fw0 + at,
                        row_ok[:, None] & col_ok[None, :], d[:, None] * x, q, hp_ptr, scalars_ptr, run, runs,
-                       ADAM, COUPLED, DECOUPLED, CLIP, FADE)
+                       RULE, ADAM, FADE)
         back += tl.sum(w * d[:, None], axis=0)
         _update(p_ptr, m_ptr, v_ptr, g_ptr, t_ptr, p_base + b0 + rows, f_base + fb0 + rows, row_ok & (block == 0), d,
-                hf, hp_ptr, scalars_ptr, run, runs, ADAM, COUPLED, DECOUPLED, CLIP, FADE)
+                hf, hp_ptr, scalars_ptr, run, runs, RULE, ADAM, FADE)
     pre = tl.load(pre_ptr + run * in_row + cols, mask=col_ok, other=0.0)
     below = tl.where(pre > 0, back, back * tl.load(slope_ptr))
     tl.store(below_ptr + run * in_row + cols, below, mask=col_ok)
@@ -221,8 +220,7 @@ class _Launcher:
         self.scalars = flat.new_zeros(2)  # Adam's sqrt(1 - beta2^k), 1 / (1 - beta2^(k-1))
         # A fill, not a host copy (none may run while a CUDA graph is captured); in the run's dtype, as torch's backward
         self.slope = flat.new_full((), net.arch.negative_slope)
-        self.flags = {"ADAM": self.adam, "COUPLED": learner.weight_decay == "coupled",
-                      "DECOUPLED": learner.weight_decay == "decoupled", "CLIP": learner.clip}
+        self.learner = learner
         for t in (flat, runs.adam_m_flat, runs.adam_v_flat, runs.gamma_flat, runs.trace_flat):
             if t.numel() and not t.is_contiguous():
                 raise ValueError(f"fused step: state buffers must be contiguous, strides {t.stride()}")
@@ -236,7 +234,7 @@ class _Launcher:
             self.scalars[1] = inv_bc2_before
 
     def state(self, layer: int) -> tuple[list, list, dict]:
-        """Pointers, offsets and strides of a layer's state, and its FADE flag."""
+        """Pointers, offsets and strides of a layer's state, and its rule and flags."""
         runs, flat = self.runs, self.net.flat
         fade = 2 * layer in runs.fade_index
         moments = [runs.adam_m_flat, runs.adam_v_flat] if self.adam else [flat, flat]
@@ -244,7 +242,7 @@ class _Launcher:
         w0, b0 = self.starts[2 * layer], self.starts[2 * layer + 1]
         shift = runs.fade_start if fade else w0
         offsets = [w0, b0, w0 - shift, b0 - shift, flat.stride(0), traces[0].stride(0)]
-        return [flat, *moments, *traces], offsets, {**self.flags, "FADE": fade}
+        return [flat, *moments, *traces], offsets, {"RULE": rule_for(self.learner, fade), "ADAM": self.adam, "FADE": fade}
 
     def update_forward(self, delta: torch.Tensor | None, x: torch.Tensor, head_factor: torch.Tensor | None,
                        x_next: torch.Tensor | None) -> torch.Tensor | None:

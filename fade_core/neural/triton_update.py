@@ -8,116 +8,26 @@ One kernel covers every parameter whose update is more than a rank-one SGD step:
 SGD base (fade_sgd's head, fade_sgd_all's layers). The gradient delta x^T and FADE's curvature
 x^2 (times p(1-p) on a classification head) are formed in registers and never stored.
 
-The arithmetic is torch_ops' op for op, in the run's dtype: IEEE division and square root, exp
-from libdevice (what torch's CUDA exp calls), FMA only where torch's own kernels use one (lerp,
-addcmul) and no other contraction. tests/test_triton.py holds it to the torch ops in Triton's
-interpreter (TRITON_INTERPRET=1, on CPUs) and, compiled, on a GPU.
+The arithmetic is the rule's (`parts.update`, printed by triton_rule and passed to the kernel
+as RULE), op for op in the run's dtype: IEEE division and square root, exp from libdevice, FMA
+only where the rule writes one (launched with fp_fusion off: no other contraction). The kernel
+itself is the memory pass: which state it loads and stores, the gradient's factors.
+tests/test_triton.py holds it to the torch ops and tests/test_triton_oracle.py to the plain
+one-run loop, in Triton's interpreter (TRITON_INTERPRET=1, on CPUs) and, compiled, on a GPU.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from fade_core.neural.rules import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN
+from fade_core.neural import triton_rule
+from fade_core.neural.rules import NeuralLearner
 
-# Read when the kernels are defined, as triton.jit does: the interpreter runs them with numpy.
-INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
 MAX_BLOCK = 1024  # elements per program: 8 per thread at 4 warps
-# Constants as Triton reads globals (torch rounds the same Python floats to the run's dtype).
-_GAMMA_MIN, _GAMMA_MAX = tl.constexpr(GAMMA_MIN), tl.constexpr(GAMMA_MAX)
-_EPS, _BETA2 = tl.constexpr(EPS), tl.constexpr(BETA2)
-_M_WEIGHT, _V_WEIGHT = tl.constexpr(1 - BETA1), tl.constexpr(1 - BETA2)  # lerp weight, addcmul value
-
-if INTERPRET:  # numpy has no libdevice and rounds a*b+c twice
-
-    @triton.jit
-    def _exp(x):
-        return tl.exp(x)
-
-    @triton.jit
-    def _fma(a, b, c):
-        if c.dtype == tl.float32:  # exact product in float64, one rounding (up to a double rounding)
-            return (a.to(tl.float64) * b.to(tl.float64) + c.to(tl.float64)).to(tl.float32)
-        else:
-            return tl.fma(a, b, c)
-
-else:
-    from triton.language.extra.cuda import libdevice
-
-    @triton.jit
-    def _exp(x):
-        return libdevice.exp(x)
-
-    @triton.jit
-    def _fma(a, b, c):
-        return tl.fma(a, b, c)
-
-
-@triton.jit
-def _div(a, b):
-    """a / b rounded once (Triton's float32 `/` is approximate)."""
-    if a.dtype == tl.float32:
-        return tl.div_rn(a, b)
-    else:
-        return a / b
-
-
-@triton.jit
-def _sqrt(a):
-    if a.dtype == tl.float32:
-        return tl.sqrt_rn(a)
-    else:
-        return tl.sqrt(a)
-
-
-@triton.jit
-def _clamp(x, lo, hi):
-    """torch.clamp: NaN stays NaN (a diverged run keeps showing it)."""
-    x = tl.maximum(x, lo, propagate_nan=tl.PropagateNan.ALL)
-    return tl.minimum(x, hi, propagate_nan=tl.PropagateNan.ALL)
-
-
-@triton.jit
-def rule(p, m, v, gamma, trace, grad, q, alpha, lam, theta, bound, step, sqrt_bc2, inv_bc2,
-         ADAM: tl.constexpr, COUPLED: tl.constexpr, DECOUPLED: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr):
-    """One step of algorithms.md §2 on elements `p` (with Adam's m, v and FADE's gamma, trace where
-    the flags say; other arguments of an unused part are not read), given their gradient `grad`
-    and FADE's curvature `q`: FADE (decay first), coupled (L2 in the gradient) or decoupled
-    decay, the Adam or SGD step, clipping to +-bound. Returns (p, m, v, gamma, trace). Shared by
-    this module's kernel and triton_fused_step's, so the rule is written once for CUDA."""
-    one = tl.full([], 1.0, p.dtype)
-    if FADE:
-        # alpha_eff: alpha, or Adam's alpha / (sqrt(v_hat) + eps) with v_hat before this step's
-        # update (inv_bc2 = 1 / (1 - beta2^k) is 0 before the first Adam step: alpha then).
-        alpha_eff = alpha
-        if ADAM:
-            eps = tl.full([], _EPS, p.dtype)
-            alpha_eff = tl.where(inv_bc2 > 0, _div(alpha, _sqrt(v * inv_bc2) + eps), alpha)
-        gamma = _clamp(gamma - theta * grad * trace, _GAMMA_MIN, _GAMMA_MAX)
-        decay = _exp(gamma)
-        c = tl.maximum(one - decay - alpha_eff * q, 0.0, propagate_nan=tl.PropagateNan.ALL)
-        trace = trace * c - decay * p
-        p = p * (one - decay)  # decay first; the base step follows
-    if COUPLED:  # torch.optim.SGD(weight_decay): the gradient plus lambda * P
-        grad = grad + lam * p
-    if DECOUPLED:
-        p = p * (one - alpha * lam)
-    if ADAM:
-        # torch.optim.Adam: m.lerp_(grad, 1 - beta1); v.mul_(beta2).addcmul_(grad, grad, 1 - beta2)
-        m = _fma(tl.full([], _M_WEIGHT, p.dtype), grad - m, m)
-        v = _fma(tl.full([], _V_WEIGHT, p.dtype) * grad, grad, v * tl.full([], _BETA2, p.dtype))
-        denom = _div(_sqrt(v), sqrt_bc2) + tl.full([], _EPS, p.dtype)
-        p = p - _div(step * m, denom)
-    else:
-        p = p - alpha * grad
-    if CLIP:
-        p = _clamp(p, -bound, bound)
-    return p, m, v, gamma, trace
 
 
 @triton.jit
@@ -128,7 +38,8 @@ def _update_kernel(
     step_ptr, sqrt_bc2_ptr, inv_bc2_ptr,  # Adam's scalars for this step: [R], [], []
     p_row, state_row, fade_row, delta_row, x_row, hf_row,  # row (run) strides
     n_in, numel, blocks,
-    ADAM: tl.constexpr, DECOUPLED: tl.constexpr, CLIP: tl.constexpr, FADE: tl.constexpr,
+    RULE: tl.constexpr,  # triton_rule.rule_for(learner, FADE)
+    ADAM: tl.constexpr, FADE: tl.constexpr,  # which state the rule reads and writes
     WEIGHT: tl.constexpr, HEAD_FACTOR: tl.constexpr, BLOCK: tl.constexpr,
 ):
     pid = tl.program_id(0)
@@ -154,12 +65,10 @@ def _update_kernel(
     if FADE:
         gamma = tl.load(gamma_ptr + run * fade_row + offs, mask=mask)
         trace = tl.load(trace_ptr + run * fade_row + offs, mask=mask)
-    p, m, v, gamma, trace = rule(
-        p, m, v, gamma, trace, grad, q, tl.load(alpha_ptr + run),
-        tl.load(lam_ptr + run) if DECOUPLED else 0.0, tl.load(theta_ptr + run) if FADE else 0.0,
-        tl.load(bound_ptr + run) if CLIP else 0.0, tl.load(step_ptr + run) if ADAM else 0.0,
-        tl.load(sqrt_bc2_ptr) if ADAM else 0.0, tl.load(inv_bc2_ptr) if ADAM and FADE else 0.0,
-        ADAM, False, DECOUPLED, CLIP, FADE)
+    p, m, v, gamma, trace = RULE(  # (a per-run scalar the rule does not read: a pointer that stands in)
+        p, grad, q, tl.load(alpha_ptr + run), tl.load(lam_ptr + run), tl.load(theta_ptr + run),
+        tl.load(bound_ptr + run), m, v, gamma, trace, tl.load(step_ptr + run), tl.load(sqrt_bc2_ptr),
+        tl.load(inv_bc2_ptr), True)
     if FADE:
         tl.store(gamma_ptr + run * fade_row + offs, gamma, mask=mask)
         tl.store(trace_ptr + run * fade_row + offs, trace, mask=mask)
@@ -200,12 +109,14 @@ def _rows(a: torch.Tensor, b: torch.Tensor, like: torch.Tensor) -> int:
     return a.stride(0)
 
 
-def update(param: torch.Tensor, delta: torch.Tensor, x: torch.Tensor | None, alpha: torch.Tensor, *,
-           adam: AdamStep | None = None, fade: FadeState | None = None, lam: torch.Tensor | None = None,
-           bound: torch.Tensor | None = None, head_factor: torch.Tensor | None = None) -> None:
-    """One step of algorithms.md §2 on `param` ([R, out, in] weight or [R, out] bias) in place, in
-    one kernel launch: FADE (if `fade`), decoupled decay (if `lam`), an Adam (if `adam`) or SGD
-    step with gradient delta x^T (delta for a bias), then clipping to +-bound (if `bound`).
+def update(learner: NeuralLearner, param: torch.Tensor, delta: torch.Tensor, x: torch.Tensor | None,
+           alpha: torch.Tensor, *, adam: AdamStep | None = None, fade: FadeState | None = None,
+           lam: torch.Tensor | None = None, bound: torch.Tensor | None = None,
+           head_factor: torch.Tensor | None = None) -> None:
+    """One step of `learner`'s rule (algorithms.md §2) on `param` ([R, out, in] weight or [R, out]
+    bias) in place, in one kernel launch, with gradient delta x^T (delta for a bias): Adam's state
+    and scalars in `adam`, FADE's (FADE's part on this parameter) in `fade`, lambda and the clip
+    bound per run where the learner reads them.
     `head_factor` [R, out] multiplies FADE's curvature (p(1-p) on a classification head).
     Every tensor stays on the device: the launch can be captured in a CUDA graph."""
     weight = x is not None
@@ -233,7 +144,7 @@ def update(param: torch.Tensor, delta: torch.Tensor, x: torch.Tensor | None, alp
         _rows(fade.gamma, fade.trace, param) if fade else 0,
         delta.stride(0), x.stride(0), hf.stride(0),
         n_in, numel, blocks,
-        ADAM=adam is not None, DECOUPLED=lam is not None, CLIP=bound is not None, FADE=fade is not None,
+        RULE=triton_rule.rule_for(learner, fade is not None), ADAM=adam is not None, FADE=fade is not None,
         WEIGHT=weight, HEAD_FACTOR=head_factor is not None, BLOCK=block,
         enable_fp_fusion=False,
     )

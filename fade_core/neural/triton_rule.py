@@ -1,0 +1,182 @@
+"""A neural learner's per-parameter update as a Triton function, printed from the rule.
+
+The Triton engines (`triton_update`, `triton_fused_step`, `persistent`) take their update
+arithmetic from here: `rule_for(learner, fade_on)` traces `parts.update` with the learner's
+parts as flags (fade_core/expression.py), prints it as one `@triton.jit` function and loads
+it; a kernel receives that function as a `tl.constexpr` argument and calls it on its
+elements. The kernels keep only loops, memory passes and layouts.
+
+Why printed source and not the rule rebound (rulebind.bind) as the torch engine does: Triton
+re-reads a function's source and compiles that, refusing closures and non-constexpr globals,
+so the function must be text in a real module file. The text is written once per rule to
+`CACHE` (named by a digest of the text and of this file, so a changed rule or primitive is a
+new file and a new compile, never a stale one) and imported from there.
+
+The function is `rule_<digest>(w, grad, q, alpha, lam, theta, bound, m, v, gamma, trace,
+step, sqrt_bc2, inv_bc2, EXACT)` -> (w, m, v, gamma, trace) (`ARGUMENTS`, `parts.UPDATE_OUTPUTS`):
+what a kernel has per element or per run. The rule's other inputs are derived in the printed
+code itself: AdamW's factor is `parts.shrink(alpha, lam)`'s graph, the first Adam step is
+inv_bc2 <= 0 (`parts.adam_scalars` makes it 0 there), Adam's constant coefficients are
+`parts.adam_scalars`' literals. An input a learner's parts do not read is a placeholder,
+returned as it came. Nothing here names a part: a new one in `parts.update` prints as it is.
+
+How the printed code keeps the rule's rounding (review's pitfalls):
+- every literal is `tl.full([], value, DT)`, DT the dtype of w: a bare Python float would be
+  float32 in Triton whatever the run's dtype;
+- fma is `_fma` (tl.fma; in the interpreter a float64 product rounded once), lerp is
+  a + w * (b - a) as written, so the kernels must launch with fp_fusion off where a result is
+  claimed bit for bit (triton_update and triton_fused_step do; persistent lets its products fuse);
+- `/` and sqrt are IEEE (`tl.div_rn`, `tl.sqrt_rn` in float32: Triton's own float32 `/` is
+  approximate) unless EXACT is False (the persistent engine's knob); div_approx is Triton's `/`;
+- maximum(a, b) is `tl.where(b > a, b, a)`: a NaN value stays NaN and the bound wins only
+  strictly, as the C and numba printers write it, so a diverging run is labelled the same on
+  every engine; exp is libdevice's (numpy's in the interpreter).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+from pathlib import Path
+
+import triton
+import triton.language as tl
+
+from fade_core.expression import INFIX, Node, RuleError, constants, statements, substitute, trace
+from fade_core.neural import parts
+from fade_core.neural.c_source import update_flags
+from fade_core.neural.rules import NeuralLearner
+from fade_core.rulebind import parameters
+
+# Read when the primitives are defined, as triton.jit does: the interpreter runs them with numpy.
+INTERPRET = os.environ.get("TRITON_INTERPRET", "0") == "1"
+CACHE = Path.home() / ".cache" / "fade-sweep" / "triton"  # the printed modules, shared by a user's processes
+
+ARGUMENTS = ("w", "grad", "q", "alpha", "lam", "theta", "bound", "m", "v", "gamma", "trace",
+             "step", "sqrt_bc2", "inv_bc2")
+
+
+if INTERPRET:  # numpy has no libdevice and rounds a*b+c twice
+
+    @triton.jit
+    def _exp(x):
+        return tl.exp(x)
+
+    @triton.jit
+    def _fma(a, b, c):
+        if c.dtype == tl.float32:  # exact product in float64, one rounding (up to a double rounding)
+            return (a.to(tl.float64) * b.to(tl.float64) + c.to(tl.float64)).to(tl.float32)
+        else:
+            return tl.fma(a, b, c)
+
+else:
+    from triton.language.extra.cuda import libdevice
+
+    @triton.jit
+    def _exp(x):
+        return libdevice.exp(x)
+
+    @triton.jit
+    def _fma(a, b, c):
+        return tl.fma(a, b, c)
+
+
+@triton.jit
+def _quotient(a, b, EXACT: tl.constexpr):
+    """a / b rounded once (IEEE; Triton's float32 `/` is approximate), or with EXACT False
+    Triton's approximate float32 division (~2 ulp, a few instructions instead of a dozen)."""
+    if EXACT and a.dtype == tl.float32:
+        return tl.div_rn(a, b)
+    else:
+        return a / b
+
+
+@triton.jit
+def _root(a, EXACT: tl.constexpr):
+    if EXACT and a.dtype == tl.float32:
+        return tl.sqrt_rn(a)
+    else:
+        return tl.sqrt(a)
+
+
+_CALLS = {"neg": "-{0}", "exp": "_exp({0})", "sqrt": "_root({0}, EXACT)", "div": "_quotient({0}, {1}, EXACT)",
+          "div_approx": "{0} / {1}", "fma": "_fma({0}, {1}, {2})", "where": "tl.where({0}, {1}, {2})",
+          "maximum": "tl.where({1} > {0}, {1}, {0})", "minimum": "tl.where({1} < {0}, {1}, {0})",
+          "lerp": "{0} + {2} * ({1} - {0})"}
+
+
+def _graph(flags: dict[str, object]) -> tuple[Node, ...]:
+    """`parts.update`'s outputs for these flags (`c_source.update_flags`), over ARGUMENTS alone."""
+    outputs = trace(parts.update, parts.UPDATE_INPUTS, flags)
+    coefficients = dict(zip(("m_weight", "beta2", "v_weight", "eps"), parts.adam_scalars(1.0, 2)[3:]))
+    derived = {
+        "factor": trace(parts.shrink, parameters(parts.shrink))[0],
+        "first_step": Node("le", (Node("var", value="inv_bc2"), Node("const", value=0.0))),
+        **{name: Node("const", value=float(value)) for name, value in coefficients.items()},
+    }
+    return substitute(outputs, derived)
+
+
+def triton_source(learner: NeuralLearner, fade_on: bool, name: str = "rule") -> str:
+    """The text of a module defining `name`, one parameter's update for `learner` (FADE's part
+    on it if `fade_on`) as a Triton function of ARGUMENTS and EXACT (see the module's doc).
+    RuleError (fade_core.expression) for a rule that reads an input no kernel has."""
+    flags = update_flags(learner, fade_on)
+    outputs = _graph(flags)
+    literals = constants(outputs)
+
+    def leaf(node: Node) -> str:
+        if node.op == "const":
+            return f"c{literals.index(node.value)}"
+        if node.value not in ARGUMENTS:
+            raise RuleError(f"learner {learner.name!r}: its rule reads {node.value!r}, which no Triton kernel passes "
+                            f"(the kernels pass {', '.join(ARGUMENTS)})")
+        return node.value
+
+    def render(node: Node, a: list[str]) -> str:
+        return _CALLS[node.op].format(*a) if node.op in _CALLS else f"{a[0]} {INFIX[node.op]} {a[1]}"
+
+    lines, results = statements(outputs, leaf, render, lambda t, node, expression: f"    {t} = {expression}")
+    head = [f"    c{k} = tl.full([], {value!r}, DT)" for k, value in enumerate(literals)]
+    return "\n".join([
+        f'"""parts.update with {flags}, printed by fade_core/neural/triton_rule.py; do not edit."""',
+        "import triton",
+        "import triton.language as tl",
+        "from fade_core.neural.triton_rule import _exp, _fma, _quotient, _root",
+        "",
+        "",
+        "@triton.jit",
+        f"def {name}({', '.join(ARGUMENTS)}, EXACT: tl.constexpr):",
+        "    DT = w.dtype",
+        *head, *lines,
+        f"    return {', '.join(results)}",
+        "",
+    ])
+
+
+_LOADED: dict[tuple, object] = {}
+_THIS_FILE = Path(__file__).read_bytes()
+
+
+def rule_for(learner: NeuralLearner, fade_on: bool):
+    """The Triton function of `triton_source(learner, fade_on)`, printed to CACHE once and
+    imported (one per process and rule): a kernel's `tl.constexpr` argument."""
+    key = tuple(sorted(update_flags(learner, fade_on).items()))
+    if key in _LOADED:
+        return _LOADED[key]
+    text = triton_source(learner, fade_on, "rule")
+    digest = hashlib.sha256(text.encode() + _THIS_FILE).hexdigest()[:16]
+    name = f"rule_{digest}"
+    text = text.replace("def rule(", f"def {name}(", 1)
+    path = CACHE / f"{name}.py"
+    if not path.exists() or path.read_text() != text:
+        CACHE.mkdir(parents=True, exist_ok=True)
+        partial = path.with_suffix(f".{os.getpid()}.tmp")
+        partial.write_text(text)
+        os.replace(partial, path)  # whole or absent: another process may be reading it
+    spec = importlib.util.spec_from_file_location(f"fade_core_triton_rules.{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    _LOADED[key] = getattr(module, name)
+    return _LOADED[key]
