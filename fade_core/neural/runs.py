@@ -25,6 +25,7 @@ from fade_core.neural.rules import NeuralLearner, get_neural_learner
 from fade_core.neural.state import Loss, NeuralRuns
 
 NEURAL_ENGINES = (CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT, CUDA)
+OWN_BASE_ENGINES = (CPU, TORCH, TRITON)  # a researcher's base step (own.py): the printed CPU kernel, the torch ops
 
 
 def engine_class(name: str, device: torch.device):
@@ -69,4 +70,7 @@ def make_runs(learner: str | NeuralLearner, arch: Architecture, seeds: list[int]
     net = BatchedMLP.from_seeds(arch, list(seeds), device, dtype)
     if engine is None:
         engine = CPU if net.flat.device.type == "cpu" else TRITON
+    if spec.own_base and engine not in OWN_BASE_ENGINES:
+        raise EngineError(f"engine {engine!r} runs the built-in base steps only; {spec.name}'s own base step "
+                          f"{spec.own_base.name} runs on {', '.join(OWN_BASE_ENGINES)}")
     return NeuralRuns(spec, net, hyperparameter_tensors(spec, hp, dtype), loss, engine_class(engine, net.flat.device))

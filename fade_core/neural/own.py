@@ -1,0 +1,105 @@
+"""A neural base step of the researcher's own: checked from its source, and bound like a built-in part.
+
+A neural learner of one's own is the built-in parts (FADE's decay, weight decay, clipping:
+`rules.NeuralLearner`) around a base step of one's own in place of SGD or Adam, written in the
+form of `parts.py`'s rules:
+
+    from fade_core.neural import hyperparameter, sqrt
+
+    @hyperparameter("rho", "decay of the mean square", low=0.0, high=1.0)   # optional
+    def rmsprop(w, grad, v, alpha, rho, eps):
+        v = rho * v + (1 - rho) * grad * grad
+        return w - alpha * grad / (sqrt(v) + eps), v
+
+The arguments: the parameter `w`, its gradient `grad`, then 0 to 2 names of the step's own
+per-parameter state (each starts at 0, and is held where Adam keeps m and v), then `alpha` (the
+step size; FADE's trace sees it as the step size, as under SGD), then 0 to 6 hyperparameters of
+its own; it returns the new `w` and the new state, in that order. Its body is straight-line
+arithmetic (+, -, *, /, numbers, and fade_core.rulebind's primitives: exp, sqrt, fma,
+div_approx, where, maximum, minimum, clamp, lerp; a comparison only as where's condition):
+every engine traces or binds it as it does `parts.update` (fade_core/expression.py), so it is
+checked here, before anything runs, with the line of the first thing no engine can run.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from fade_core.expression import RuleError as TraceError
+from fade_core.expression import trace
+from fade_core.hyperparameters import Hyperparameter
+from fade_core.linear.own import Form, RuleError, _where, check_body, hyperparameter, own_ranges, rule_source, source_digest
+from fade_core.rulebind import PLAIN, bind
+
+MAX_STATE = 2  # the state buffers every engine keeps per parameter (Adam's m and v)
+MAX_HYPERPARAMETERS = 6
+PART = Form({"exp": 1, "sqrt": 1, "fma": 3, "div_approx": 2, "where": 3, "maximum": 2, "minimum": 2, "clamp": 3,
+             "lerp": 3}, {name: (f,) for name, f in PLAIN.items()}, True, "use where, maximum, minimum or clamp")
+FORM = "def NAME(w, grad, up to 2 state names, alpha, up to 6 hyperparameters)"
+
+__all__ = ["OwnBase", "RuleError", "hyperparameter", "own_base"]
+
+
+@dataclass(frozen=True)
+class OwnBase:
+    """A researcher's base step, checked: `parts.update` calls it (bound by `step`) in place of sgd or adam."""
+
+    name: str  # the function's name
+    rule: Callable
+    state: tuple[str, ...] = ()  # its per-parameter state, in the rule's order (in m, then v)
+    hyperparameters: tuple[str, ...] = ()  # its own, after alpha, in the rule's order
+    own: tuple[Hyperparameter, ...] = ()  # those not built in, with their ranges
+    key: str = ""  # name@digest of its source: a compiled kernel's key (numba's cache files are named after it)
+
+    def step(self, primitives: Mapping[str, object], hp: Mapping[str, object]) -> Callable:
+        """The base step as `parts.update` calls it, (w, grad, m, v, alpha) -> (w, m, v): the rule
+        bound to `primitives`, its state read from m (then v), its hyperparameters from `hp`; a
+        state slot it does not have is returned as it came."""
+        rule = bind(self.rule, primitives)
+        own = [hp[name] for name in self.hyperparameters]
+        held = len(self.state)
+
+        def base_step(w, grad, m, v, alpha):
+            out = rule(w, grad, *(m, v)[:held], alpha, *own)
+            out = out if isinstance(out, tuple) else (out,)
+            return (out[0], *out[1:], *(m, v)[held:])
+
+        return base_step
+
+
+def _signature(rule: Callable) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(state names, hyperparameter names) of a rule in the form FORM; RuleError otherwise."""
+    try:
+        parameters = list(inspect.signature(rule).parameters.values())
+    except (TypeError, ValueError):
+        raise RuleError(f"{rule!r}: not a function; a base step is {FORM}") from None
+    names = tuple(p.name for p in parameters)
+    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in parameters)
+    at = names.index("alpha") if "alpha" in names else -1
+    state, hps = names[2:at], names[at + 1:]
+    if (names[:2] != ("w", "grad") or at < 0 or not plain or len(state) > MAX_STATE
+            or len(hps) > MAX_HYPERPARAMETERS):
+        raise RuleError(f"{_where(rule)}: base step {rule.__name__}({', '.join(names)}) is not in the documented form "
+                        f"{FORM}, without defaults or *args")
+    return state, hps
+
+
+def own_base(rule: Callable, taken: tuple[str, ...] = ()) -> OwnBase:
+    """The researcher's base step `rule`, checked (RuleError naming the problem and the line);
+    `taken`: the hyperparameters of the learner's other parts, which its own may not be named."""
+    state, hps = _signature(rule)
+    ending = f"`return w, {', '.join(state)}` (the new w and state)" if state else "`return w` (the new w)"
+    check_body(rule, PART, 1 + len(state), ending)
+    for name in hps:
+        if name in taken:
+            raise RuleError(f"{_where(rule)}: hyperparameter {name} of {rule.__name__} is one of the learner's other "
+                            "parts'; rename it")
+    try:
+        trace(rule, (*("w", "grad"), *state, "alpha", *hps))
+    except (TraceError, NameError, TypeError) as err:  # what the form check lets through and no engine can run
+        raise RuleError(f"{_where(rule)}: base step {rule.__name__} does not trace: {err}") from None
+    source = rule_source(rule)
+    return OwnBase(rule.__name__, rule, state, hps, own_ranges(rule, hps),
+                   f"{rule.__name__}@{source_digest(source)[:16]}")
