@@ -39,7 +39,7 @@ PART = Form({"exp": 1, "sqrt": 1, "fma": 3, "div_approx": 2, "where": 3, "maximu
              "lerp": 3}, {name: (f,) for name, f in PLAIN.items()}, True, "use where, maximum, minimum or clamp")
 FORM = "def NAME(w, grad, up to 2 state names, alpha, up to 6 hyperparameters)"
 
-__all__ = ["OwnBase", "RuleError", "hyperparameter", "own_base"]
+__all__ = ["OwnBase", "RuleError", "hyperparameter", "own_base", "own_learner"]
 
 
 @dataclass(frozen=True)
@@ -103,3 +103,14 @@ def own_base(rule: Callable, taken: tuple[str, ...] = ()) -> OwnBase:
     source = rule_source(rule)
     return OwnBase(rule.__name__, rule, state, hps, own_ranges(rule, hps),
                    f"{rule.__name__}@{source_digest(source)[:16]}")
+
+
+def own_learner(name: str, rule: Callable, weight_decay: str = "none", clip: bool = False, fade: str = "none"):
+    """The NeuralLearner `name`: the built-in parts given around the researcher's base step `rule`
+    (RuleError naming the problem and the line; ValueError for an unknown part)."""
+    from fade_core.neural.rules import NEURAL_LEARNERS, NeuralLearner
+
+    if name in NEURAL_LEARNERS:
+        raise RuleError(f"{name}: the name of a built-in neural learner; give the learner another name")
+    others = NeuralLearner(name, "sgd", weight_decay, clip, fade).hyperparameters[1:]
+    return NeuralLearner(name, own_base(rule, others), weight_decay, clip, fade)

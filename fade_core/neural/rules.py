@@ -27,6 +27,7 @@ WD_NONE, WD_COUPLED, WD_DECOUPLED = 0, 1, 2
 WEIGHT_DECAY_MODES = {"none": WD_NONE, "coupled": WD_COUPLED, "decoupled": WD_DECOUPLED}
 BASES = ("sgd", "adam")
 FADE_MODES = ("none", "head", "all")
+OWN_BASE_ENGINES = ("cpu", "torch", "triton")  # what runs a base step of one's own (triton: as the torch ops)
 
 
 @dataclass(frozen=True)

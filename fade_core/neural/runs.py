@@ -21,11 +21,10 @@ import torch
 
 from fade_core.engines import CPU, CUDA, PERSISTENT, TORCH, TRITON, TRITON_STEP, EngineError
 from fade_core.mlp import Architecture, BatchedMLP
-from fade_core.neural.rules import NeuralLearner, get_neural_learner
+from fade_core.neural.rules import OWN_BASE_ENGINES, NeuralLearner, get_neural_learner
 from fade_core.neural.state import Loss, NeuralRuns
 
 NEURAL_ENGINES = (CPU, TORCH, TRITON, TRITON_STEP, PERSISTENT, CUDA)
-OWN_BASE_ENGINES = (CPU, TORCH, TRITON)  # a researcher's base step (own.py): the printed CPU kernel, the torch ops
 
 
 def engine_class(name: str, device: torch.device):

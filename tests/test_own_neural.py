@@ -1,0 +1,165 @@
+"""A neural learner of the researcher's own (`learners:` block, a base step in parts.py's form): run on
+the embedded Ray equal to a plain per-run loop written here, read back without its module, resumed and
+confirmed only with the base step the store recorded, and a bad base step refused before anything runs."""
+
+import math
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import ray
+import torch
+import yaml
+from torch import nn
+
+from fade_core.mlp import Architecture
+from sweeps.cli import main
+from sweeps.store import Store
+from tasks import make_stream
+from tasks.nonlinear_tracking import STUDENT
+
+MODULE = "rms_parts_for_test"
+PART = (Path(__file__).resolve().parents[1] / "benchmarks" / "own_parts.py").read_text()  # docs/own-learners.md's example
+SETTINGS = {"steps": 240, "score_window": 80, "bin": 80, "period": 40, "slow_multiplier": 3}
+SEEDS = 2
+GRID = {"alpha": 0.002, "rho": [0.9, 0.99], "eps": 1e-6, "theta_lambda": 1.0, "gamma0": -4.6}
+SWEEP = {"name": "rms", "task": "nonlinear_tracking", "task_settings": SETTINGS, "seeds": SEEDS,
+         "learners": {"rmsprop_fade": {"base": f"{MODULE}:rmsprop", "fade": "head"}},
+         "optimizers": {"sgd": {"alpha": 0.01}, "rmsprop_fade": GRID}}
+
+
+def _plain_score(seed: int, alpha: float, rho: float, eps: float, theta_lambda: float, gamma0: float,
+                 wd: float = 0.0, kappa: float = math.inf, arch: Architecture = STUDENT, data=None) -> float:
+    """One run, step by step in float64: autograd gradients, FADE on the head as algorithms.md §2 writes it,
+    then RMSprop (v = rho v + (1 - rho) g^2; w -= alpha g / (sqrt(v) + eps)), L2 in the gradient (wd) and
+    clipping to kappa / sqrt(fan_in); the score is the mean squared error of the last score_window steps."""
+    steps = SETTINGS["steps"]
+    if data is None:
+        chunk = make_stream("nonlinear_tracking", SETTINGS, seed).chunk(0, steps)
+        data = torch.as_tensor(chunk.x, dtype=torch.float64), torch.as_tensor(chunk.y, dtype=torch.float64)
+    torch.manual_seed(seed)
+    net = arch.module().to(torch.float64)
+    linears = [m for m in net if isinstance(m, nn.Linear)]
+    params = [p for lin in linears for p in (lin.weight, lin.bias)]
+    head = {id(p) for p in params[-2:]}
+    gamma = {id(p): torch.full_like(p, gamma0) for p in params[-2:]}
+    trace = {id(p): torch.zeros_like(p) for p in params[-2:]}
+    square = {id(p): torch.zeros_like(p) for p in params}
+    errors = []
+    for x, y in zip(*data):
+        inputs, h = [], x
+        for module in net:
+            if isinstance(module, nn.Linear):
+                inputs.append(h.detach())
+            h = module(h)
+        loss = 0.5 * ((h - y) ** 2).sum()
+        errors.append(((h.detach() - y) ** 2).mean().item())
+        net.zero_grad()
+        loss.backward()
+        with torch.no_grad():
+            for index, param in enumerate(params):
+                grad = param.grad
+                if id(param) in head:
+                    q = torch.ones_like(param) if index % 2 else (inputs[-1] ** 2).expand_as(param)
+                    g = trace[id(param)]
+                    gamma[id(param)] = (gamma[id(param)] - theta_lambda * grad * g).clamp(-15, 0)
+                    decay = gamma[id(param)].exp()
+                    trace[id(param)] = g * (1 - decay - alpha * q).clamp(min=0) - decay * param
+                    param.mul_(1 - decay)
+                grad = grad + wd * param
+                square[id(param)] = rho * square[id(param)] + (1 - rho) * grad * grad
+                param.sub_(alpha * grad / (square[id(param)].sqrt() + eps))
+                bound = kappa / math.sqrt(linears[index // 2].in_features)
+                param.clamp_(-bound, bound)
+    return sum(errors[-SETTINGS["score_window"]:]) / SETTINGS["score_window"]
+
+
+def _write(folder, part: str = PART, sweep: dict = SWEEP):
+    (folder / f"{MODULE}.py").write_text(textwrap.dedent(part))
+    path = folder / "rms.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    sys.modules.pop(MODULE, None)
+    return path
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    root = tmp_path_factory.mktemp("own_neural")
+    sweep = _write(root)
+    assert main(["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--no-report"]) == 0
+    yield root, sweep, root / "store" / "rms"
+    ray.shutdown()
+
+
+def test_own_base_step_equals_a_plain_per_run_loop(finished):
+    _, _, results = finished
+    scores = Store.open(results).scan("scores").collect()
+    own = scores.filter(optimizer="rmsprop_fade")
+    assert own.height == len(GRID["rho"]) * SEEDS and own["rho"].dtype.is_float() and own["eps"].dtype.is_float()
+    for row in own.iter_rows(named=True):
+        expected = _plain_score(row["seed"], 0.002, row["rho"], 1e-6, 1.0, -4.6)
+        assert row["score"] == pytest.approx(expected, rel=1e-9)
+    assert scores.filter(optimizer="sgd")["rho"].is_null().all()
+
+
+def test_readers_never_import_the_base_step(finished, capsys):
+    root, sweep, results = finished
+    (root / f"{MODULE}.py").rename(root / "gone.py")
+    sys.modules.pop(MODULE, None)
+    try:
+        for command in (["table", str(results)], ["status", str(results)], ["verify", str(results)],
+                        ["report", str(results), "--out", str(root / "report.html")]):
+            assert main(command) == 0, command
+        assert "rho=" in capsys.readouterr().out
+        assert MODULE not in sys.modules
+        assert main(["run", str(sweep), "--storage", str(root / "store"), "--resume"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert "no module" in err and "\n" not in err
+    finally:
+        (root / "gone.py").rename(root / f"{MODULE}.py")
+
+
+def test_resume_and_confirm_take_the_recorded_base_step(finished, capsys):
+    root, sweep, results = finished
+    assert main(["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--resume",
+                 "--no-report"]) == 0
+    assert main(["confirm", str(results), "--seeds", "1"]) == 0
+    _write(root, PART.replace("(1 - rho) * grad * grad", "(1 - rho) * (grad * grad)"))
+    try:
+        capsys.readouterr()
+        for command in (["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--resume"],
+                        ["confirm", str(results), "--seeds", "1"]):
+            assert main(command) == 2
+            err = capsys.readouterr().err.strip()
+            assert "changed since the store recorded it" in err and "\n" not in err
+    finally:
+        _write(root)
+
+
+def test_engines_run_the_base_step_with_every_built_in_part(tmp_path, monkeypatch):
+    """The CPU kernel and the torch ops against the plain loop: FADE, L2 in the gradient and clipping around
+    the researcher's RMSprop, two configurations sharing a pack, float64."""
+    from fade_core.neural import StepSums, make_runs, own_learner
+
+    (tmp_path / "engine_parts_for_test.py").write_text(PART)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rule = __import__("engine_parts_for_test").rmsprop
+    learner = own_learner("rms_all", rule, weight_decay="coupled", clip=True, fade="head")
+    arch, steps, window = Architecture((6, 16, 3)), 120, SETTINGS["score_window"]
+    gen = torch.Generator().manual_seed(5)
+    x = torch.randn(steps, 1, 6, generator=gen, dtype=torch.float64)
+    y = torch.randn(steps, 1, 3, generator=gen, dtype=torch.float64)
+    configs = [dict(alpha=0.01, rho=0.9, eps=1e-3, theta_lambda=1.0, gamma0=-3.0, wd=0.01, kappa=0.5),
+               dict(alpha=0.003, rho=0.5, eps=1e-6, theta_lambda=0.5, gamma0=-4.6, wd=0.1, kappa=2.0)]
+    hp = {name: [c["wd" if name == "lambda" else name] for c in configs] for name in learner.hyperparameters}
+    plain = [_plain_score(seed, **c, arch=arch, data=(x[:, 0], y[:, 0])) for seed, c in zip((1, 2), configs)]
+    for engine in ("cpu", "torch"):
+        runs = make_runs(learner, arch, [1, 2], hp, "squared_error", dtype=torch.float64, engine=engine)
+        sums = StepSums.zeros(2, arch, "squared_error", "cpu")
+        runs.advance(x[:-window], y[:-window], torch.zeros(2, dtype=torch.int64), sums)
+        sums.reset()
+        runs.advance(x[-window:], y[-window:], torch.zeros(2, dtype=torch.int64), sums)
+        got = (sums.sq_error.sum(dim=1) / (arch.sizes[-1] * window)).tolist()
+        assert got == pytest.approx(plain, rel=1e-9), engine
