@@ -94,3 +94,11 @@ def parameters(rule: Callable) -> tuple[str, ...]:
     """The names of `rule`'s positional parameters, in order (keyword-only flags left out)."""
     return tuple(name for name, p in inspect.signature(rule).parameters.items()
                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD))
+
+
+def plain_parameters(rule: Callable) -> tuple[str, ...] | None:
+    """`rule`'s parameter names if every one is plain (positional or keyword, no default: a
+    researcher's rule's form), else None; TypeError or ValueError for what has no signature."""
+    found = inspect.signature(rule).parameters.values()
+    return tuple(p.name for p in found) if all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty
+                                               for p in found) else None

@@ -37,7 +37,8 @@ from numba.core import types as nbtypes
 from numba.extending import intrinsic
 
 from fade_core.linear.pipeline import pipelined, stage_cuts
-from fade_core.linear.rules import STATE_ARGS, learner_for_key
+from fade_core.learners import learner_for_key
+from fade_core.linear.rules import STATE_ARGS
 from fade_core.linear.simd import Leaf, Traced, Tracer, fma, ieee, shape, splat, traced_rule
 
 _I64 = ir.IntType(64)
@@ -207,7 +208,7 @@ def advance(typingctx, step, A64, A, x, x_wide, y, x_full, y_full, lane_slot, t_
     lo, hi, tile_losses)`: steps t0 .. t1 - 1 of a block, every component and lane.
 
     `step` picks the code: a tuple of literals (learner key: a built-in's name or a researcher's
-    rule's name@digest, `rules.learner_for_key`; dtype name, lanes, partial sums, pipeline
+    rule's name@digest, `learners.learner_for_key`; dtype name, lanes, partial sums, pipeline
     stages), a constant of the caller (`kernel.driver` closes over it), so each
     learner and dtype compiles its own; the loop over components runs in `stages` pipeline
     stages (fewer for a rule too shallow; none with several partial sums). The state is in

@@ -34,7 +34,8 @@ import numpy as np
 
 from fade_core.linear import intrinsics, pipeline, simd, vexp
 from fade_core.linear.intrinsics import ROW_BETA, ROW_G, ROW_GAMMA, ROW_H, ROW_HP, ROW_W, advance, sum_row
-from fade_core.linear.rules import LinearLearner, registered
+from fade_core.learners import registered
+from fade_core.linear.rules import LinearLearner
 
 LANES = 8  # runs per block: one AVX2 register of float32 (16 for some learners: `lanes_for`)
 TILE_BYTES = 1 << 17  # of the streams shared by all blocks, within a core's L2 cache

@@ -35,7 +35,10 @@ from typing import Callable, Mapping
 
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
 from fade_core.linear import rules
-from fade_core.linear.rules import KEYWORDS, STATE_ARGS, LinearLearner
+from fade_core.learner import KEYWORDS
+from fade_core.learners import register
+from fade_core.linear.rules import STATE_ARGS, LinearLearner
+from fade_core.rulebind import parameters, plain_parameters
 
 MAX_HYPERPARAMETERS = 8  # rows of a block's lane buffer (`intrinsics.hp_rows`) and the reference's adapters
 FUNCTIONS = {"exp": 1, "clamp": 3, "max": 2, "min": 2}  # what a rule may call, with its argument count
@@ -166,14 +169,13 @@ def _check_expression(rule: Callable, node: ast.AST, known: set[str], form: Form
 def _check_signature(rule: Callable) -> tuple[str, ...]:
     """The rule's hyperparameter names (its parameters after STATE_ARGS); RuleError if not in the form."""
     try:
-        parameters = list(inspect.signature(rule).parameters.values())
+        plain = plain_parameters(rule)
     except (TypeError, ValueError):
         raise RuleError(f"{rule!r}: not a function; a rule is def NAME({', '.join(STATE_ARGS)}, "
                         "hyperparameters...)") from None
-    names = tuple(p.name for p in parameters)
-    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in parameters)
+    names = plain or parameters(rule)
     hps = names[len(STATE_ARGS):]
-    if names[: len(STATE_ARGS)] != STATE_ARGS or not plain or not 1 <= len(hps) <= MAX_HYPERPARAMETERS:
+    if names[: len(STATE_ARGS)] != STATE_ARGS or plain is None or not 1 <= len(hps) <= MAX_HYPERPARAMETERS:
         raise RuleError(f"{_where(rule)}: rule {rule.__name__}({', '.join(names)}) is not in the documented form "
                         f"def NAME({', '.join(STATE_ARGS)}, then 1 to {MAX_HYPERPARAMETERS} hyperparameters), without "
                         "defaults or *args")
@@ -191,7 +193,7 @@ def check_body(rule: Callable, form: Form, returns: int, ending: str) -> None:
     body = function.body
     if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
         body = body[1:]  # the docstring
-    known = set(inspect.signature(rule).parameters)
+    known = set(parameters(rule))
     last = body[-1] if body else function
     values = getattr(last, "value", None)
     values = values.elts if isinstance(values, ast.Tuple) else [values] if values is not None and returns == 1 else []
@@ -238,11 +240,11 @@ def own_ranges(rule: Callable, hyperparameters: tuple[str, ...]) -> tuple[Hyperp
 
 def own_learner(name: str, rule: Callable, summary: str = "") -> LinearLearner:
     """The researcher's `rule` as a LinearLearner named `name`, checked (RuleError) and registered under
-    `name@digest` for the compiled kernels (`rules.registered`)."""
+    `name@digest` for the compiled kernels (`learners.register`)."""
     if name in rules.LINEAR_LEARNERS:
         raise RuleError(f"{name}: the name of a built-in linear learner; give the rule another name")
     hyperparameters = check_rule(rule)
     source = rule_source(rule)
     learner = LinearLearner(name, rule, summary or f"{rule.__module__}:{rule.__qualname__}",
                             own=own_ranges(rule, hyperparameters), key=f"{name}@{source_digest(source)[:16]}")
-    return rules.register(learner)
+    return register(learner)

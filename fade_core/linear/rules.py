@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, ClassVar
 
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
+from fade_core.learner import DECAY, KEYWORDS, STEP_SIZE, Learner
 from fade_core.rulebind import parameters
 
 exp = math.exp
@@ -34,7 +35,6 @@ def clamp(v: float, lo: float, hi: float) -> float:
 # from what the rule reads. beta0 and gamma0 only set the initial state: the rules
 # that take them leave them unread. Returns the new (w, beta, h, gamma, g).
 STATE_ARGS = ("x", "delta", "w", "beta", "h", "gamma", "g", "lo", "hi")
-KEYWORDS = {"lam": "lambda"}
 
 
 def sgd(x, delta, w, beta, h, gamma, g, lo, hi, alpha):
@@ -96,20 +96,22 @@ def coupled(x, delta, w, beta, h, gamma, g, lo, hi, theta, beta0, gamma0):
 
 
 @dataclass(frozen=True)
-class LinearLearner:
-    """A linear learner: its rule, and what is derived from it.
+class LinearLearner(Learner):
+    """A linear learner (`fade_core.learner.Learner`): its rule, and what is derived from it.
 
     `hyperparameters` (the column order of the (R, P) matrix) come from the rule's
     trailing parameters; the learner adapts its step size / decay rate when it starts
     them from beta0 / gamma0.
     """
 
+    family: ClassVar[str] = "linear"
     name: str
     rule: Callable = field(repr=False)  # the per-component update (plain Python, compiled by the kernel)
     summary: str
     own: tuple[Hyperparameter, ...] = ()  # a researcher's rule: its hyperparameters not in HYPERPARAMETERS (own.py)
-    key: str = ""  # what the compiled kernels look the rule up by (`learner_for_key`); the name by default
+    key: str = ""  # what the compiled kernels look the rule up by (`learners.learner_for_key`); the name by default
     hyperparameters: tuple[str, ...] = field(init=False)
+    adapts: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
         names = parameters(self.rule)
@@ -120,22 +122,9 @@ class LinearLearner:
         if unknown:
             raise ValueError(f"linear learner {self.name!r}: {', '.join(unknown)} not in HYPERPARAMETERS")
         object.__setattr__(self, "hyperparameters", hyperparameters)
+        adapts = {STEP_SIZE: "beta0", DECAY: "gamma0"}  # what it adapts: the state it starts from a hyperparameter
+        object.__setattr__(self, "adapts", frozenset(a for a, start in adapts.items() if start in hyperparameters))
         object.__setattr__(self, "key", self.key or self.name)
-
-    @property
-    def adapts_step_size(self) -> bool:
-        """Has beta = log step size (reports exp(beta))."""
-        return "beta0" in self.hyperparameters
-
-    @property
-    def adapts_decay(self) -> bool:
-        """Has gamma = log decay rate (reports exp(gamma))."""
-        return "gamma0" in self.hyperparameters
-
-    @property
-    def adaptive(self) -> bool:
-        """Adapts a step size or a decay rate: a meta-update and an exp per component."""
-        return self.adapts_step_size or self.adapts_decay
 
 
 LINEAR_LEARNERS: dict[str, LinearLearner] = {
@@ -150,25 +139,6 @@ LINEAR_LEARNERS: dict[str, LinearLearner] = {
         LinearLearner("coupled", coupled, "L2-derived coupled FADE + IDBD, tied theta"),
     )
 }
-
-
-_OWN: dict[str, LinearLearner] = {}  # the researchers' rules registered in this process, by key (own.py)
-
-
-def register(learner: LinearLearner) -> LinearLearner:
-    """Make a researcher's learner known to the compiled kernels under its key (`own.own_learner`);
-    returns the one registered under that key (the same source gives the same key)."""
-    return _OWN.setdefault(learner.key, learner)
-
-
-def learner_for_key(key: str) -> LinearLearner:
-    """The learner the compiled kernels know by `key`: a built-in's name or a registered rule's key."""
-    return LINEAR_LEARNERS[key] if key in LINEAR_LEARNERS else _OWN[key]
-
-
-def registered(learner: LinearLearner) -> bool:
-    """Whether `learner` is the one the kernels find under its key."""
-    return (LINEAR_LEARNERS.get(learner.key) or _OWN.get(learner.key)) is learner
 
 
 def get_linear_learner(name: str) -> LinearLearner:

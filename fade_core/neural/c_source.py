@@ -34,13 +34,6 @@ from fade_core.neural.rules import NeuralLearner
 _RN = {"add": "add", "sub": "sub", "mul": "mul", "div": "div"}
 
 
-def update_flags(learner: NeuralLearner, fade_on: bool | None = None) -> dict[str, object]:
-    """`parts.update`'s flags for `learner`'s parameters (FADE on them or not: under fade
-    "head" only the head's parameters are FADE's; None: whether the learner has FADE)."""
-    return {"base": learner.base, "weight_decay": learner.weight_decay, "clip_on": learner.clip,
-            "fade_on": learner.fade != "none" if fade_on is None else fade_on}
-
-
 def c_literal(value: float, dtype: np.dtype) -> str:
     """`value` rounded to `dtype` as an exact C literal (hexadecimal; inf as INFINITY)."""
     rounded = float(np.dtype(dtype).type(value))
@@ -57,10 +50,11 @@ def c_source(learner: NeuralLearner, dtype: np.dtype | type, inputs: Mapping[str
     inputs: each input of `parts.update` the learner reads (`UPDATE_INPUTS`: w, grad, q, alpha,
         lam, factor = 1 - alpha * lambda, theta, bound, m, v, gamma, trace, first_step (a bool),
         and Adam's coefficients step, sqrt_bc2, inv_bc2, m_weight, beta2, v_weight, eps, as
-        `parts.adam_scalars` computes them and rounded to dtype) -> a C expression.
+        `parts.adam_scalars` computes them and rounded to dtype; a researcher's base step's
+        hyperparameters by their names) -> a C expression.
     outputs: which results to assign (`UPDATE_OUTPUTS`: w, m, v, gamma, trace) -> a C lvalue;
         an output the learner leaves unchanged is assigned only if its lvalue is not its input.
-    fade_on: whether this parameter is FADE's (see `update_flags`); style: "cuda" or "c".
+    fade_on: whether this parameter is FADE's (`NeuralLearner.flags`); style: "cuda" or "c".
     Raises ValueError naming an input the rule reads that `inputs` lacks.
     """
     dtype = np.dtype(dtype)
@@ -68,7 +62,10 @@ def c_source(learner: NeuralLearner, dtype: np.dtype | type, inputs: Mapping[str
         raise ValueError(f"c_source: dtype must be float32 or float64, not {dtype}")
     if style not in ("cuda", "c"):
         raise ValueError(f"c_source: style must be 'cuda' or 'c', not {style!r}")
-    nodes = trace(update, UPDATE_INPUTS, update_flags(learner, fade_on))
+    flags = learner.flags(fade_on)
+    if learner.own_base:  # a researcher's base step: its hyperparameters are inputs too
+        flags["base"] = learner.own_base.traced_step()
+    nodes = trace(update, UPDATE_INPUTS, flags)
     wanted = [(name, node) for name, node in zip(UPDATE_OUTPUTS, nodes) if name in outputs]
     real, f = ("float", "f") if dtype == np.float32 else ("double", "d")
     cuda = style == "cuda"

@@ -42,7 +42,7 @@ _scalar = numba.njit(fastmath=FASTMATH, error_model=ERRORS, cache=True)
 _AC = {"step": "ac[0]", "sqrt_bc2": "ac[1]", "inv_bc2": "ac[2]", "m_weight": "ac[3]", "beta2": "ac[4]",
        "v_weight": "ac[5]", "eps": "ac[6]"}
 _PRINTED: dict[str, tuple[Callable, tuple[str, ...], Mapping[str, str]]] = {
-    "fade_decay": (parts.fade_decay, ("gamma", "trace", "grad", "theta", "fc"), {}),
+    "fade_decay": (parts.fade_decay, ("gamma", "trace", "grad", "theta_lambda", "fc"), {}),
     "fade_apply": (parts.fade_apply, ("decay", "trace", "w", "q", "alpha_eff", "fc"), {}),
     "adam": (parts.adam, ("m", "v", "w", "grad", "ac"), _AC),
     "adam_alpha_eff": (parts.adam_alpha_eff, ("v", "alpha", "first_step", "ac"), _AC),

@@ -58,7 +58,7 @@ def segment(own: OwnBase) -> Callable:
     text = step_source(own)
     step = printed_function("own_step", text, own.rule.__doc__)
     sources = "".join(inspect.getsource(m) for m in (cpu_kernel, cpu_layers, cpu_elements, cpu_arith, cpu_exp))
-    digest = hashlib.sha256((text + sources).encode()).hexdigest()[:12]
+    digest = hashlib.sha256((text + sources).encode()).hexdigest()[:12]  # (the printed step's, not own.digest)
     dense = numba.njit(fastmath=FASTMATH, error_model=ERRORS, cache=True)
     layers = {}
     for name in ("any_rank_one", "update_bias"):
@@ -69,18 +69,3 @@ def segment(own: OwnBase) -> Callable:
     run.__qualname__ = f"run_segment_{own.name}_{digest}"
     return numba.njit(fastmath=FASTMATH, error_model=ERRORS, parallel=True, cache=True)(run)
 
-
-def compile_for(learner, dtype: str) -> None:
-    """Compile `learner`'s kernel for `dtype` (or load it from numba's cache) before any pack needs it:
-    one step of one run of a tiny network."""
-    import torch
-
-    from fade_core.mlp import Architecture
-    from fade_core.neural.runs import make_runs
-    from fade_core.neural.state import StepSums
-
-    arch, torch_dtype = Architecture((1, 1, 1)), getattr(torch, dtype)
-    runs = make_runs(learner, arch, [0], {name: [0.0] for name in learner.hyperparameters}, "squared_error",
-                     dtype=torch_dtype, engine="cpu")
-    x = torch.zeros((1, 1, 1), dtype=torch_dtype)
-    runs.advance(x, x.clone(), torch.zeros(1, dtype=torch.int64), StepSums.zeros(1, arch, "squared_error", "cpu"))

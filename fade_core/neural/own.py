@@ -23,21 +23,22 @@ checked here, before anything runs, with the line of the first thing no engine c
 
 from __future__ import annotations
 
-import inspect
 from dataclasses import dataclass
 from typing import Callable, Mapping
 
 from fade_core.expression import RuleError as TraceError
-from fade_core.expression import trace
-from fade_core.hyperparameters import Hyperparameter
+from fade_core.expression import TRACING, Node, Value, trace
+from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
+from fade_core.learners import register
 from fade_core.linear.own import Form, RuleError, _where, check_body, hyperparameter, own_ranges, rule_source, source_digest
-from fade_core.rulebind import PLAIN, bind
+from fade_core.neural.rules import NEURAL_LEARNERS, NeuralLearner
+from fade_core.rulebind import PLAIN, bind, parameters, plain_parameters
 
 MAX_STATE = 2  # the state buffers every engine keeps per parameter (Adam's m and v)
 MAX_HYPERPARAMETERS = 6
 PART = Form({"exp": 1, "sqrt": 1, "fma": 3, "div_approx": 2, "where": 3, "maximum": 2, "minimum": 2, "clamp": 3,
              "lerp": 3}, {name: (f,) for name, f in PLAIN.items()}, True, "use where, maximum, minimum or clamp")
-FORM = "def NAME(w, grad, up to 2 state names, alpha, up to 6 hyperparameters)"
+FORM = "def NAME(w, grad, up to 2 state names (not hyperparameters' names), alpha, up to 6 hyperparameters)"
 
 __all__ = ["OwnBase", "RuleError", "hyperparameter", "own_base", "own_learner"]
 
@@ -51,7 +52,7 @@ class OwnBase:
     state: tuple[str, ...] = ()  # its per-parameter state, in the rule's order (in m, then v)
     hyperparameters: tuple[str, ...] = ()  # its own, after alpha, in the rule's order
     own: tuple[Hyperparameter, ...] = ()  # those not built in, with their ranges
-    key: str = ""  # name@digest of its source: a compiled kernel's key (numba's cache files are named after it)
+    digest: str = ""  # of its source (16 hex digits): in its learner's key and its kernel's cache files' names
 
     def step(self, primitives: Mapping[str, object], hp: Mapping[str, object]) -> Callable:
         """The base step as `parts.update` calls it, (w, grad, m, v, alpha) -> (w, m, v): the rule
@@ -68,19 +69,22 @@ class OwnBase:
 
         return base_step
 
+    def traced_step(self) -> Callable:
+        """`step` for a tracer (fade_core/expression.py): its hyperparameters as inputs named as they are."""
+        return self.step(TRACING, {name: Value(Node("var", value=name)) for name in self.hyperparameters})
+
 
 def _signature(rule: Callable) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(state names, hyperparameter names) of a rule in the form FORM; RuleError otherwise."""
     try:
-        parameters = list(inspect.signature(rule).parameters.values())
+        plain = plain_parameters(rule)
     except (TypeError, ValueError):
         raise RuleError(f"{rule!r}: not a function; a base step is {FORM}") from None
-    names = tuple(p.name for p in parameters)
-    plain = all(p.kind is p.POSITIONAL_OR_KEYWORD and p.default is p.empty for p in parameters)
+    names = plain or parameters(rule)
     at = names.index("alpha") if "alpha" in names else -1
     state, hps = names[2:at], names[at + 1:]
-    if (names[:2] != ("w", "grad") or at < 0 or not plain or len(state) > MAX_STATE
-            or len(hps) > MAX_HYPERPARAMETERS):
+    if (names[:2] != ("w", "grad") or at < 0 or plain is None or len(state) > MAX_STATE
+            or len(hps) > MAX_HYPERPARAMETERS or set(state) & set(HYPERPARAMETERS)):
         raise RuleError(f"{_where(rule)}: base step {rule.__name__}({', '.join(names)}) is not in the documented form "
                         f"{FORM}, without defaults or *args")
     return state, hps
@@ -101,16 +105,14 @@ def own_base(rule: Callable, taken: tuple[str, ...] = ()) -> OwnBase:
     except (TraceError, NameError, TypeError) as err:  # what the form check lets through and no engine can run
         raise RuleError(f"{_where(rule)}: base step {rule.__name__} does not trace: {err}") from None
     source = rule_source(rule)
-    return OwnBase(rule.__name__, rule, state, hps, own_ranges(rule, hps),
-                   f"{rule.__name__}@{source_digest(source)[:16]}")
+    return OwnBase(rule.__name__, rule, state, hps, own_ranges(rule, hps), source_digest(source)[:16])
 
 
 def own_learner(name: str, rule: Callable, weight_decay: str = "none", clip: bool = False, fade: str = "none"):
     """The NeuralLearner `name`: the built-in parts given around the researcher's base step `rule`
-    (RuleError naming the problem and the line; ValueError for an unknown part)."""
-    from fade_core.neural.rules import NEURAL_LEARNERS, NeuralLearner
-
+    (RuleError naming the problem and the line; ValueError for an unknown part), registered under its
+    key `name@digest` (fade_core.learners)."""
     if name in NEURAL_LEARNERS:
         raise RuleError(f"{name}: the name of a built-in neural learner; give the learner another name")
     others = NeuralLearner(name, "sgd", weight_decay, clip, fade).hyperparameters[1:]
-    return NeuralLearner(name, own_base(rule, others), weight_decay, clip, fade)
+    return register(NeuralLearner(name, own_base(rule, others), weight_decay, clip, fade))

@@ -14,7 +14,9 @@ flags that are Python values at trace time (as persistent._step's constexprs), i
 of torch_ops: FADE's decay, weight decay, the base step with the gradient taken at the old
 weights, clipping.
 
-A new part is a function here and its flag in `update` (and a registry line in rules.py); a
+A new part is a function here and its flag in `update`, and its line in rules.py's `PARTS`. A
+part's hyperparameters are the parameters of its functions named as hyperparameters
+(`fade_core/hyperparameters.py`; `lam` is `lambda`): `rules.PARTS` reads them from here. A
 researcher's base step is a function of their own in the same form (`own.py`).
 """
 
@@ -29,9 +31,9 @@ BETA1, BETA2, EPS = 0.9, 0.999, 1e-8  # Adam, as torch.optim.Adam's defaults
 
 
 # -- FADE ---------------------------------------------------------------------------------
-def fade_decay(gamma, trace, grad, theta):
+def fade_decay(gamma, trace, grad, theta_lambda):
     """FADE's meta-update of a parameter's log decay rate -> (gamma, decay = exp(gamma))."""
-    gamma = clamp(gamma - theta * grad * trace, GAMMA_MIN, GAMMA_MAX)
+    gamma = clamp(gamma - theta_lambda * grad * trace, GAMMA_MIN, GAMMA_MAX)
     return gamma, exp(gamma)
 
 

@@ -14,54 +14,99 @@ every engine, one with a base step of one's own on the cpu, torch and triton eng
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import Any, Callable, ClassVar, Literal, Mapping
 
+from fade_core.learner import DECAY, Learner, hyperparameter_names
+from fade_core.neural import parts
 from fade_core.neural.parts import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN  # noqa: F401 (the learners' constants)
-
-if TYPE_CHECKING:
-    from fade_core.neural.own import OwnBase
 
 # Weight-decay modes as the compiled kernel reads them.
 WD_NONE, WD_COUPLED, WD_DECOUPLED = 0, 1, 2
 WEIGHT_DECAY_MODES = {"none": WD_NONE, "coupled": WD_COUPLED, "decoupled": WD_DECOUPLED}
-BASES = ("sgd", "adam")
-FADE_MODES = ("none", "head", "all")
 OWN_BASE_ENGINES = ("cpu", "torch", "triton")  # what runs a base step of one's own (triton: as the torch ops)
 
 
 @dataclass(frozen=True)
-class NeuralLearner:
-    """One optimizer of algorithms.md §2 as its parts; `hyperparameters` follow from them.
+class Part:
+    """One part of the neural learners, a line of `PARTS`: the `NeuralLearner` field that chooses it,
+    each choice's rules in parts.py (the hyperparameters it takes are read from their signatures),
+    and the flag of `parts.update` it sets."""
+
+    field: str
+    choices: Mapping[object, tuple[Callable, ...]]  # its first choice is the default
+    flag: str  # the keyword-only flag of parts.update
+    flag_value: Callable[[object], object] = lambda choice: choice  # the choice -> the flag's value
+    starts: tuple[str, ...] = ()  # hyperparameters that only start its state (no rule reads them)
+    adapts: str = ""  # what a learner with it (any choice but the first) adapts (learner.DECAY)
+
+
+_FADE = (parts.fade_decay, parts.fade_apply)
+# In the order of the hyperparameters' columns; parts.update applies them in its own order.
+PARTS: tuple[Part, ...] = (
+    Part("base", {"sgd": (parts.sgd,), "adam": (parts.adam_scalars, parts.adam)}, "base"),
+    Part("weight_decay", {"none": (), "coupled": (parts.coupled_decay,), "decoupled": (parts.shrink, parts.decoupled_decay)},
+         "weight_decay"),
+    Part("clip", {False: (), True: (parts.clip_bound, parts.clip)}, "clip_on"),
+    Part("fade", {"none": (), "head": _FADE, "all": _FADE}, "fade_on", lambda fade: fade != "none", ("gamma0",), DECAY),
+)
+BASES, FADE_MODES = (tuple(p.choices) for p in (PARTS[0], PARTS[3]))
+
+
+@dataclass(frozen=True)
+class NeuralLearner(Learner):
+    """One optimizer of algorithms.md §2 as its parts (`PARTS`); `hyperparameters` follow from them.
 
     Raises ValueError for an unknown part. The order of the parts is `parts.update`'s.
     """
 
+    family: ClassVar[str] = "neural"
     name: str
-    base: Literal["sgd", "adam"] | OwnBase  # OwnBase: a researcher's base step (own.py)
+    base: Literal["sgd", "adam"] | Any  # or a researcher's base step, an own.OwnBase (own.py imports this module)
     weight_decay: Literal["none", "coupled", "decoupled"] = "none"
     clip: bool = False
     fade: Literal["none", "head", "all"] = "none"
     hyperparameters: tuple[str, ...] = field(init=False)
+    adapts: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
-        base = BASES[0] if self.own_base else self.base  # an own base step is checked by own.own_base
-        for part, value, allowed in (("base", base, BASES), ("weight_decay", self.weight_decay, tuple(WEIGHT_DECAY_MODES)),
-                                     ("fade", self.fade, FADE_MODES)):
-            if value not in allowed:
-                raise ValueError(f"neural learner {self.name!r}: {part} must be one of {', '.join(allowed)}, not {value!r}")
-        names = ("alpha", *(self.own_base.hyperparameters if self.own_base else ()))
-        names += ("lambda",) * (self.weight_decay != "none") + ("kappa",) * self.clip
-        names += ("theta_lambda", "gamma0") * (self.fade != "none")
-        object.__setattr__(self, "hyperparameters", names)
+        for part in PARTS:
+            value = getattr(self, part.field)
+            if not (part.field == "base" and self.own_base) and value not in part.choices:
+                allowed = ", ".join(str(c) for c in part.choices)
+                raise ValueError(f"neural learner {self.name!r}: {part.field} must be one of {allowed}, not {value!r}")
+        chosen = [(part, getattr(self, part.field)) for part in PARTS]
+        names = tuple(n for part, value in chosen for n in self._hyperparameters(part, value))
+        object.__setattr__(self, "hyperparameters", tuple(dict.fromkeys(names)))
+        object.__setattr__(self, "adapts", frozenset(p.adapts for p, value in chosen if p.adapts and value != next(iter(p.choices))))
+
+    def flags(self, fade_on: bool | None = None) -> dict[str, object]:
+        """`parts.update`'s flags for this learner's parameters (`fade_on`: FADE on them or not, as under
+        fade "head" only the head's parameters are FADE's; None: whether the learner has FADE). A
+        researcher's base step is its `OwnBase`: a caller binds it (`OwnBase.step`) before calling update."""
+        flags = {part.flag: part.flag_value(getattr(self, part.field)) for part in PARTS}
+        return flags if fade_on is None else {**flags, "fade_on": fade_on}
+
+    def _hyperparameters(self, part: Part, value: object) -> tuple[str, ...]:
+        """What a part's choice takes, from its rules' signatures (a researcher's base step: alpha and its own)."""
+        if part.field == "base" and self.own_base:
+            return hyperparameter_names((self.own_base.rule,), self.own_base.hyperparameters)
+        return hyperparameter_names(part.choices[value]) + part.starts * bool(part.choices[value])
 
     @property
-    def adapts_decay(self) -> bool:
-        return self.fade != "none"
+    def rule(self) -> Callable:
+        """One parameter's update for this learner: `parts.update` with its flags."""
+        return functools.partial(parts.update, **self.flags())
 
     @property
-    def own_base(self) -> OwnBase | None:
-        """The researcher's base step, None for sgd and adam."""
+    def key(self) -> str:
+        """Its name; with a researcher's base step, name@digest of the step's source (fade_core.learners)."""
+        return f"{self.name}@{self.own_base.digest}" if self.own_base else self.name
+
+    @property
+    def own_base(self) -> Any:
+        """The researcher's base step (own.OwnBase), None for sgd and adam."""
         return None if isinstance(self.base, str) else self.base
 
     @property

@@ -146,7 +146,7 @@ class TorchOps:
             param, grad, self._curvature(index, cache, head_factor) if fade_on else None, alpha, lam,
             _TORCH_PARTS.shrink(alpha, lam) if learner.weight_decay == "decoupled" else None, per_run("theta_lambda"),
             _per_run(self.clip_bound(index // 2), param) if learner.clip else None, m, v, gamma, trace, *ac,
-            base=base, weight_decay=learner.weight_decay, clip_on=learner.clip, fade_on=fade_on)
+            **{**learner.flags(fade_on), "base": base})
         for state, value in zip((param, m, v, gamma, trace), new):
             if state is not None and value is not state:
                 state.copy_(value)

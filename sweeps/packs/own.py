@@ -34,8 +34,8 @@ def compile_own(experiments: Iterable[Experiment], dtype: str, engine: str | Non
 
                 driver(learner, np.dtype(dtype))
             else:
-                from fade_core.neural.cpu_own import compile_for
+                from fade_core.neural.runs import compile_cpu
 
-                compile_for(learner, dtype)
+                compile_cpu(learner, dtype)
         seconds[declared.name] = time.perf_counter() - started
     return seconds

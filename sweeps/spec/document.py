@@ -243,20 +243,17 @@ Reference = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-
 
 
 class NeuralParts(Block):
-    """A neural learner of one's own: the built-in parts around a base step of one's own."""
-
-    base: Annotated[Reference, Field(description="module:function of the base step (docs/own-learners.md)")]
+    """A neural learner of one's own: the built-in parts around its base step (module:function)."""
+    base: Reference
     weight_decay: Literal["none", "coupled", "decoupled"] = "none"
     clip: bool = False
     fade: Literal["none", "head", "all"] = "none"
 
 
+_LEARNER = "name -> module:function (linear) or {base: module:function, weight_decay, clip, fade} (neural)"
 Learners = Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Reference | NeuralParts],
-                     problem("must be a mapping of learner name -> module:function (linear) or "
-                             "{base: module:function, weight_decay, clip, fade} (neural), got {value}"),
-                     Field(description="learners of your own: name -> module:function, a linear rule, or {base: "
-                                       "module:function, weight_decay, clip, fade}, a neural learner (a module beside "
-                                       "the sweep file, or importable); docs/own-learners.md")]
+                     problem(f"must be a mapping of learner {_LEARNER}, got {{value}}"),
+                     Field(description=f"learners of your own: {_LEARNER}; docs/own-learners.md")]
 
 
 class SweepFile(Block):
