@@ -163,3 +163,68 @@ def test_engines_run_the_base_step_with_every_built_in_part(tmp_path, monkeypatc
         runs.advance(x[-window:], y[-window:], torch.zeros(2, dtype=torch.int64), sums)
         got = (sums.sq_error.sum(dim=1) / (arch.sizes[-1] * window)).tolist()
         assert got == pytest.approx(plain, rel=1e-9), engine
+
+
+_BASE = SWEEP["learners"]["rmsprop_fade"]
+BAD = {
+    "no module": ({"base": "nowhere_parts:rmsprop"}, PART, "no module nowhere_parts"),
+    "no function": ({"base": f"{MODULE}:missing"}, PART, "has no function missing"),
+    "signature": ({}, PART.replace("(w, grad, v, alpha", "(grad, w, v, alpha"), "not in the documented form"),
+    "state named as a hyperparameter": ({}, PART.replace("v", "kappa").replace("sqrt(kappa)", "sqrt(kappa)"),
+                                        "not in the documented form"),
+    "branch": ({}, PART.replace("    return", "    if v > 1:\n        v = 1\n    return"), "a Python branch on a value"),
+    "python max": ({}, PART.replace("sqrt(v) + eps", "max(sqrt(v), eps)"), "unknown function max"),
+    "unknown function": ({}, PART.replace("sqrt(v)", "abs(v)"), "unknown function abs"),
+    "return": ({}, PART.replace("+ eps), v", "+ eps)"), "must end with `return w, v`"),
+    "column clash": ({}, PART.replace("rho", "seed"), "clashes with a column of the store"),
+    "learner clash": ({}, PART.replace("rho", "adam"), "clashes with a built-in learner's name"),
+    "part clash": ({"clip": True}, PART.replace("rho", "kappa"), "one of the learner's other parts'"),
+    "unknown key": ({"momentum": 0.9}, PART, "unknown key; a neural learner takes base, weight_decay, clip, fade"),
+    "unknown part": ({"fade": "some"}, PART, "must be one of none, head, all"),
+}
+
+
+@pytest.mark.parametrize("case", BAD)
+def test_a_bad_base_step_is_one_line_exit_2_nothing_written(case, tmp_path, capsys):
+    change, part, message = BAD[case]
+    rename = {"column clash": "seed", "learner clash": "adam", "part clash": "kappa"}.get(case, "rho")
+    grid = {rename if k == "rho" else k: v for k, v in GRID.items()}
+    if case == "part clash":
+        grid["kappa"] = 1.0
+    sweep = {**SWEEP, "learners": {"rmsprop_fade": {**_BASE, **change}}, "optimizers": {"rmsprop_fade": grid}}
+    path = _write(tmp_path, part, sweep)
+    assert main(["run", str(path), "--storage", str(tmp_path / "store")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and "\n" not in err, err
+    assert not (tmp_path / "store").exists()
+    if case in ("signature", "branch", "python max", "unknown function", "return"):
+        assert f"{MODULE}.py:" in err  # names the line
+
+
+def test_a_comparison_is_a_value_in_where(tmp_path, monkeypatch):
+    """where(grad > 0, ...) and maximum are the parts' choices: the CPU kernel and the torch ops agree on a
+    sign-dependent step (float64, bit for bit up to the products' order)."""
+    from fade_core.neural import StepSums, make_runs, own_learner
+
+    (tmp_path / "sign_parts_for_test.py").write_text(textwrap.dedent('''
+        from fade_core.neural import maximum, where
+
+        def signed(w, grad, alpha, up):
+            return w - where(grad > 0, alpha * up, alpha) * grad / maximum(up, 1)
+        '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    learner = own_learner("signed", __import__("sign_parts_for_test").signed)
+    assert learner.hyperparameters == ("alpha", "up") and learner.state_slots == 0
+    arch = Architecture((4, 8, 2))
+    gen = torch.Generator().manual_seed(2)
+    x = torch.randn(50, 1, 4, generator=gen, dtype=torch.float64)
+    y = torch.randn(50, 1, 2, generator=gen, dtype=torch.float64)
+    losses = {}
+    for engine in ("cpu", "torch"):
+        runs = make_runs(learner, arch, [4, 5], {"alpha": [0.02, 0.01], "up": [0.5, 3.0]}, "squared_error",
+                         dtype=torch.float64, engine=engine)
+        sums = StepSums.zeros(2, arch, "squared_error", "cpu")
+        runs.advance(x, y, torch.zeros(2, dtype=torch.int64), sums)
+        losses[engine] = sums.loss
+    torch.testing.assert_close(losses["cpu"], losses["torch"], rtol=1e-12, atol=0)
+    assert losses["cpu"][0] != losses["cpu"][1]

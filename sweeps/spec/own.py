@@ -167,12 +167,13 @@ def _neural_parts(value: dict, where: str) -> tuple[str, dict[str, Any]]:
     """A neural learner's mapping -> (its base step's module:function, its built-in parts); LearnerError naming
     the key otherwise."""
     allowed = {"base": None, "weight_decay": tuple(WEIGHT_DECAY_MODES), "clip": (False, True), "fade": FADE_MODES}
-    for key, choice in value.items():
+    for key, given in value.items():
         if key not in allowed:
             raise LearnerError(f"{where}.{key}: unknown key; a neural learner takes {', '.join(allowed)} "
                                "(docs/own-learners.md)")
-        if choice is not None and (value[key] not in choice or isinstance(value[key], bool) != (key == "clip")):
-            raise LearnerError(f"{where}.{key}: must be one of {', '.join(map(str, choice))}, got {value[key]!r}")
+        choices = allowed[key]
+        if choices is not None and (given not in choices or isinstance(given, bool) != (key == "clip")):
+            raise LearnerError(f"{where}.{key}: must be one of {', '.join(map(str, choices))}, got {given!r}")
     if "base" not in value:
         raise LearnerError(f"{where}: missing base, the module:function of the base step (docs/own-learners.md)")
     return value["base"], {key: value[key] for key in ("weight_decay", "clip", "fade") if key in value}
