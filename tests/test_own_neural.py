@@ -3,14 +3,11 @@ the embedded Ray equal to a plain per-run loop written here, read back without i
 confirmed only with the base step the store recorded, and a bad base step refused before anything runs."""
 
 import math
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-import ray
 import torch
-import yaml
 from torch import nn
 
 from fade_core.mlp import Architecture
@@ -18,6 +15,7 @@ from sweeps.cli import main
 from sweeps.store import Store
 from tasks import make_stream
 from tasks.nonlinear_tracking import STUDENT
+from tests.own_sweeps import finished_sweep, read_without_the_module, resume_and_confirm, write_sweep
 
 MODULE = "rms_parts_for_test"
 PART = (Path(__file__).resolve().parents[1] / "benchmarks" / "own_parts.py").read_text()  # docs/own-learners.md's example
@@ -75,22 +73,9 @@ def _plain_score(seed: int, alpha: float, rho: float, eps: float, theta_lambda: 
     return sum(errors[-SETTINGS["score_window"]:]) / SETTINGS["score_window"]
 
 
-def _write(folder, part: str = PART, sweep: dict = SWEEP):
-    (folder / f"{MODULE}.py").write_text(textwrap.dedent(part))
-    path = folder / "rms.yaml"
-    path.write_text(yaml.safe_dump(sweep))
-    sys.modules.pop(MODULE, None)
-    return path
-
-
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    root = tmp_path_factory.mktemp("own_neural")
-    sweep = _write(root)
-    assert main(["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--no-report"]) == 0
-    yield root, sweep, root / "store" / "rms"
-    ray.shutdown()
+    yield from finished_sweep(tmp_path_factory, MODULE, PART, SWEEP)
 
 
 def test_own_base_step_equals_a_plain_per_run_loop(finished):
@@ -106,36 +91,13 @@ def test_own_base_step_equals_a_plain_per_run_loop(finished):
 
 def test_readers_never_import_the_base_step(finished, capsys):
     root, sweep, results = finished
-    (root / f"{MODULE}.py").rename(root / "gone.py")
-    sys.modules.pop(MODULE, None)
-    try:
-        for command in (["table", str(results)], ["status", str(results)], ["verify", str(results)],
-                        ["report", str(results), "--out", str(root / "report.html")]):
-            assert main(command) == 0, command
-        assert "rho=" in capsys.readouterr().out
-        assert MODULE not in sys.modules
-        assert main(["run", str(sweep), "--storage", str(root / "store"), "--resume"]) == 2
-        err = capsys.readouterr().err.strip()
-        assert "no module" in err and "\n" not in err
-    finally:
-        (root / "gone.py").rename(root / f"{MODULE}.py")
+    assert "rho=" in read_without_the_module(root, sweep, results, MODULE, capsys)
 
 
 def test_resume_and_confirm_take_the_recorded_base_step(finished, capsys):
     root, sweep, results = finished
-    assert main(["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--resume",
-                 "--no-report"]) == 0
-    assert main(["confirm", str(results), "--seeds", "1"]) == 0
-    _write(root, PART.replace("(1 - rho) * grad * grad", "(1 - rho) * (grad * grad)"))
-    try:
-        capsys.readouterr()
-        for command in (["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--resume"],
-                        ["confirm", str(results), "--seeds", "1"]):
-            assert main(command) == 2
-            err = capsys.readouterr().err.strip()
-            assert "changed since the store recorded it" in err and "\n" not in err
-    finally:
-        _write(root)
+    changed = PART.replace("(1 - rho) * grad * grad", "(1 - rho) * (grad * grad)")
+    resume_and_confirm(root, sweep, results, MODULE, PART, changed, capsys, SWEEP)
 
 
 def test_engines_run_the_base_step_with_every_built_in_part(tmp_path, monkeypatch):
@@ -192,7 +154,7 @@ def test_a_bad_base_step_is_one_line_exit_2_nothing_written(case, tmp_path, caps
     if case == "part clash":
         grid["kappa"] = 1.0
     sweep = {**SWEEP, "learners": {"rmsprop_fade": {**_BASE, **change}}, "optimizers": {"rmsprop_fade": grid}}
-    path = _write(tmp_path, part, sweep)
+    path = write_sweep(tmp_path, MODULE, part, sweep)
     assert main(["run", str(path), "--storage", str(tmp_path / "store")]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and "\n" not in err, err

@@ -52,7 +52,7 @@ class OwnBase:
     state: tuple[str, ...] = ()  # its per-parameter state, in the rule's order (in m, then v)
     hyperparameters: tuple[str, ...] = ()  # its own, after alpha, in the rule's order
     own: tuple[Hyperparameter, ...] = ()  # those not built in, with their ranges
-    digest: str = ""  # of its source (16 hex digits): in its learner's key and its kernel's cache files' names
+    digest: str = ""  # of its source (16 hex digits): in its learner's key (fade_core.learners)
 
     def step(self, primitives: Mapping[str, object], hp: Mapping[str, object]) -> Callable:
         """The base step as `parts.update` calls it, (w, grad, m, v, alpha) -> (w, m, v): the rule
