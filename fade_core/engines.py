@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fade_core.architecture import Architecture
-from fade_core.learner import Learner
+from fade_core.learner import OWN_BASE, Learner
 
 DEVICES = ("cpu", "cuda")
 # The neural parts whose arithmetic an engine written by hand for them implements (its `parts`);
@@ -30,6 +30,9 @@ DEVICES = ("cpu", "cuda")
 BUILT_IN_PARTS: tuple[tuple[str, tuple[object, ...]], ...] = (
     ("base", ("sgd", "adam")), ("weight_decay", ("none", "coupled", "decoupled")), ("clip", (False, True)),
     ("fade", ("none", "head", "all")))
+# The built-in parts around a researcher's own base step (fade_core/neural/own.py): what the cpu engine
+# runs (its kernel's own copy, cpu_own.py) and the triton engine (as the torch ops).
+WITH_OWN_BASE = (("base", ("sgd", "adam", OWN_BASE)), *BUILT_IN_PARTS[1:])
 
 
 class EngineError(ValueError):
@@ -81,11 +84,11 @@ ENGINES: tuple[Engine, ...] = (
            "time, float64", "fade_core.linear.reference:advance_reference", reference=True),
     Engine(CPU, "linear", ("cpu",), "the vector-traced kernel, runs in SIMD lanes", "fade_core.linear.kernel:advance_compiled"),
     Engine(CPU, "neural", ("cpu",), "the compiled CPU kernel, a segment of steps per call",
-           "fade_core.neural.cpu_engine:CpuKernel", segments=True, parts=BUILT_IN_PARTS),
+           "fade_core.neural.cpu_engine:CpuKernel", segments=True, parts=WITH_OWN_BASE),
     Engine(TORCH, "neural", DEVICES, "batched torch ops, one step at a time: the neural reference, on any device",
            "fade_core.neural.torch_ops:TorchOps", (("fused", False), ("whole_step", False)), reference=True),
     Engine(TRITON, "neural", ("cuda",), "the torch ops with each parameter's update fused into one Triton kernel",
-           "fade_core.neural.torch_ops:TorchOps", (("fused", True), ("whole_step", False)), interpreted=True, parts=BUILT_IN_PARTS),
+           "fade_core.neural.torch_ops:TorchOps", (("fused", True), ("whole_step", False)), interpreted=True, parts=WITH_OWN_BASE),
     Engine(TRITON_STEP, "neural", ("cuda",), "each step's backward products and updates in the fewest passes over the "
            "weights; not the default until a GPU measurement puts it ahead of triton", "fade_core.neural.torch_ops:TorchOps",
            (("fused", True), ("whole_step", True)), interpreted=True, parts=BUILT_IN_PARTS),
@@ -119,6 +122,11 @@ def get_engine(name: str, family: str, device: str | None = None, learner: Learn
     if problem is not None:
         raise EngineError(problem)
     return engine
+
+
+def own_base_engines() -> tuple[str, ...]:
+    """The neural engines that run a researcher's own base step."""
+    return tuple(e.name for e in family_engines("neural") if e.parts is None or OWN_BASE in dict(e.parts)["base"])
 
 
 def reference_engine(family: str) -> Engine:

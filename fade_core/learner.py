@@ -15,6 +15,8 @@ from typing import Callable, ClassVar, Iterable
 from fade_core.hyperparameters import HYPERPARAMETERS
 from fade_core.rulebind import parameters
 
+OWN_BASE = "own"  # a neural learner's base-step choice when the step is the researcher's own (fade_core.engines lists it)
+
 STEP_SIZE, DECAY = "step_size", "decay"  # what a learner may adapt: its log step size beta, its log decay rate gamma
 KEYWORDS = {"lam": "lambda"}  # a rule's parameter name -> the hyperparameter it is (`lambda` is a Python keyword)
 

@@ -9,14 +9,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import ray
-import yaml
 
 from fade_core.linear import initial_weights
 from sweeps.cli import main
 from sweeps.spec.own import RESERVED_COLUMNS
 from sweeps.store import Store
 from tasks import make_stream
+from tests.own_sweeps import finished_sweep, read_without_the_module, resume_and_confirm, write_sweep
 
 MODULE = "leaky_rules_for_test"
 RULE = (Path(__file__).resolve().parents[1] / "benchmarks" / "own_rules.py").read_text()  # docs/own-learners.md's example
@@ -46,21 +45,12 @@ def _plain_score(seed: int, alpha: float, theta_lambda: float, gamma0: float, rh
 
 
 def _write(folder, rule: str = RULE, sweep: dict = SWEEP):
-    (folder / f"{MODULE}.py").write_text(textwrap.dedent(rule))
-    path = folder / "leaky.yaml"
-    path.write_text(yaml.safe_dump(sweep))
-    sys.modules.pop(MODULE, None)
-    return path
+    return write_sweep(folder, MODULE, rule, sweep)
 
 
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    root = tmp_path_factory.mktemp("own")
-    sweep = _write(root)
-    assert main(["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--no-report"]) == 0
-    yield root, sweep, root / "store" / "leaky"
-    ray.shutdown()
+    yield from finished_sweep(tmp_path_factory, MODULE, RULE, SWEEP)
 
 
 def test_own_rule_equals_a_plain_per_run_loop(finished):
@@ -75,41 +65,19 @@ def test_own_rule_equals_a_plain_per_run_loop(finished):
 
 
 def test_readers_never_import_the_rule(finished, capsys):
-    root, _, results = finished
-    (root / f"{MODULE}.py").rename(root / "gone.py")
-    sys.modules.pop(MODULE, None)
-    try:
-        for command in (["table", str(results)], ["status", str(results)], ["verify", str(results)],
-                        ["report", str(results), "--out", str(root / "report.html")]):
-            assert main(command) == 0, command
-        assert "rho=" in capsys.readouterr().out
-        assert main(["table", str(results), "--kind", "sensitivity"]) == 0  # one gamma0 x theta_lambda grid per rho
-        titles = [line for line in capsys.readouterr().out.splitlines() if line.startswith("### ")]
-        assert sum("fade_leaky, alpha=0.02, rho=" in t for t in titles) == len(GRID["rho"])
-        assert MODULE not in sys.modules
-        assert main(["run", str(root / "leaky.yaml"), "--storage", str(root / "store"), "--resume"]) == 2
-        assert "no module" in capsys.readouterr().err
-    finally:
-        (root / "gone.py").rename(root / f"{MODULE}.py")
+    root, sweep, results = finished
+    sensitivity = ["table", str(results), "--kind", "sensitivity"]  # one gamma0 x theta_lambda grid per rho
+    out = read_without_the_module(root, sweep, results, MODULE, capsys, sensitivity)
+    assert "rho=" in out
+    titles = [line for line in out.splitlines() if line.startswith("### ")]
+    assert sum("fade_leaky, alpha=0.02, rho=" in t for t in titles) == len(GRID["rho"])
 
 
 def test_resume_and_confirm_take_the_recorded_rule(finished, capsys):
     root, sweep, results = finished
-    assert main(["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--resume",
-                 "--no-report"]) == 0
-    assert main(["confirm", str(results), "--seeds", "1"]) == 0
     changed = RULE.replace("rho * g *", "rho * (g *").replace("max(1 - l - alpha * x * x, 0) -",
                                                               "max(1 - l - alpha * x * x, 0)) -")
-    _write(root, changed)
-    try:
-        capsys.readouterr()
-        for command in (["run", str(sweep), "--storage", str(root / "store"), "--dtype", "float64", "--resume"],
-                        ["confirm", str(results), "--seeds", "1"]):
-            assert main(command) == 2
-            err = capsys.readouterr().err.strip()
-            assert "changed since the store recorded it" in err and "\n" not in err
-    finally:
-        _write(root)
+    resume_and_confirm(root, sweep, results, MODULE, RULE, changed, capsys, SWEEP)
 
 
 BAD = {

@@ -30,7 +30,8 @@ import hashlib
 import inspect
 import math
 import textwrap
-from typing import Callable
+from dataclasses import dataclass
+from typing import Callable, Mapping
 
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
 from fade_core.linear import rules
@@ -93,33 +94,59 @@ def _call_name(node: ast.Call) -> str:
     return node.func.id if isinstance(node.func, ast.Name) else ast.unparse(node.func)
 
 
-def _not_straight(rule: Callable, node: ast.AST) -> RuleError:
+@dataclass(frozen=True)
+class Form:
+    """What a family's rules may contain, for `check_body`: the functions a rule may call (name ->
+    argument count), the objects those names must be in the rule's module (the ones the engines
+    rebind), whether a comparison is a value (the neural parts' `where(x > 0, a, b)`; the linear
+    tracer has none), and how to write a choice instead of a branch."""
+
+    functions: Mapping[str, int]
+    bound: Mapping[str, tuple]
+    comparisons: bool
+    remedy: str
+
+
+LINEAR = Form(FUNCTIONS, _BOUND, False, "use max, min or clamp")
+_COMPARISONS = (ast.Gt, ast.Lt, ast.GtE, ast.LtE)
+
+
+def _not_straight(rule: Callable, node: ast.AST, form: Form) -> RuleError:
     """The refusal of a loop or a branch, worded as what it is (a `for` is no branch on a value)."""
     kind = type(node).__name__.lower()
     if isinstance(node, _LOOPS):
         return RuleError(f"{_where(rule, node)}: a loop ({kind}) in rule {rule.__name__}; the kernel traces "
                          "straight-line code: write the steps out, one assignment each")
     return RuleError(f"{_where(rule, node)}: a Python branch on a value ({kind}) in rule {rule.__name__}; the kernel "
-                     "traces straight-line code: use max, min or clamp")
+                     f"traces straight-line code: {form.remedy}")
 
 
-def _check_expression(rule: Callable, node: ast.AST, known: set[str]) -> None:
-    """Straight-line arithmetic on known names, numbers and calls of FUNCTIONS; RuleError at the first other thing."""
+def _a_value(part: ast.AST, form: Form) -> bool:
+    """A single <, >, <= or >= where the form computes with comparisons (a chain or == is a branch)."""
+    return (form.comparisons and isinstance(part, ast.Compare) and len(part.ops) == 1
+            and isinstance(part.ops[0], _COMPARISONS))
+
+
+def _check_expression(rule: Callable, node: ast.AST, known: set[str], form: Form) -> None:
+    """Straight-line arithmetic on known names, numbers and calls of the form's functions; RuleError at the
+    first other thing."""
+    functions = form.functions
     for part in ast.walk(node):
-        if isinstance(part, _BRANCHES):
-            raise _not_straight(rule, part)
+        if isinstance(part, _BRANCHES) and not _a_value(part, form):
+            raise _not_straight(rule, part, form)
         if isinstance(part, ast.Call):
             name = _call_name(part)
-            if name not in FUNCTIONS:
+            if name not in functions:
                 raise RuleError(f"{_where(rule, part)}: unknown function {name} in rule {rule.__name__}; a rule may "
-                                f"call {', '.join(FUNCTIONS)} only")
-            if len(part.args) != FUNCTIONS[name] or part.keywords:
-                raise RuleError(f"{_where(rule, part)}: {name} takes {FUNCTIONS[name]} positional argument(s) in "
+                                f"call {', '.join(functions)} only")
+            if len(part.args) != functions[name] or part.keywords:
+                raise RuleError(f"{_where(rule, part)}: {name} takes {functions[name]} positional argument(s) in "
                                 f"rule {rule.__name__}")
-            bound = _BOUND.get(name)
+            bound = form.bound.get(name)
             if bound and not any(rule.__globals__.get(name) is f for f in bound):
+                package = "fade_core.linear" if form is LINEAR else "fade_core.neural"
                 raise RuleError(f"{_where(rule, part)}: {name} in rule {rule.__name__} is not fade_core's; "
-                                f"`from fade_core.linear import {name}` in its module")
+                                f"`from {package} import {name}` in its module")
         elif isinstance(part, ast.BinOp) and not isinstance(part.op, _OPERATORS):
             raise RuleError(f"{_where(rule, part)}: operator {type(part.op).__name__} in rule {rule.__name__}; a "
                             "rule uses + - * / only")
@@ -130,13 +157,13 @@ def _check_expression(rule: Callable, node: ast.AST, known: set[str]) -> None:
                                                  or not isinstance(part.value, (int, float))):
             raise RuleError(f"{_where(rule, part)}: {part.value!r} in rule {rule.__name__}; a rule's constants are "
                             "numbers")
-        elif isinstance(part, ast.Name) and part.id not in known and part.id not in FUNCTIONS:
+        elif isinstance(part, ast.Name) and part.id not in known and part.id not in functions:
             raise RuleError(f"{_where(rule, part)}: unknown name {part.id} in rule {rule.__name__}; a rule reads its "
                             "arguments and its own local names only")
-        elif not isinstance(part, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Call, ast.Load,
-                                   ast.operator, ast.unaryop)):
+        elif not (isinstance(part, (ast.BinOp, ast.UnaryOp, ast.Constant, ast.Name, ast.Call, ast.Load, ast.operator,
+                                    ast.unaryop)) or _a_value(part, form) or isinstance(part, _COMPARISONS)):
             raise RuleError(f"{_where(rule, part)}: {type(part).__name__} in rule {rule.__name__}; a rule is "
-                            "arithmetic on its arguments (+ - * /, exp, clamp, max, min)")
+                            f"arithmetic on its arguments (+ - * /, {', '.join(functions)})")
 
 
 def _check_signature(rule: Callable) -> tuple[str, ...]:
@@ -155,10 +182,10 @@ def _check_signature(rule: Callable) -> tuple[str, ...]:
     return hps
 
 
-def check_rule(rule: Callable) -> tuple[str, ...]:
-    """RuleError (naming the problem and the line) unless `rule` is in the documented form; returns its
-    hyperparameter names."""
-    hps = _check_signature(rule)
+def check_body(rule: Callable, form: Form, returns: int, ending: str) -> None:
+    """RuleError (naming the problem and the line) unless the body of `rule` is assignments of the form's
+    straight-line arithmetic ending with a return of `returns` values (`ending`: that return, as the
+    documentation writes it)."""
     tree = ast.parse(rule_source(rule))
     function = tree.body[0]
     if not isinstance(function, ast.FunctionDef):
@@ -168,25 +195,33 @@ def check_rule(rule: Callable) -> tuple[str, ...]:
         body = body[1:]  # the docstring
     known = set(parameters(rule))
     last = body[-1] if body else function
-    if not (isinstance(last, ast.Return) and isinstance(last.value, ast.Tuple) and len(last.value.elts) == 5):
-        raise RuleError(f"{_where(rule, last)}: rule {rule.__name__} must end with `return w, beta, h, gamma, g` "
-                        "(the new state)")
+    values = getattr(last, "value", None)
+    values = values.elts if isinstance(values, ast.Tuple) else [values] if values is not None and returns == 1 else []
+    if not (isinstance(last, ast.Return) and len(values) == returns):
+        raise RuleError(f"{_where(rule, last)}: rule {rule.__name__} must end with {ending}")
     for statement in body:
         assigns = isinstance(statement, ast.Assign) and len(statement.targets) == 1
         if assigns and isinstance(statement.targets[0], ast.Name):
-            _check_expression(rule, statement.value, known)
+            _check_expression(rule, statement.value, known, form)
             known.add(statement.targets[0].id)
         elif isinstance(statement, ast.AugAssign) and getattr(statement.target, "id", None) in known:
             _check_expression(rule, ast.BinOp(statement.target, statement.op, statement.value, lineno=statement.lineno),
-                              known)
+                              known, form)
         elif statement is last:
-            for value in last.value.elts:
-                _check_expression(rule, value, known)
+            for value in values:
+                _check_expression(rule, value, known, form)
         elif isinstance(statement, _BRANCHES):
-            raise _not_straight(rule, statement)
+            raise _not_straight(rule, statement, form)
         else:
             raise RuleError(f"{_where(rule, statement)}: {type(statement).__name__} in rule {rule.__name__}; a rule "
                             "is assignments (NAME = expression) and one return at its end")
+
+
+def check_rule(rule: Callable) -> tuple[str, ...]:
+    """RuleError (naming the problem and the line) unless `rule` is in the documented form; returns its
+    hyperparameter names."""
+    hps = _check_signature(rule)
+    check_body(rule, LINEAR, 5, "`return w, beta, h, gamma, g` (the new state)")
     return tuple(KEYWORDS.get(n, n) for n in hps)
 
 

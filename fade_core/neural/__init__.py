@@ -18,6 +18,10 @@ from typing import Any
 from fade_core.neural.rules import GAMMA_MAX, GAMMA_MIN, NEURAL_LEARNERS, NeuralLearner, get_neural_learner
 
 _LAZY = {**dict.fromkeys(("Loss", "NeuralRuns", "StepResult", "StepSums"), "fade_core.neural.state"),
+         **dict.fromkeys(("OwnBase", "RuleError", "hyperparameter", "own_learner"), "fade_core.neural.own"),
+         # the primitives a base step of one's own calls (own.py): `from fade_core.neural import sqrt`
+         **dict.fromkeys(("exp", "sqrt", "fma", "div_approx", "where", "maximum", "minimum", "clamp", "lerp"),
+                         "fade_core.rulebind"),
          **dict.fromkeys(("NEURAL_ENGINES", "hyperparameter_tensors", "make_runs"), "fade_core.neural.runs")}
 
 __all__ = ["GAMMA_MAX", "GAMMA_MIN", "NEURAL_LEARNERS", "NeuralLearner", "get_neural_learner", *_LAZY]

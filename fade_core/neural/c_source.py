@@ -50,7 +50,8 @@ def c_source(learner: NeuralLearner, dtype: np.dtype | type, inputs: Mapping[str
     inputs: each input of `parts.update` the learner reads (`UPDATE_INPUTS`: w, grad, q, alpha,
         lam, factor = 1 - alpha * lambda, theta, bound, m, v, gamma, trace, first_step (a bool),
         and Adam's coefficients step, sqrt_bc2, inv_bc2, m_weight, beta2, v_weight, eps, as
-        `parts.adam_scalars` computes them and rounded to dtype) -> a C expression.
+        `parts.adam_scalars` computes them and rounded to dtype; a researcher's base step's
+        hyperparameters by their names) -> a C expression.
     outputs: which results to assign (`UPDATE_OUTPUTS`: w, m, v, gamma, trace) -> a C lvalue;
         an output the learner leaves unchanged is assigned only if its lvalue is not its input.
     fade_on: whether this parameter is FADE's (`NeuralLearner.flags`); style: "cuda" or "c".
@@ -61,7 +62,10 @@ def c_source(learner: NeuralLearner, dtype: np.dtype | type, inputs: Mapping[str
         raise ValueError(f"c_source: dtype must be float32 or float64, not {dtype}")
     if style not in ("cuda", "c"):
         raise ValueError(f"c_source: style must be 'cuda' or 'c', not {style!r}")
-    nodes = trace(update, UPDATE_INPUTS, learner.flags(fade_on))
+    flags = learner.flags(fade_on)
+    if learner.own_base:  # a researcher's base step: its hyperparameters are inputs too
+        flags["base"] = learner.own_base.traced_step()
+    nodes = trace(update, UPDATE_INPUTS, flags)
     wanted = [(name, node) for name, node in zip(UPDATE_OUTPUTS, nodes) if name in outputs]
     real, f = ("float", "f") if dtype == np.float32 else ("double", "d")
     cuda = style == "cuda"

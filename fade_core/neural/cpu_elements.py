@@ -58,12 +58,17 @@ CONSTANTS: tuple[float, ...] = tuple(dict.fromkeys(v for g in _GRAPHS.values() f
 _EXP_AT = len(CONSTANTS)
 
 
-def numba_source(name: str, outputs: Sequence[Node], arguments: Sequence[str], inputs: Mapping[str, str]) -> str:
+def numba_source(name: str, outputs: Sequence[Node], arguments: Sequence[str], inputs: Mapping[str, str],
+                 constant: Callable[[float], str] | None = None, stores: Sequence[str] = ()) -> str:
     """The graph `outputs` as a Python function `name(*arguments)` for numba: an input reads
-    `inputs.get(its name, its name)`, a constant `fc[k]` (its place in CONSTANTS)."""
+    `inputs.get(its name, its name)`, a constant `constant(value)` (default `fc[k]`, its place in
+    CONSTANTS); the first len(`stores`) outputs are returned, each later one assigned to its
+    lvalue in `stores` (an own base step writes its state in place: cpu_own)."""
 
     def leaf(node: Node) -> str:
-        return f"fc[{CONSTANTS.index(node.value)}]" if node.op == "const" else inputs.get(node.value, node.value)
+        if node.op == "const":
+            return constant(node.value) if constant else f"fc[{CONSTANTS.index(node.value)}]"
+        return inputs.get(node.value, node.value)
 
     def render(node: Node, a: list[str]) -> str:
         op = node.op
@@ -77,21 +82,25 @@ def numba_source(name: str, outputs: Sequence[Node], arguments: Sequence[str], i
         return calls[op].format(*a)
 
     lines, results = statements(outputs, leaf, render, lambda t, node, expression: f"    {t} = {expression}")
-    return "\n".join([f"def {name}({', '.join(arguments)}):", *lines, f"    return {', '.join(results)}", ""])
+    kept = len(results) - len(stores)
+    lines += [f"    {lvalue} = {result}" for lvalue, result in zip(stores, results[kept:])]
+    return "\n".join([f"def {name}({', '.join(arguments)}):", *lines, f"    return {', '.join(results[:kept])}", ""])
+
+
+def printed_function(name: str, text: str, doc: str | None) -> Callable:
+    """The function `name` of printed source `text`, compiled (cached by numba under a digest of the text)."""
+    scope = {"__name__": __name__, "np": np, "fma": fma, "exp_small": exp_small}
+    exec(compile(text, __file__, "exec"), scope)  # the printed rule, under this file's name (numba's cache)
+    function = scope[name]
+    function.__qualname__ = f"{name}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
+    function.__doc__ = doc
+    return _scalar(function)
 
 
 def _compile() -> dict[str, Callable]:
-    """Every rule of _PRINTED printed and compiled (cached by numba under a digest of its text)."""
-    compiled = {}
-    for name, (rule, arguments, inputs) in _PRINTED.items():
-        text = numba_source(name, _GRAPHS[name], arguments, inputs)
-        scope = {"__name__": __name__, "np": np, "fma": fma, "exp_small": exp_small}
-        exec(compile(text, __file__, "exec"), scope)  # the printed rule, under this file's name (numba's cache)
-        function = scope[name]
-        function.__qualname__ = f"{name}_{hashlib.sha256(text.encode()).hexdigest()[:12]}"
-        function.__doc__ = rule.__doc__
-        compiled[name] = _scalar(function)
-    return compiled
+    """Every rule of _PRINTED printed and compiled."""
+    return {name: printed_function(name, numba_source(name, _GRAPHS[name], arguments, inputs), rule.__doc__)
+            for name, (rule, arguments, inputs) in _PRINTED.items()}
 
 
 _RULES = _compile()

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from fade_core.engines import CPU
-from fade_core.neural import cpu_kernel
+from fade_core.neural import cpu_kernel, cpu_own
 from fade_core.neural.rules import WEIGHT_DECAY_MODES
 
 if TYPE_CHECKING:
@@ -41,15 +41,19 @@ class CpuKernel:
             return runs.hp.get(name, zeros).contiguous().numpy()
 
         target = target.contiguous().numpy()
-        cpu_kernel.run_segment(
+        own = learner.own_base
+        run_segment = cpu_own.segment(own) if own else cpu_kernel.run_segment
+        run_segment(
             cpu_kernel.Setup(
                 sizes=np.array(arch.sizes, dtype=np.int64), starts=np.array(arch.offsets(), dtype=np.int64),
                 negative_slope=float(arch.negative_slope), classification=classification,
-                adam=learner.base == "adam", weight_decay=WEIGHT_DECAY_MODES[learner.weight_decay], clip=learner.clip,
+                adam=learner.base == "adam", own=own is not None, weight_decay=WEIGHT_DECAY_MODES[learner.weight_decay], clip=learner.clip,
                 fade_start=runs.fade_start, adam_steps=int(runs.adam_steps.item()),
             ),
             cpu_kernel.RunHyperparameters(
-                alpha=column("alpha"), lam=column("lambda"), kappa=column("kappa"), theta_lambda=column("theta_lambda")
+                alpha=column("alpha"), lam=column("lambda"), kappa=column("kappa"), theta_lambda=column("theta_lambda"),
+                own=(cpu_own.own_columns(own, {n: column(n) for n in own.hyperparameters}, runs.net.runs, flat.numpy().dtype)
+                     if own else np.zeros((runs.net.runs, 0), dtype=flat.numpy().dtype)),
             ),
             cpu_kernel.RunState(
                 params=flat.numpy(), adam_m=runs.adam_m_flat.numpy(), adam_v=runs.adam_v_flat.numpy(),

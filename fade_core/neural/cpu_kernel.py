@@ -54,6 +54,7 @@ class Setup(NamedTuple):
     negative_slope: float  # of the hidden activation (0: ReLU)
     classification: bool  # cross-entropy on labels (else half squared error on values)
     adam: bool  # base step Adam (else SGD)
+    own: bool  # base step a researcher's (`cpu_layers.own_step`, as cpu_own rebinds it), whatever `adam` says
     weight_decay: int  # rules.WD_NONE | WD_COUPLED | WD_DECOUPLED
     clip: bool
     fade_start: int  # first flat parameter FADE covers (n: none)
@@ -67,14 +68,15 @@ class RunHyperparameters(NamedTuple):
     lam: np.ndarray  # lambda
     kappa: np.ndarray
     theta_lambda: np.ndarray
+    own: np.ndarray  # (R, K): an own base step's hyperparameters, then its constants ((R, 0) for sgd, adam)
 
 
 class RunState(NamedTuple):
     """Per-run state, updated in place."""
 
     params: np.ndarray  # (R, n) flat parameters
-    adam_m: np.ndarray  # (R, n) first moments ((R, 0) without Adam)
-    adam_v: np.ndarray  # (R, n) second moments ((R, 0) without Adam)
+    adam_m: np.ndarray  # (R, n) first moments, or an own base step's first state ((R, 0) without)
+    adam_v: np.ndarray  # (R, n) second moments, or an own base step's second state ((R, 0) without)
     gamma: np.ndarray  # (R, n - fade_start) FADE's log decay rates
     trace: np.ndarray  # (R, n - fade_start) FADE's trace g
 
@@ -103,6 +105,7 @@ def run_segment(setup, hp, state, data, sums):
     `RunState` (updated in place), `Stream`, `Sums` (accumulated in place)."""
     sizes, starts, classification = setup.sizes, setup.starts, setup.classification
     adam_base, wd_mode, clip, fade_start, adam_steps = setup.adam, setup.weight_decay, setup.clip, setup.fade_start, setup.adam_steps
+    own = setup.own
     alpha, lam, kappa, theta = hp.alpha, hp.lam, hp.kappa, hp.theta_lambda
     params, adam_m, adam_v, gamma, trace = state.params, state.adam_m, state.adam_v, state.gamma, state.trace
     typed = np.empty(1, dtype=params.dtype)
@@ -118,7 +121,7 @@ def run_segment(setup, hp, state, data, sums):
     for r in numba.prange(params.shape[0]):
         s = run_slot[r]
         p, m, v, gm, tr = params[r], adam_m[r], adam_v[r], gamma[r], trace[r]
-        a, la, th = alpha[r], lam[r], theta[r]
+        a, la, th, oh = alpha[r], lam[r], theta[r], hp.own[r]
         acts = np.empty(n_in + units - n_out, dtype=params.dtype)  # each layer's input, concatenated
         z = np.empty(units, dtype=params.dtype)  # pre-activations of every layer
         delta = np.empty(units, dtype=params.dtype)
@@ -135,11 +138,12 @@ def run_segment(setup, hp, state, data, sums):
         # A plain-SGD or any Adam first layer (not under FADE) fuses its update with the next
         # step's forward (see sgd_rank_one_then_affine, adam_rank_one_then_affine);
         # z[:sizes[1]] then holds W0 @ x_t when step t starts.
-        fused_sgd = not (fade_start == 0 or adam_base or clip or wd_mode != WD_NONE)
-        fused_adam = adam_base and fade_start > 0 and wd_mode != WD_COUPLED
+        fused_sgd = not (fade_start == 0 or adam_base or clip or wd_mode != WD_NONE or own)
+        fused_adam = adam_base and fade_start > 0 and wd_mode != WD_COUPLED and not own
         # Parts no special row below combines (FADE with weight decay or clipping, SGD with
-        # decoupled decay or clipped coupled decay, Adam with coupled decay): `any_rank_one`.
-        general = (wd_mode == WD_COUPLED and (adam_base or clip)) or (wd_mode == WD_DECOUPLED and not adam_base)
+        # decoupled decay or clipped coupled decay, Adam with coupled decay, an own base step):
+        # `any_rank_one`.
+        general = (wd_mode == WD_COUPLED and (adam_base or clip)) or (wd_mode == WD_DECOUPLED and not adam_base) or own
         general_fade = general or wd_mode != WD_NONE or clip
         fused = fused_sgd or fused_adam
         zero_in = np.zeros(n_in, dtype=params.dtype)
@@ -213,7 +217,7 @@ def run_segment(setup, hp, state, data, sums):
                 factor = head_factor if layer == layers - 1 and classification else ones[:fan_out]
                 if general_fade if fade_on else general:
                     any_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, la, shrink,
-                                 th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in)
+                                 th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, own, oh)
                 elif fade_on and not adam_base:
                     fade_sgd_rank_one(p, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
                                       back, d_in, row_buffer)
@@ -234,9 +238,10 @@ def run_segment(setup, hp, state, data, sums):
                     sgd_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, bounds[layer], back, d_in)
                 if back:  # through the activation below
                     activation_backward(z[below:z_off], d_in, slope)
-                update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out] if adam_base else m,
-                            v[b0 : b0 + fan_out] if adam_base else v,
+                update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out] if m.shape[0] else m,
+                            v[b0 : b0 + fan_out] if v.shape[0] else v,
                             gm[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else gm,
                             tr[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else tr,
-                            d_layer, factor, a, la, shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac)
+                            d_layer, factor, a, la, shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac,
+                            own, oh)
                 z_off = below

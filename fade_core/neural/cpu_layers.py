@@ -187,11 +187,20 @@ def adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, 
 
 
 @_dense
+def own_step(w, grad, m, v, j, alpha, oh, fc):
+    """A researcher's base step on parameter j -> its new w, its state written to m[j] (and v[j]);
+    oh: its hyperparameters, then its constants. A placeholder here, never called: cpu_own
+    rebinds the name to the printed rule in its copies of the functions that call it."""
+    return w
+
+
+@_dense
 def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, lam, shrink, theta, bound, fc,
-                 first_step, ac, wd_mode, adam_base, clip_on, fade_on, back, delta_in):
+                 first_step, ac, wd_mode, adam_base, clip_on, fade_on, back, delta_in, own, oh):
     """Any learner's parts on the layer whose W starts at p[w0] (`parts.update`'s order: FADE's
     decay, weight decay, base step, clipping), the parts chosen per call; `back` as in
-    `sgd_rank_one`. The rows above are the registered learners' faster special cases."""
+    `sgd_rank_one`; `own`: the base step is `own_step` (oh: its hyperparameters and constants).
+    The rows above are the registered learners' faster special cases."""
     if back:
         delta_in[:] = 0
     for j in range(fan_out):
@@ -210,7 +219,9 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
                 grad = coupled_decay(grad, w, lam)
             elif wd_mode == WD_DECOUPLED:
                 w = decoupled_decay(w, shrink)
-            if adam_base:
+            if own:
+                w = own_step(w, grad, m, v, row + i, alpha, oh, fc)
+            elif adam_base:
                 m[row + i], v[row + i], w = adam(m[row + i], v[row + i], w, grad, ac)
             else:
                 w = sgd(w, grad, alpha)
@@ -221,9 +232,10 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
 
 @_dense
 def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, wd_mode, adam_base, clip, bound, fade_on,
-                first_step, ac):
+                first_step, ac, own, oh):
     """Any learner on a bias (gradient delta[j], FADE curvature factor[j]): FADE decay (if on),
-    weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step, clipping;
+    weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step (`own`: as
+    in `any_rank_one`), clipping;
     in the parameters' dtype (the decayed FADE value is stored before the base step: a float64
     value here would make numba type w, and with it the whole step, float64 in float32 runs).
     One loop with the rule inline: a call per element cost an NRT incref/decref of each array."""
@@ -237,7 +249,9 @@ def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, w
             grad = coupled_decay(grad, w, lam)
         elif wd_mode == WD_DECOUPLED:
             w = decoupled_decay(w, shrink)
-        if adam_base:
+        if own:
+            w = own_step(w, grad, m, v, j, alpha, oh, fc)
+        elif adam_base:
             m[j], v[j], w = adam(m[j], v[j], w, grad, ac)
         else:
             w = sgd(w, grad, alpha)

@@ -17,7 +17,8 @@ weights, clipping.
 
 A new part is a function here and its flag in `update`, and its line in rules.py's `PARTS`. A
 part's hyperparameters are the parameters of its functions named as hyperparameters
-(`fade_core/hyperparameters.py`; `lam` is `lambda`): `rules.PARTS` reads them from here.
+(`fade_core/hyperparameters.py`; `lam` is `lambda`): `rules.PARTS` reads them from here. A
+researcher's base step is a function of their own in the same form (`own.py`).
 """
 
 from __future__ import annotations
@@ -108,7 +109,10 @@ def update(w, grad, q, alpha, lam, factor, theta, bound, m, v, gamma, trace,
            *, base="sgd", weight_decay="none", clip_on=False, fade_on=False):
     """One parameter's whole update -> (w, m, v, gamma, trace). Inputs a learner's parts do
     not read are returned as they came (placeholders): `factor` is `shrink`'s value, the Adam
-    coefficients `adam_scalars`' (rounded to the run's dtype), `bound` `clip_bound`'s."""
+    coefficients `adam_scalars`' (rounded to the run's dtype), `bound` `clip_bound`'s. `base`:
+    "sgd", "adam", or a researcher's base step bound to the caller's primitives and its
+    hyperparameters, (w, grad, m, v, alpha) -> (w, m, v) (`own.OwnBase.step`; alpha is then
+    also FADE's step size, as under SGD)."""
     if fade_on:
         alpha_eff = adam_alpha_eff(v, alpha, first_step, inv_bc2, eps) if base == "adam" else alpha
         gamma, decay = fade_decay(gamma, trace, grad, theta)
@@ -119,8 +123,10 @@ def update(w, grad, q, alpha, lam, factor, theta, bound, m, v, gamma, trace,
         w = decoupled_decay(w, factor)
     if base == "adam":
         m, v, w = adam(m, v, w, grad, step, sqrt_bc2, m_weight, beta2, v_weight, eps)
-    else:
+    elif base == "sgd":
         w = sgd(w, grad, alpha)
+    else:
+        w, m, v = base(w, grad, m, v, alpha)
     if clip_on:
         w = clip(w, bound)
     return w, m, v, gamma, trace

@@ -2,21 +2,23 @@
 
 Every learner is a combination of four independent parts, each written once as a rule in
 parts.py, from which every engine takes its arithmetic:
-  base step      sgd | adam (torch.optim conventions, betas 0.9/0.999, eps 1e-8)
+  base step      sgd | adam (torch.optim conventions, betas 0.9/0.999, eps 1e-8) | a
+                 researcher's own (own.py: its state and hyperparameters beside alpha)
   weight decay   none | coupled (L2 in the gradient, SGD's weight_decay) | decoupled (AdamW)
   clipping       every Linear's weight and bias clamped to +-kappa/sqrt(fan_in) after the step
   FADE           none | head | all: per-parameter decay exp(gamma) adapted by the meta-gradient
                  trace g, applied (decay first) before the weight decay and the base step
-A learner's hyperparameters follow from its parts; any combination runs on every engine.
+A learner's hyperparameters follow from its parts; any combination of the built-in parts runs on
+every engine, one with a base step of one's own on the cpu, torch and triton engines.
 """
 
 from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar, Iterable, Literal, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Literal, Mapping
 
-from fade_core.learner import DECAY, Learner, hyperparameter_names
+from fade_core.learner import DECAY, OWN_BASE, Learner, hyperparameter_names
 from fade_core.neural import parts
 from fade_core.neural.parts import BETA1, BETA2, EPS, GAMMA_MAX, GAMMA_MIN  # noqa: F401 (the learners' constants)
 
@@ -60,7 +62,7 @@ class NeuralLearner(Learner):
 
     family: ClassVar[str] = "neural"
     name: str
-    base: Literal["sgd", "adam"]
+    base: Literal["sgd", "adam"] | Any  # or a researcher's base step, an own.OwnBase (own.py imports this module)
     weight_decay: Literal["none", "coupled", "decoupled"] = "none"
     clip: bool = False
     fade: Literal["none", "head", "all"] = "none"
@@ -70,31 +72,56 @@ class NeuralLearner(Learner):
     def __post_init__(self) -> None:
         for part in PARTS:
             value = getattr(self, part.field)
-            if value not in part.choices:
+            if not (part.field == "base" and self.own_base) and value not in part.choices:
                 allowed = ", ".join(str(c) for c in part.choices)
                 raise ValueError(f"neural learner {self.name!r}: {part.field} must be one of {allowed}, not {value!r}")
         chosen = [(part, getattr(self, part.field)) for part in PARTS]
-        names = tuple(n for part, value in chosen for n in hyperparameter_names(part.choices[value]) + part.starts * bool(
-            part.choices[value]))
+        names = tuple(n for part, value in chosen for n in self._hyperparameters(part, value))
         object.__setattr__(self, "hyperparameters", tuple(dict.fromkeys(names)))
         object.__setattr__(self, "adapts", frozenset(p.adapts for p, value in chosen if p.adapts and value != next(iter(p.choices))))
 
     def flags(self, fade_on: bool | None = None) -> dict[str, object]:
         """`parts.update`'s flags for this learner's parameters (`fade_on`: FADE on them or not, as under
-        fade "head" only the head's parameters are FADE's; None: whether the learner has FADE)."""
+        fade "head" only the head's parameters are FADE's; None: whether the learner has FADE). A
+        researcher's base step is its `OwnBase`: a caller binds it (`OwnBase.step`) before calling update."""
         flags = {part.flag: part.flag_value(getattr(self, part.field)) for part in PARTS}
         return flags if fade_on is None else {**flags, "fade_on": fade_on}
 
     def parts_beyond(self, known: Mapping[str, Iterable[object]]) -> tuple[str, ...]:
         """Its parts (as "field=choice") outside `known`, field -> choices: what code written by hand for
         those choices does not run (a part at its default, its first choice, is always known)."""
-        return tuple(f"{p.field}={getattr(self, p.field)!r}" for p in PARTS
-                     if getattr(self, p.field) != next(iter(p.choices)) and getattr(self, p.field) not in known.get(p.field, ()))
+        return tuple(f"{p.field}={self.choice(p.field)!r}" for p in PARTS
+                     if self.choice(p.field) != next(iter(p.choices)) and self.choice(p.field) not in known.get(p.field, ()))
+
+    def choice(self, field_name: str) -> object:
+        """Its choice of a part (a researcher's base step: OWN_BASE, "own")."""
+        return OWN_BASE if field_name == "base" and self.own_base else getattr(self, field_name)
+
+    def _hyperparameters(self, part: Part, value: object) -> tuple[str, ...]:
+        """What a part's choice takes, from its rules' signatures (a researcher's base step: alpha and its own)."""
+        if part.field == "base" and self.own_base:
+            return hyperparameter_names((self.own_base.rule,), self.own_base.hyperparameters)
+        return hyperparameter_names(part.choices[value]) + part.starts * bool(part.choices[value])
 
     @property
     def rule(self) -> Callable:
         """One parameter's update for this learner: `parts.update` with its flags."""
         return functools.partial(parts.update, **self.flags())
+
+    @property
+    def key(self) -> str:
+        """Its name; with a researcher's base step, name@digest of the step's source (fade_core.learners)."""
+        return f"{self.name}@{self.own_base.digest}" if self.own_base else self.name
+
+    @property
+    def own_base(self) -> Any:
+        """The researcher's base step (own.OwnBase), None for sgd and adam."""
+        return None if isinstance(self.base, str) else self.base
+
+    @property
+    def state_slots(self) -> int:
+        """Per-parameter state buffers the base step keeps (Adam: m and v; an own step: its state)."""
+        return len(self.base.state) if self.own_base else 2 * (self.base == "adam")
 
 
 NEURAL_LEARNERS: dict[str, NeuralLearner] = {

@@ -11,7 +11,7 @@ import torch
 from fade_core.engines import CPU, TRITON, family_engines, get_engine
 from fade_core.mlp import Architecture, BatchedMLP
 from fade_core.neural.rules import NeuralLearner, get_neural_learner
-from fade_core.neural.state import Loss, NeuralRuns
+from fade_core.neural.state import Loss, NeuralRuns, StepSums
 
 NEURAL_ENGINES = tuple(e.name for e in family_engines("neural"))
 
@@ -42,3 +42,14 @@ def make_runs(learner: str | NeuralLearner, arch: Architecture, seeds: list[int]
     if engine is None:
         engine = CPU if net.flat.device.type == "cpu" else TRITON
     return NeuralRuns(spec, net, hyperparameter_tensors(spec, hp, dtype), loss, engine_class(engine, net.flat.device, spec))
+
+
+def compile_cpu(learner: NeuralLearner, dtype: str) -> None:
+    """Compile the "cpu" engine's kernel for `learner` in `dtype` (or load it from numba's cache) before any
+    pack needs it (a researcher's base step: its own copy of the kernel, cpu_own): one step of one run of a
+    tiny network."""
+    arch, torch_dtype = Architecture((1, 1, 1)), getattr(torch, dtype)
+    runs = make_runs(learner, arch, [0], {name: [0.0] for name in learner.hyperparameters}, "squared_error",
+                     dtype=torch_dtype, engine=CPU)
+    x = torch.zeros((1, 1, 1), dtype=torch_dtype)
+    runs.advance(x, x.clone(), torch.zeros(1, dtype=torch.int64), StepSums.zeros(1, arch, "squared_error", "cpu"))

@@ -91,12 +91,13 @@ class NeuralRuns:
         like = net.weights[0]
         self.hp = {k: v.to(like.device, like.dtype) for k, v in hp.items()}
         arch, flat = net.arch, net.flat
-        # State lives in flat [R, n] buffers laid out like the parameters (views per parameter).
-        adam = learner.base == "adam"
-        self.adam_m_flat = torch.zeros_like(flat) if adam else flat.new_zeros(flat.shape[0], 0)
-        self.adam_v_flat = torch.zeros_like(flat) if adam else flat.new_zeros(flat.shape[0], 0)
-        self.adam_m = arch.views(self.adam_m_flat) if adam else []
-        self.adam_v = arch.views(self.adam_v_flat) if adam else []
+        # State lives in flat [R, n] buffers laid out like the parameters (views per parameter). The
+        # base step's: Adam's m and v, or a researcher's base step's state (in m, then v), from 0.
+        slots = learner.state_slots
+        self.adam_m_flat = torch.zeros_like(flat) if slots > 0 else flat.new_zeros(flat.shape[0], 0)
+        self.adam_v_flat = torch.zeros_like(flat) if slots > 1 else flat.new_zeros(flat.shape[0], 0)
+        self.adam_m = arch.views(self.adam_m_flat) if slots > 0 else []
+        self.adam_v = arch.views(self.adam_v_flat) if slots > 1 else []
         # A float64 tensor: graph-capture safe, and Adam's bias corrections are computed in float64
         # (as torch.optim.Adam does on the host) before they meet the run's dtype.
         self.adam_steps = torch.zeros((), device=like.device, dtype=torch.float64)

@@ -43,9 +43,9 @@ class TorchOps:
         self._whole_step = _fused_step_kernels() if whole_step else None
         learner, starts = runs.learner, runs.net.arch.offsets()
         adam_fused = learner.base == "adam"
-        fusable = range(len(starts) - 1) if fused and learner.weight_decay != "coupled" else ()
+        fusable = range(len(starts) - 1) if fused and learner.weight_decay != "coupled" and not learner.own_base else ()
         # Parameters whose whole update runs as one fused Triton kernel (its launch passes no
-        # coupled decay: those run the torch ops).
+        # coupled decay, nor a researcher's base step: those run the torch ops).
         self.fused_params = {i for i in fusable if adam_fused or i in runs.fade_index}
 
     # -- many steps ----------------------------------------------------------------------
@@ -133,18 +133,21 @@ class TorchOps:
             return _per_run(hp[name], param) if name in hp else None
 
         lam = per_run("lambda")
-        m, v = (runs.adam_m[index], runs.adam_v[index]) if adam else (None, None)
+        slots = learner.state_slots
+        m, v = runs.adam_m[index] if slots > 0 else None, runs.adam_v[index] if slots > 1 else None
         gamma, trace = (runs.gamma[index], runs.trace[index]) if fade_on else (None, None)
         if adam:
             step, sqrt_bc2, inv_bc2, first = (_per_run(s, param) for s in adam)
             ac = (first, step, sqrt_bc2, inv_bc2, *_ADAM_COEFFICIENTS)
         else:
             ac = (None,) * 8
+        own = learner.own_base
+        base = own.step(TORCH_PRIMITIVES, {n: per_run(n) for n in own.hyperparameters}) if own else learner.base
         new = _TORCH_PARTS.update(
             param, grad, self._curvature(index, cache, head_factor) if fade_on else None, alpha, lam,
             _TORCH_PARTS.shrink(alpha, lam) if learner.weight_decay == "decoupled" else None, per_run("theta_lambda"),
             _per_run(self.clip_bound(index // 2), param) if "kappa" in hp else None, m, v, gamma, trace, *ac,
-            **learner.flags(fade_on))
+            **{**learner.flags(fade_on), "base": base})
         for state, value in zip((param, m, v, gamma, trace), new):
             if state is not None and value is not state:
                 state.copy_(value)

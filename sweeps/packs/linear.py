@@ -9,9 +9,6 @@ exp(beta) of every weight group the stream names (e.g. relevant / irrelevant) ar
 
 from __future__ import annotations
 
-import time
-from typing import Iterable
-
 import numpy as np
 import torch
 
@@ -20,9 +17,8 @@ from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperpa
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
 from sweeps.packs.rowwise import row_means, trailing_sums
-from fade_core.linear.kernel import driver
-from sweeps.spec import Experiment, Pack
-from sweeps.spec.engines import choose_engine
+from sweeps.packs.own import compile_own  # noqa: F401 (sweeps/cli/running.py imports it from here)
+from sweeps.spec import Pack
 from sweeps.spec.own import load_rule
 from tasks.stream import stacked
 
@@ -83,19 +79,3 @@ class LinearPackRunner(PackRunner):
     def state_tensors(self) -> dict[str, torch.Tensor]:
         return {**self.state._asdict(), "loss_sum": torch.from_numpy(self.loss_sum),
                 **{f"curve.{k}": torch.from_numpy(v) for k, v in self.curves.items()}}
-
-
-def compile_own(experiments: Iterable[Experiment], dtype: str, engine: str | None = None) -> dict[str, float]:
-    """Each researcher's linear rule of these experiments, imported where the run took it and checked
-    against its recorded source (LearnerError), then compiled into the "cpu" engine's driver before any
-    pack starts (numba caches it, keyed by the rule's source, so the packs load it): {name: seconds}."""
-    seconds = {}
-    for experiment in experiments:
-        if experiment.learner is None or experiment.learner.family != "linear" or experiment.learner.name in seconds:
-            continue
-        learner = load_rule(experiment.learner)
-        started = time.perf_counter()
-        if choose_engine(experiment, "cpu", engine) == CPU:
-            driver(learner, np.dtype(dtype))
-        seconds[experiment.learner.name] = time.perf_counter() - started
-    return seconds

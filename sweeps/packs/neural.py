@@ -26,6 +26,7 @@ from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
 from sweeps.packs.rowwise import row_means, trailing_sums
 from sweeps.spec import Pack
+from sweeps.spec.own import load_rule
 from tasks.stream import stacked
 
 GRAPH_STEPS = 50  # steps per captured CUDA graph
@@ -47,9 +48,10 @@ class NeuralPackRunner(PackRunner):
         super().__init__(pack, chunk_steps, dtype, engine)
         self.device = torch.device(device)
         self.run_slot = self.run_slot.to(self.device)
-        learner = get_neural_learner(pack.experiment.optimizer)
+        own = pack.experiment.learner  # a researcher's base step: imported where the run took it, its source checked
+        learner = load_rule(own) if own is not None else get_neural_learner(pack.experiment.optimizer)
         seeds = [pack.seeds[r % len(pack.seeds)] for r in range(pack.runs)]
-        self.runs: NeuralRuns = make_runs(learner.name, self.task.architecture, seeds,
+        self.runs: NeuralRuns = make_runs(learner, self.task.architecture, seeds,
                                           self.hyperparameter_columns(learner.hyperparameters), self.task.loss,
                                           self.device, dtype, engine)
         self.regression = self.task.loss == "squared_error"

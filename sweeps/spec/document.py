@@ -240,11 +240,21 @@ def _race_or_boolean(schema: dict) -> None:
     schema["anyOf"].append({"type": "boolean", "description": "true: race with the defaults"})
 
 
-Learners = Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")],
-                          Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")]],
-                     problem("must be a mapping of learner name -> module:function, got {value}"),
-                     Field(description="learners of your own: name -> module:function (a module beside the sweep file, "
-                                       "or importable); docs/own-learners.md")]
+Reference = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")]
+
+
+class NeuralParts(Block):
+    """A neural learner of one's own: the built-in parts around its base step (module:function)."""
+    base: Reference
+    weight_decay: Literal["none", "coupled", "decoupled"] = "none"
+    clip: bool = False
+    fade: Literal["none", "head", "all"] = "none"
+
+
+_LEARNER = "name -> module:function (linear) or {base: module:function, weight_decay, clip, fade} (neural)"
+Learners = Annotated[dict[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], Reference | NeuralParts],
+                     problem(f"must be a mapping of learner {_LEARNER}, got {{value}}"),
+                     Field(description=f"learners of your own: {_LEARNER}; docs/own-learners.md")]
 
 
 class SweepFile(Block):

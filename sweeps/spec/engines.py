@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable
 
-from fade_core.engines import DEVICES, ENGINE_NAMES, ENGINES, EngineError
+from fade_core.engines import DEVICES, ENGINE_NAMES, ENGINES, TORCH, EngineError, own_base_engines
 from sweeps.spec.sweep import Experiment
 from sweeps.spec.yamlfile import SweepError
 from tasks import get_task
@@ -84,13 +84,23 @@ def pack_device(task: str, gpus: float) -> str:
 
 def choose_engine(experiment: Experiment, device: str, engine: str | None = None) -> str:
     """The engine `experiment`'s packs run on `device` (`engine`: the command line's override, else the
-    sweep file's, else the default); EngineError (one line) if it does not run the task there."""
+    sweep file's, else the default: torch for a researcher's own base step where the default does not
+    run it); EngineError (one line) if it does not run the task there, or not the learner's own step."""
     if engine is None:  # an empty --engine (e.g. "$UNSET_VAR") is a choice to check, not "the default"
         engine = experiment.engine or default_engine(experiment.task, device)
+        if experiment.engine is None and _own_neural(experiment) and engine not in own_base_engines():
+            engine = TORCH
     problem = engine_problem(engine, experiment.task, device)
+    if problem is None and _own_neural(experiment) and engine not in own_base_engines():
+        problem = (f"engine {engine} runs the built-in base steps only; {experiment.optimizer}'s own base step "
+                   f"runs on {', '.join(own_base_engines())}")
     if problem is not None:
         raise EngineError(problem)
     return engine
+
+
+def _own_neural(experiment: Experiment) -> bool:
+    return experiment.learner is not None and experiment.learner.family == "neural"
 
 
 def check_engines(experiments: Iterable[Experiment], gpus: float, engine: str | None = None) -> None:

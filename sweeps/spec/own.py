@@ -1,6 +1,8 @@
 """Learners of the researcher's own: the sweep file's `learners:` block, and what a store records of them.
 
-    learners: {fade_leaky: my_rules:fade_leaky}   # name -> module:function
+    learners:
+      fade_leaky: my_rules:fade_leaky                  # linear: name -> module:function (a rule)
+      rmsprop_fade: {base: my_rules:rmsprop, fade: head}   # neural: the built-in parts around a base step
 
 The module is a `module.py` beside the sweep file, else an importable module; an installed
 package may also offer rules under the entry-point group `fade_sweep.learners` (entry name ->
@@ -27,7 +29,9 @@ from typing import Any, Callable
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
 from fade_core.linear import LINEAR_LEARNERS, LinearLearner
 from fade_core.linear.own import RuleError, own_learner, rule_source, source_digest
-from fade_core.neural import NEURAL_LEARNERS
+from fade_core.neural.own import own_learner as own_neural_learner
+from fade_core.neural import NEURAL_LEARNERS, NeuralLearner
+from fade_core.neural.rules import FADE_MODES, WEIGHT_DECAY_MODES
 from tasks import TASKS
 
 ENTRY_POINTS = "fade_sweep.learners"
@@ -54,14 +58,15 @@ class DeclaredLearner:
     """A researcher's learner as data: what validation, the store and its readers need, no code."""
 
     name: str
-    family: str  # "linear"
-    reference: str  # module:function
+    family: str  # "linear" or "neural"
+    reference: str  # module:function (of a neural learner: its base step)
     module_file: str  # the module's file beside the sweep file (absolute), "" for an importable module
     hyperparameters: tuple[str, ...]  # in the rule's order: the columns of its (R, P) matrix
     own: tuple[Hyperparameter, ...]  # those not in HYPERPARAMETERS, with their ranges
     source: str  # the rule's source text, recorded (never executed from the store)
     sha256: str
     module_sha256: str = ""  # of module_file's bytes: a module file is imported again only if it is that file
+    parts: tuple[tuple[str, Any], ...] = ()  # a neural learner's built-in parts (weight_decay, clip, fade)
 
     def range_of(self, name: str) -> Hyperparameter:
         return next((h for h in self.own if h.name == name), None) or HYPERPARAMETERS[name]
@@ -70,13 +75,15 @@ class DeclaredLearner:
         """Plain JSON (an infinite bound as null)."""
         bound = lambda v: v if v not in (float("inf"), float("-inf")) else None  # noqa: E731
         own = [{**dataclasses.asdict(h), "low": bound(h.low), "high": bound(h.high)} for h in self.own]
-        return {**dataclasses.asdict(self), "hyperparameters": list(self.hyperparameters), "own": own}
+        return {**dataclasses.asdict(self), "hyperparameters": list(self.hyperparameters), "own": own,
+                "parts": dict(self.parts)}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> DeclaredLearner:
         own = tuple(Hyperparameter(**{**h, "low": float("-inf") if h["low"] is None else h["low"],
                                       "high": float("inf") if h["high"] is None else h["high"]}) for h in record["own"])
-        return cls(**{**record, "hyperparameters": tuple(record["hyperparameters"]), "own": own})
+        return cls(**{**record, "hyperparameters": tuple(record["hyperparameters"]), "own": own,
+                      "parts": tuple(record.get("parts", {}).items())})
 
 
 def _import(module: str, module_file: str, where: str, module_sha256: str = "") -> Any:
@@ -119,23 +126,36 @@ def _function(reference: str, module_file: str, where: str, module_sha256: str =
     return rule
 
 
-def _check_names(name: str, learner: LinearLearner, where: str) -> None:
+def _check_names(name: str, own: tuple[Hyperparameter, ...], where: str) -> None:
     builtin = {*LINEAR_LEARNERS, *NEURAL_LEARNERS}
-    for h in learner.own:
+    for h in own:
         if h.name in RESERVED_COLUMNS or h.name in builtin:
             what = "a column of the store" if h.name in RESERVED_COLUMNS else "a built-in learner's name"
             raise LearnerError(f"{where}: hyperparameter {h.name} of {name} clashes with {what}; rename it")
 
 
-def load_rule(declared: DeclaredLearner, where: str = "") -> LinearLearner:
-    """The declared learner's rule, imported from where the run took it and registered for the kernels;
-    LearnerError if it is gone or its source is not the one recorded (sha256)."""
-    where = where or f"learner {declared.name} ({declared.reference})"
-    rule = _function(declared.reference, declared.module_file, where, declared.module_sha256)
+def _learner(name: str, family: str, rule: Callable, parts: dict[str, Any], where: str) -> LinearLearner | NeuralLearner:
+    """The checked learner of a declared rule (a neural one: the parts around its base step)."""
     try:
-        learner = own_learner(declared.name, rule)
+        if family == "linear":
+            learner = own_learner(name, rule)
+            own = learner.own
+        else:
+            learner = own_neural_learner(name, rule, **parts)
+            own = learner.own_base.own
     except RuleError as err:
         raise LearnerError(f"{where}: {err}") from None
+    _check_names(name, own, where)
+    return learner
+
+
+def load_rule(declared: DeclaredLearner, where: str = "") -> LinearLearner | NeuralLearner:
+    """The declared learner's rule, imported from where the run took it and registered for the kernels (a
+    neural learner: its parts around it); LearnerError if it is gone or its source is not the one recorded
+    (sha256)."""
+    where = where or f"learner {declared.name} ({declared.reference})"
+    rule = _function(declared.reference, declared.module_file, where, declared.module_sha256)
+    learner = _learner(declared.name, declared.family, rule, dict(declared.parts), where)
     digest = source_digest(rule_source(rule))
     if digest != declared.sha256:
         raise LearnerError(f"{where}: the rule changed since the store recorded it (sha256 {digest[:12]}, recorded "
@@ -143,27 +163,47 @@ def load_rule(declared: DeclaredLearner, where: str = "") -> LinearLearner:
     return learner
 
 
-def declare(name: str, reference: str, folder: Path | None, where: str) -> DeclaredLearner:
-    """Import, check and describe one learner of a `learners:` block (or an entry point)."""
+def _neural_parts(value: dict, where: str) -> tuple[str, dict[str, Any]]:
+    """A neural learner's mapping -> (its base step's module:function, its built-in parts); LearnerError naming
+    the key otherwise."""
+    allowed = {"base": None, "weight_decay": tuple(WEIGHT_DECAY_MODES), "clip": (False, True), "fade": FADE_MODES}
+    for key, given in value.items():
+        if key not in allowed:
+            raise LearnerError(f"{where}.{key}: unknown key; a neural learner takes {', '.join(allowed)} "
+                               "(docs/own-learners.md)")
+        choices = allowed[key]
+        if choices is not None and (given not in choices or isinstance(given, bool) != (key == "clip")):
+            raise LearnerError(f"{where}.{key}: must be one of {', '.join(map(str, choices))}, got {given!r}")
+    if "base" not in value:
+        raise LearnerError(f"{where}: missing base, the module:function of the base step (docs/own-learners.md)")
+    return value["base"], {key: value[key] for key in ("weight_decay", "clip", "fade") if key in value}
+
+
+def declare(name: str, value: str | dict, folder: Path | None, where: str) -> DeclaredLearner:
+    """Import, check and describe one learner of a `learners:` block (or an entry point): a linear rule as
+    module:function, a neural learner as a mapping {base: module:function, weight_decay, clip, fade}."""
     if not NAME.match(name) or name in LINEAR_LEARNERS or name in NEURAL_LEARNERS:
         why = ("the name of a built-in learner" if NAME.match(name) else
                "not a name of ASCII letters, digits and _ (not starting with a digit)")
         raise LearnerError(f"{where}: {name!r} is {why}; give the learner another name")
+    family, parts = "linear", {}
+    reference = value
+    if isinstance(value, dict):
+        family = "neural"
+        reference, parts = _neural_parts(value, where)
+        where = f"{where}.base"
     if not isinstance(reference, str) or not REFERENCE.match(reference):
         raise LearnerError(f"{where}: must be module:function (e.g. my_rules:{name}), got {reference!r}")
     module = reference.split(":")[0]
     beside = folder / f"{module.replace('.', '/')}.py" if folder is not None else None
     module_file = str(beside.resolve()) if beside is not None and beside.is_file() else ""
     rule = _function(reference, module_file, where)
-    try:
-        learner = own_learner(name, rule)
-    except RuleError as err:
-        raise LearnerError(f"{where}: {err}") from None
-    _check_names(name, learner, where)
+    learner = _learner(name, family, rule, parts, where)
+    own = learner.own if family == "linear" else learner.own_base.own
     source = rule_source(rule)
     module_sha256 = hashlib.sha256(Path(module_file).read_bytes()).hexdigest() if module_file else ""
-    return DeclaredLearner(name, "linear", reference, module_file, learner.hyperparameters, learner.own, source,
-                           source_digest(source), module_sha256)
+    return DeclaredLearner(name, family, reference, module_file, learner.hyperparameters, own, source,
+                           source_digest(source), module_sha256, tuple(parts.items()))
 
 
 def _used_optimizers(document: dict) -> set[str]:
