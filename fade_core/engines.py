@@ -51,7 +51,6 @@ class Engine:
     options: tuple[tuple[str, Any], ...] = ()  # keyword arguments bound to `code`
     reference: bool = False  # the family's reference: the fast engines are tested against it
     networks: tuple[tuple[int, str], ...] = ()  # neural: the (hidden layers, loss) of the networks it runs (empty: any)
-    interpreted: bool = False  # its Triton kernels also run on CPU tensors in Triton's interpreter (the tests)
     segments: bool = False  # a whole segment of steps per launch (nothing for a CUDA graph of steps to save)
     parts: tuple[tuple[str, tuple[object, ...]], ...] | None = None  # neural: the part choices it implements (None: any)
 
@@ -88,12 +87,12 @@ ENGINES: tuple[Engine, ...] = (
     Engine(TORCH, "neural", DEVICES, "batched torch ops, one step at a time: the neural reference, on any device",
            "fade_core.neural.torch_ops:TorchOps", (("fused", False), ("whole_step", False)), reference=True),
     Engine(TRITON, "neural", ("cuda",), "the torch ops with each parameter's update fused into one Triton kernel",
-           "fade_core.neural.torch_ops:TorchOps", (("fused", True), ("whole_step", False)), interpreted=True, parts=WITH_OWN_BASE),
+           "fade_core.neural.torch_ops:TorchOps", (("fused", True), ("whole_step", False)), parts=WITH_OWN_BASE),
     Engine(TRITON_STEP, "neural", ("cuda",), "each step's backward products and updates in the fewest passes over the "
            "weights; not the default until a GPU measurement puts it ahead of triton", "fade_core.neural.torch_ops:TorchOps",
-           (("fused", True), ("whole_step", True)), interpreted=True, parts=BUILT_IN_PARTS),
+           (("fused", True), ("whole_step", True)), parts=BUILT_IN_PARTS),
     Engine(PERSISTENT, "neural", ("cuda",), "one Triton launch per segment of steps, each run's network on chip",
-           "fade_core.neural.persistent:PersistentKernel", interpreted=True, segments=True, parts=BUILT_IN_PARTS,
+           "fade_core.neural.persistent:PersistentKernel", segments=True, parts=BUILT_IN_PARTS,
            networks=(_REGRESSION_ONE_HIDDEN,)),
     Engine(CUDA, "neural", ("cuda",), "a CUDA C++ kernel compiled at run time by NVRTC, a segment per launch, one "
            "block per run (EMNIST's network: W1 and W2 on chip for the segment)", "fade_core.neural.emnist_engine:cuda_kernel",
@@ -109,15 +108,15 @@ def family_engines(family: str) -> tuple[Engine, ...]:
 
 def get_engine(name: str, family: str, device: str | None = None, learner: Learner | None = None) -> Engine:
     """The engine `name` of `family`'s learners (the one place a name becomes an engine); EngineError
-    (one line) for a name it does not have, or (with `device`, `learner`) one that does not run there or it."""
+    (one line) for a name it does not have, or (with `device`, `learner`) one that does not run there or it.
+    A CUDA engine given CPU tensors is its own code's to refuse (Triton's interpreter runs them: the tests)."""
     engine = next((e for e in family_engines(family) if e.name == name), None)
     if engine is None:
         names = ", ".join(e.name for e in family_engines(family))
         raise EngineError(f"engine {name!r} does not run {family} learners; choose one of {names}")
-    if device is not None and device not in engine.devices and not (engine.interpreted and device == "cpu"):
+    if device is not None and device not in engine.devices and "cuda" not in engine.devices:
         others = ", ".join(e.name for e in family_engines(family) if device in e.devices)
-        where = " and ".join(engine.devices)
-        raise EngineError(f"engine {name!r} runs on {where} only, not {device}; choose {others}")
+        raise EngineError(f"engine {name!r} runs on CPUs only, not {device}; choose {others}")
     problem = engine.learner_problem(learner) if learner is not None else None
     if problem is not None:
         raise EngineError(problem)

@@ -10,8 +10,6 @@ Tolerance against the torch ops: test_cuda.py's (RTOL 2e-3, ATOL 1e-4); invarian
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
 import torch
@@ -23,7 +21,7 @@ from fade_core.neural import NEURAL_LEARNERS, StepSums, cuda_compile, cuda_sass
 from fade_core.neural.c_source import c_source
 from fade_core.neural.cuda_rule import INPUTS, OUTPUTS
 from fade_core.neural.emnist_count import instructions_per_run_step
-from fade_core.neural.emnist_source import SHARED_LIMIT, EmnistShape, kernel_source, unsupported
+from fade_core.neural.emnist_source import SHARED_LIMIT, EmnistShape, kernel_source
 from fade_core.neural.runs import make_runs
 from tasks.emnist import STUDENT
 from tests import emnist_emulation
@@ -93,18 +91,16 @@ def test_the_kernel_runs_the_rule_printed_from_parts():
 
 def test_engine_cuda_runs_emnist_networks_on_this_kernel_and_refuses_what_it_does_not_run():
     hp = {"alpha": [0.01]}
-    if not GPU:  # the engine registry's refusal, before any kernel is made
-        with pytest.raises(EngineError, match="engine 'cuda' runs on cuda only, not cpu; choose cpu, torch"):
+    if not GPU:  # the EMNIST kernel's own refusal (the nonlinear kernel's says "one hidden layer")
+        with pytest.raises(EngineError, match="engine 'cuda': it runs on CUDA GPUs, not cpu; choose torch"):
             make_runs("sgd", SMALL, [0], hp, "cross_entropy", "cpu", engine="cuda")
-    sgd = NEURAL_LEARNERS["sgd"]  # the kernel's own refusals, in one line each (EmnistKernel prefixes "engine 'cuda': ")
-    assert unsupported(sgd, SMALL, "cross_entropy", "float64") == "the emnist kernel runs float32, not float64"
-    assert unsupported(sgd, Architecture((8, 600, 16, 5)), "cross_entropy").startswith(
-        "the emnist kernel needs hidden widths up to 512 and 2 to 64 classes")
-    assert re.search(r"keeps the two small layers in shared memory: \(8, 500, 120, 10\) needs",
-                     unsupported(sgd, Architecture((8, 500, 120, 10)), "cross_entropy"))
-    if GPU:
-        with pytest.raises(EngineError, match="engine 'cuda': the emnist kernel runs float32, not float64"):
-            make_runs("sgd", SMALL, [0], hp, "cross_entropy", "cuda", torch.float64, engine="cuda")
+    device = "cuda" if GPU else "cpu"
+    with pytest.raises(EngineError, match="engine 'cuda': the emnist kernel runs float32, not float64"):
+        make_runs("sgd", SMALL, [0], hp, "cross_entropy", device, torch.float64, engine="cuda")
+    with pytest.raises(EngineError, match="the emnist kernel needs hidden widths up to 512 and 2 to 64 classes"):
+        make_runs("sgd", Architecture((8, 600, 16, 5)), [0], hp, "cross_entropy", device, engine="cuda")
+    with pytest.raises(EngineError, match=r"keeps the two small layers in shared memory: \(8, 500, 120, 10\) needs"):
+        make_runs("sgd", Architecture((8, 500, 120, 10)), [0], hp, "cross_entropy", device, engine="cuda")
 
 
 # ---------------------------------------------------------------- the kernel emulated on the CPU

@@ -68,7 +68,7 @@ def test_the_engines_are_explicit_objects_each_with_its_code():
     assert triton.func is TorchOps and triton.keywords == {"fused": True, "whole_step": True}
     with pytest.raises(EngineError, match=r"^engine 'triton' does not run linear learners; choose one of reference, cpu$"):
         get_engine("triton", "linear")
-    with pytest.raises(EngineError, match=r"^engine 'cpu' runs on cpu only, not cuda; choose torch, triton, "):
+    with pytest.raises(EngineError, match=r"^engine 'cpu' runs on CPUs only, not cuda; choose torch, triton, "):
         engine_class("cpu", torch.device("cuda"))
 
 

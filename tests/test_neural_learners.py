@@ -478,12 +478,14 @@ print(fade_core.neural.make_runs.__module__, "torch" in sys.modules, "numba" in 
 
 def test_registry_import_loads_neither_torch_nor_numba():
     """`from fade_core.neural import NEURAL_LEARNERS` (a sweep's validation, the command line)
-    loads rules.py and the plain parts it takes its constants from (parts.py, rulebind.py) only;
+    loads rules.py, the plain parts it takes its constants from (parts.py, rulebind.py) and the
+    learner model it reads hyperparameters with (learner.py, hyperparameters.py) only;
     the torch/numba exports load when first asked for. A fresh
     interpreter, so no other test's imports count."""
     package = Path(__file__).resolve().parents[1] / "fade_core"
     out = subprocess.run([sys.executable, "-c", LIGHT_IMPORT, str(package)], capture_output=True, text=True, check=True)
-    assert out.stdout.splitlines() == ["['fade_core.neural', 'fade_core.neural.parts', 'fade_core.neural.rules', 'fade_core.rulebind']",
+    assert out.stdout.splitlines() == ["['fade_core.hyperparameters', 'fade_core.learner', 'fade_core.neural', "
+                                       "'fade_core.neural.parts', 'fade_core.neural.rules', 'fade_core.rulebind']",
                                      "fade_core.neural.runs True False"]
 
 

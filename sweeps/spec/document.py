@@ -19,20 +19,8 @@ import dataclasses
 import functools
 from typing import Annotated, Any, ClassVar, Iterator, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    TypeAdapter,
-    ValidationError,
-    WithJsonSchema,
-    WrapValidator,
-    create_model,
-    model_validator,
-)
+from pydantic import (AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, TypeAdapter,
+                      ValidationError, WithJsonSchema, WrapValidator, create_model, model_validator)
 from pydantic_core import PydanticCustomError
 
 from fade_core.engines import ENGINE_NAMES
@@ -240,11 +228,12 @@ def _race_or_boolean(schema: dict) -> None:
     schema["anyOf"].append({"type": "boolean", "description": "true: race with the defaults"})
 
 
-Reference = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")]
+Reference = Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*$")]  # module:function
 
 
 class NeuralParts(Block):
     """A neural learner of one's own: the built-in parts around its base step (module:function)."""
+
     base: Reference
     weight_decay: Literal["none", "coupled", "decoupled"] = "none"
     clip: bool = False
