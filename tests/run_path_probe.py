@@ -25,7 +25,7 @@ def main(data_dir: str, store_dir: str) -> None:
     from sweeps.cli import reading
     from sweeps.spec import check_task_data, parse_sweep, plan_packs
     from sweeps.store import Store
-    from sweeps.store.record import check_and_record
+    from sweeps.store.sweep_record import check_and_record
     from sweeps.store.records import SweepStatus
 
     document = {"name": "probe", "seeds": 1, "variants": [
@@ -59,7 +59,7 @@ def main(data_dir: str, store_dir: str) -> None:
         store.write_pack(pack, runner.outcome())
     SweepStatus("probe", "finished", 0.0, 1.0, 80).write(store.location)
     # -- the driver's closing table
-    reading.best_text(Store.open(Path(store_dir) / "probe"), "csv")
+    reading.table_text(Store.open(Path(store_dir) / "probe"), "best", "csv")
     tops = {m.split(".")[0] for m in sys.modules}
     print(json.dumps({"modules": {m: getattr(sys.modules.get(m), "__file__", None) for m in sorted(tops)}}))
 

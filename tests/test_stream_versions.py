@@ -19,7 +19,7 @@ from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 from sweeps.store import Store, StoreLocation
-from sweeps.store.record import check_and_record, check_streams
+from sweeps.store.sweep_record import check_and_record, check_streams
 from sweeps.store.records import StoreRecord
 from tasks import get_task
 

@@ -12,7 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from sweeps.cli.parser import UserError
-from sweeps.cli.reading import best_text, open_results, stage_text
+from sweeps.cli.reading import open_results, table_text
 from sweeps.spec import CostModel, PackResources, check_task_data, cpu_only_tasks, resolve_sweep, with_race
 from sweeps.spec.engines import check_engines
 
@@ -81,12 +81,12 @@ def cmd_run(args: argparse.Namespace) -> None:
         outcome = run_sweep(sweep, store, resume=args.resume, options=options)
         _summary(outcome, "every (config, seed) already has a score", compiling)
         print(f"Results: {outcome.results_dir}\n")
-        print(best_text(outcome.store, args.table_format).rstrip("\n"))
+        print(table_text(outcome.store, "best", args.table_format).rstrip("\n"))
         if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
             print(f"\nConfirmation: each method's selected configuration on {len(sweep.confirm_seeds)} fresh seeds")
             outcome = confirm_sweep(outcome.store, sweep.confirm_seeds, options=options)
             _summary(outcome, "every confirmation run already has a score")
-            print(stage_text(outcome.store, "confirm", args.table_format, "mean").rstrip("\n"))
+            print(table_text(outcome.store, "confirm", args.table_format).rstrip("\n"))
     if not args.no_report:  # after the confirmation stage: the report reads both
         print(f"\n{final_report(outcome.store)}")
 
@@ -208,7 +208,7 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     outcome = confirm_sweep(store, seeds, stat=args.stat, options=options)
     _summary(outcome, "every confirmation run already has a score", compiling)
     print(f"Results: {outcome.results_dir}\n")
-    print(stage_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
+    print(table_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
 
 
 def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = frozenset(), calibrate: bool = False,

@@ -38,7 +38,7 @@ from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import Damaged, DamagedFile, ManifestsRead, Selection, damaged_files, damaged_files_notice
 from sweeps.store.manifests import manifest_entries, read_manifests, runs_of, select
 from sweeps.store.race import race_damage, read_race, wanted_pairs, was_raced
-from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
+from sweeps.store.sweep_record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
     RACE_FILE,
@@ -88,7 +88,7 @@ class Store:
 
     def check_run(self, sweep: Sweep, dtype: str, resume: bool) -> None:
         """Every refusal of a run of `sweep` that needs no cluster, from the store (SweepError, exit 2): results
-        there without --resume, or a resume that would change what stored runs mean (record.check_change: the
+        there without --resume, or a resume that would change what stored runs mean (sweep_record.check_change: the
         dtype, task settings). Reads only; the driver asks under the writer lock, before Ray starts."""
         if self.has_results() and not resume:
             raise SweepError(f"{self.location} already holds results of sweep {sweep.name}; pass --resume to finish "
@@ -344,7 +344,7 @@ class Store:
                 self.writer = None
 
     def record_sweep(self, sweep: Sweep, dtype: str) -> list[str]:
-        """Make `sweep` the recorded sweep (record.check_and_record, under the lock); returns notices."""
+        """Make `sweep` the recorded sweep (sweep_record.check_and_record, under the lock); returns notices."""
         notices = check_and_record(self.location, sweep, dtype)
         self._forget()
         return notices

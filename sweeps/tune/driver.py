@@ -38,7 +38,7 @@ from sweeps.spec import (
 )
 from sweeps.spec.engines import check_engines
 from sweeps.store.location import StoreLocation
-from sweeps.store.record import check_streams
+from sweeps.store.sweep_record import check_streams
 from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
 from sweeps.tune.grafana import dashboard_hint
@@ -212,7 +212,7 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
     (setting, method) on the tuning seeds, on `seeds` fresh seeds (or the seeds listed).
 
     SweepError (exit 2): no recorded sweep, stored runs of another version of a stream than this code draws
-    (record.check_streams), tuning runs missing, or listed seeds that are tuning seeds."""
+    (sweep_record.check_streams), tuning runs missing, or listed seeds that are tuning seeds."""
     sweep = store.sweep
     if sweep is None:
         raise SweepError(f"{store.location}: no recorded sweep (sweep.yaml); run the sweep first")
