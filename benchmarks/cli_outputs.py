@@ -114,7 +114,15 @@ def _mask(text: str, root: str, checkout: str) -> str:
     text = "\n".join(lines)
     for path, name in ((root, "<ROOT>"), (os.path.realpath(root), "<ROOT>"), (checkout, "<CHECKOUT>")):
         text = text.replace(path, name)
-    text = text.replace(socket.gethostname(), "<HOST>")
+    return _volatile(text.replace(socket.gethostname(), "<HOST>"))
+
+
+def _volatile(text: str) -> str:
+    """Timings, rates, dates, PIDs and the machine's load masked (applied again by `compare`, so a mask added
+    later also covers outputs captured before it)."""
+    text = re.sub(r"127\.0\.0\.[^ )]*", "<ADDRESS>", text)  # an embedded Ray's dashboard port
+    text = re.sub(r"load average [\d.]+", "load average <L>", text)
+    text = re.sub(r"\(x[\d.]+:", "(x<F>:", text)
     text = re.sub(r"tune-\d{8}-\d{6}", "tune-<DATE>", text)
     text = re.sub(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(Z|[+-]\d\d:?\d\d)?", "<DATE>", text)
     text = re.sub(r"\b(pid|PID|process) \d+", r"\1 <PID>", text)
@@ -163,8 +171,8 @@ def compare(before: Path, after: Path) -> int:
     differ = 0
     for name in names:
         a, b = before / name, after / name
-        old = a.read_text().splitlines(keepends=True) if a.exists() else []
-        new = b.read_text().splitlines(keepends=True) if b.exists() else []
+        old = _volatile(a.read_text()).splitlines(keepends=True) if a.exists() else []
+        new = _volatile(b.read_text()).splitlines(keepends=True) if b.exists() else []
         if old != new:
             differ += 1
             sys.stdout.writelines(difflib.unified_diff(old, new, str(a), str(b), n=1))

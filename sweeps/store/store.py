@@ -89,21 +89,11 @@ class Store:
     def check_run(self, sweep: Sweep, dtype: str, resume: bool) -> None:
         """Every refusal of a run of `sweep` that needs no cluster, from the store (SweepError, exit 2): results
         there without --resume, or a resume that would change what stored runs mean (sweep_record.check_change: the
-        dtype, task settings). Reads only; the driver asks under the writer lock, before Ray starts."""
+        dtype, task settings). Reads only; asked under the writer lock, before Ray starts (tune/stages.lock)."""
         if self.has_results() and not resume:
             raise SweepError(f"{self.location} already holds results of sweep {sweep.name}; pass --resume to finish "
                              "it, or choose another --storage or sweep name")
         check_change(self.location, sweep, dtype)
-
-    def preflight(self, sweep: Sweep, dtype: str, resume: bool) -> None:
-        """The driver's refusals before it loads Ray (the CLI asks first: a refusal in well under a second).
-        The storage reachable, no other writer, the writer lock taken and released (the storage can be
-        written: a refused run leaves no folder), `check_run` under it. The driver asks again, holding
-        the lock for the whole run."""
-        self.location.check()
-        self.refuse_if_locked()
-        with self.writing():
-            self.check_run(sweep, dtype, resume)
 
     def reopened(self) -> Store:
         """A new Store on the same location: it sees what other processes committed since."""
