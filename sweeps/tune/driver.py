@@ -158,6 +158,14 @@ def _race(sweep: Sweep, store: Store, resume: bool, options: ExecutionOptions, r
         raise RoundInterrupted(err, rounds) from None
 
 
+def _check(sweep: Sweep, options: ExecutionOptions) -> PackResources:
+    """The check stage of run_sweep and confirm_sweep: what the packs ask for (the options' resources, else the
+    sweep file's), and every refusal about the sweep itself (stages.check)."""
+    resources = options.resources or sweep.resources
+    check(sweep, resources, options.engine)
+    return resources
+
+
 def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store = "results", *, resume: bool = False,
               options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
     """Run every pending (config, seed) of `sweep` (the tuning stage); results land under <storage>/<name>
@@ -168,8 +176,7 @@ def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store =
     Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     store = storage if isinstance(storage, Store) else Store.of_sweep(sweep, storage)
-    resources = options.resources or sweep.resources
-    check(sweep, resources, options.engine)
+    resources = _check(sweep, options)
     with lock(store, sweep, options.dtype, resume):
         cluster = _connect(store, options, resources, sweep)
         record(store, options.notice, store.record_sweep(sweep, options.dtype))  # checked again, under the lock
@@ -221,8 +228,7 @@ def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds:
             options.notice(line)
         sweep = store.sweep
         options = dataclasses.replace(options, dtype=store.record.dtype if store.record is not None else options.dtype)
-        resources = options.resources or sweep.resources
-        check(sweep, resources, options.engine)
+        resources = _check(sweep, options)
         cluster = _connect(store, options, resources, sweep)
         record(store, options.notice, _record_confirmation(store, confirmation))
         finished = store.finished_runs(CONFIRMATION) & confirmation.pairs()
