@@ -6,34 +6,22 @@ from __future__ import annotations
 
 import math
 
+from sweeps.analysis import tables
 from sweeps.analysis.kinds import TableSource
 from sweeps.analysis.summaries import SensitivityTable, sensitivity_frame, sensitivity_tables
-from sweeps.analysis.tables import (
-    OUTLIER_MARK,
-    TIED_MARK,
-    Grid,
-    score_note,
-    cell_text,
-    csv_text,
-    outlier_footnote,
-    outlier_note,
-    race_note,
-    render_tuning,
-    variant_title,
-)
 
 
 def text(source: TableSource, fmt: str) -> str:
     analysis = source.analysis
-    tables = sensitivity_tables(analysis)
-    if not tables:
+    found = sensitivity_tables(analysis)
+    if not found:
         return "No sensitivity grids: no optimizer with both gamma0 and theta_lambda in these results.\n"
     if fmt == "csv":
-        return csv_text(sensitivity_frame(tables))
-    return render_tuning([grid(t, race_note(analysis)) for t in tables], analysis, fmt)
+        return tables.csv_text(sensitivity_frame(found))
+    return tables.render_tuning([grid(t, tables.race_note(analysis)) for t in found], analysis, fmt)
 
 
-def grid(table: SensitivityTable, race: str = "") -> Grid:
+def grid(table: SensitivityTable, race: str = "") -> tables.Grid:
     thetas = sorted(table.cells["theta_lambda"].unique())
     rows, marked, tied, footnotes = [], set(), set(), []
     for i, (gamma0, cells) in enumerate(table.cells.group_by("gamma0", maintain_order=True)):
@@ -46,27 +34,27 @@ def grid(table: SensitivityTable, race: str = "") -> Grid:
             elif r["status"] == "diverged":
                 text = f"diverged ({r['diverged_seeds']}/{r['seeds']})"
             elif r.get("race_status") == "eliminated":  # its own, fewer, seeds: said in the cell
-                text = f"{cell_text(r, table.stat)} (out after round {r['eliminated_round']}, {r['seeds']} seeds)"
+                text = f"{tables.cell_text(r, table.stat)} (out after round {r['eliminated_round']}, {r['seeds']} seeds)"
             else:
-                text = cell_text(r, table.stat)
-                note = outlier_footnote(f"gamma0={gamma0[0]:g}, theta_lambda={theta:g}", r["outlier_seeds"])
+                text = tables.cell_text(r, table.stat)
+                note = tables.outlier_footnote(f"gamma0={gamma0[0]:g}, theta_lambda={theta:g}", r["outlier_seeds"])
                 if note:
-                    text += f" {OUTLIER_MARK}"
+                    text += f" {tables.OUTLIER_MARK}"
                     footnotes.append(note)
             if r["best"]:
                 marked.add((i, j))
             elif r["tied"]:
-                text += f" {TIED_MARK}"
+                text += f" {tables.TIED_MARK}"
                 tied.add((i, j))
             row.append(text)
         rows.append(row)
-    title = f"{variant_title(table.variant)}: {table.optimizer}, {table.at}"
+    title = f"{tables.variant_title(table.variant)}: {table.optimizer}, {table.at}"
     robust = (f"Robustness: {table.within} of {table.usable} non-diverged cells "
               f"({100 * table.robust:.0f}%) within 5% of the best." if table.usable else "Robustness: no usable cell.")
-    note = (score_note(table.variant["task"], table.stat)
+    note = (tables.score_note(table.variant["task"], table.stat)
             + " Rows gamma0 (lambda0 = exp(gamma0)), columns theta_lambda; theta_lambda = 0 is fixed decay. Best cell in bold; "
-            + f"{TIED_MARK} (italic): tied with the best (95% CIs overlap). " + robust
+            + f"{tables.TIED_MARK} (italic): tied with the best (95% CIs overlap). " + robust
             + (race and f"{race} An eliminated cell shows its statistic over its own seeds and is never best or tied."))
     if footnotes:
-        footnotes.insert(0, outlier_note())
-    return Grid(title, note, ("gamma0 \\ theta_lambda", *(f"{t:g}" for t in thetas)), rows, marked, tied, tuple(footnotes))
+        footnotes.insert(0, tables.outlier_note())
+    return tables.Grid(title, note, ("gamma0 \\ theta_lambda", *(f"{t:g}" for t in thetas)), rows, marked, tied, tuple(footnotes))
