@@ -21,7 +21,6 @@ from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 from sweeps.store import Store, StoreLocation
 from sweeps.store.sweep_record import check_and_record, check_streams
 from sweeps.store.records import StoreRecord
-from sweeps.tune.stages import lock
 from tasks import get_task
 
 PAST = 21_000_000  # linear_tracking at period 20 is the same in every version for 20,971,540 steps
@@ -107,11 +106,11 @@ def test_streams_of_this_code_s_version_or_within_the_shared_steps_pass_the_chec
                                      ("short1", SHORT, {"linear_tracking": 1})):
         results_dir, _ = _older_store(tmp_path / name, document, recorded, optimizers=("sgd",))
         sweep = parse_sweep(document, "test")
-        with lock(Store.open(results_dir), sweep, "float32", resume=True):  # no refusal
+        with Store.open(results_dir).writing(sweep, "float32", resume=True):  # no refusal
             pass
     # a store holding no runs of the task has nothing to mix with: its record is made anew
     empty, _ = _older_store(tmp_path / "empty", LONG, None, optimizers=())
-    with lock(Store.open(empty), parse_sweep(LONG, "test"), "float32", resume=True):
+    with Store.open(empty).writing(parse_sweep(LONG, "test"), "float32", resume=True):
         pass
 
 

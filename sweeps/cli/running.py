@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import open_results, table_text
 from sweeps.spec import CostModel, PackResources, resolve_sweep, with_race
-from sweeps.tune.stages import check, free, lock
+from sweeps.tune.stages import check
 
 if TYPE_CHECKING:
     from sweeps.tune.options import ExecutionOptions
@@ -103,7 +103,7 @@ def _before_ray(sweep, store, options: ExecutionOptions, resume: bool) -> float:
 
         if note := oversubscribed_note(options.num_cpus):
             print(note)
-    with lock(store, sweep, options.dtype, resume):
+    with store.writing(sweep, options.dtype, resume):
         pass
     _check_stream_cache()  # before Ray starts
     return _compile_own(sweep, options)
@@ -212,7 +212,7 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     """The confirmation stage of a finished sweep; run again after an interrupt, it resumes."""
     _say_if_attaching(args)
     store = open_results(args.results_dir)
-    free(store)  # a sweep still being written: refused before Ray loads
+    store.refuse_if_locked()  # a sweep still being written: refused before Ray loads
     from sweeps.tune.driver import confirm_sweep
 
     sweep = store.sweep

@@ -9,7 +9,7 @@ commands) and the driver go through.
     store.scan("scores", stage="confirmation")        # the confirmation stage's rows; default tuning
     store.race                                        # a raced sweep's decisions (race.json); its pairs are the wanted ones
     store.verify(); store.status()                    # integrity check; status.json
-    with store.writing(): store.record_sweep(...); store.tidy(); store.write_pack(...)   # the driver
+    with store.writing(sweep, dtype, resume): store.record_sweep(...); store.tidy(); store.write_pack(...)   # the driver
 
 Opening converts the target (a path, a URI, or a `StoreLocation`) once and touches nothing;
 each record is read on first use and kept: the manifests once per open, however many frames,
@@ -89,7 +89,7 @@ class Store:
     def check_run(self, sweep: Sweep, dtype: str, resume: bool) -> None:
         """Every refusal of a run of `sweep` that needs no cluster, from the store (SweepError, exit 2): results
         there without --resume, or a resume that would change what stored runs mean (sweep_record.check_change: the
-        dtype, task settings). Reads only; asked under the writer lock, before Ray starts (tune/stages.lock)."""
+        dtype, task settings). Reads only; asked under the writer lock (`writing`), before Ray starts."""
         if self.has_results() and not resume:
             raise SweepError(f"{self.location} already holds results of sweep {sweep.name}; pass --resume to finish "
                              "it, or choose another --storage or sweep name")
@@ -318,17 +318,23 @@ class Store:
     # ------------------------------------------------------------ the writer's side
 
     def refuse_if_locked(self) -> None:
-        """StoreLocked now if a live process holds the writer lock (a cheap check before anything slow)."""
+        """StorageError if the store cannot be reached, StoreLocked if a live process holds the writer lock: a
+        cheap check before anything slow (`fade-sweep confirm` before Ray loads, `submit` before the job)."""
+        self.location.check()
         self.location.writer_lock().refuse_if_held()
 
     @contextmanager
-    def writing(self, command: str | None = None) -> Iterator[Store]:
-        """Hold the writer lock for the block (StoreLocked if another process holds it); what this Store
-        read before is read again under the lock."""
-        with self.location.writer_lock(command) as lock:
+    def writing(self, sweep: Sweep | None = None, dtype: str = "float32", resume: bool = False) -> Iterator[Store]:
+        """The lock stage of a run (tune/stages.py): `refuse_if_locked`, then the writer lock held for the block
+        (a storage that cannot be written is refused as it is taken) and, `sweep` given, `check_run` under it.
+        What this Store read before is read again under the lock."""
+        self.refuse_if_locked()
+        with self.location.writer_lock() as lock:
             self._forget()
             self.writer = lock.owner
             try:
+                if sweep is not None:
+                    self.check_run(sweep, dtype, resume)
                 yield self
             finally:
                 self.writer = None

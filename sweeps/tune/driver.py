@@ -46,7 +46,7 @@ from sweeps.tune.racing import RaceRounds, RoundInterrupted, race_progress
 from sweeps.tune.reachable import check_storage
 from sweeps.tune.resume import StageStart, config_index, covered, finished_recorded, recorded_packs, resumable
 from sweeps.tune.slots import parallel_slots
-from sweeps.tune.stages import check, finish, lock, record
+from sweeps.tune.stages import check, finish, record
 from sweeps.tune.wiring import Planned, Signals, run_packs
 
 __all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", "run_sweep"]
@@ -177,7 +177,7 @@ def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store =
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     store = storage if isinstance(storage, Store) else Store.of_sweep(sweep, storage)
     resources = _check(sweep, options)
-    with lock(store, sweep, options.dtype, resume):
+    with store.writing(sweep, options.dtype, resume):  # the lock stage
         cluster = _connect(store, options, resources, sweep)
         record(store, options.notice, store.record_sweep(sweep, options.dtype))  # checked again, under the lock
         if sweep.race is not None:  # seeds in rounds, each method's handed out as its previous one is in
@@ -222,7 +222,7 @@ def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds:
     Runs already stored are kept, interrupted packs continue from their checkpoints: calling it
     again after an interrupt resumes. The store's dtype is used (options.dtype is ignored)."""
     store = Store.open(results_dir)
-    with lock(store):
+    with store.writing():  # the lock stage
         confirmation = confirmation_record(store, seeds, stat)
         for line in unconfirmable(Analysis.of(store, stat).scores, stat):  # a method the best table lists, said here too
             options.notice(line)

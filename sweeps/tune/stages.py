@@ -2,8 +2,9 @@
 
     resolve   the sweep and its store                           the CLI (`running._resolve`), or the caller
     check     what the sweep asks for can run here              `check`: task data, GPUs, engines
-    lock      the store is free and allows the run              `lock`: reachable, no other writer, the
-                                                                writer lock, what is stored (`check_run`)
+    lock      the store is free and allows the run              `Store.writing(sweep, dtype, resume)`:
+                                                                reachable, no other writer, the writer
+                                                                lock, what is stored (`Store.check_run`)
     plan      where it runs and which packs                     driver.py: connect, resume, plan
     execute   the packs on Ray Tune                             driver.py, wiring.py (racing.py: a race's rounds)
     record    what the store keeps of the run                   `record`: the sweep or confirmation recorded,
@@ -18,8 +19,7 @@ asks the store once, for what that stage needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 
 from sweeps.spec import PackResources, Sweep, SweepError, check_task_data, gpus_unusable
 from sweeps.spec.engines import check_engines
@@ -36,25 +36,6 @@ def check(sweep: Sweep, resources: PackResources, engine: str | None) -> None:
     if problem := gpus_unusable(sweep.experiments, resources.gpus):
         raise SweepError(f"--gpus-per-pack: {problem}; drop it")
     check_engines(sweep.experiments, resources.gpus, engine)
-
-
-def free(store: Store) -> None:
-    """The store can be reached and no other process is writing it (StorageError, StoreLocked: exit 2);
-    a cheap check before anything slow."""
-    store.location.check()
-    store.refuse_if_locked()
-
-
-@contextmanager
-def lock(store: Store, sweep: Sweep | None = None, dtype: str = "float32", resume: bool = False) -> Iterator[Store]:
-    """Hold the store's writer lock for the block, `free` first: a second writer and a storage that cannot
-    be written are refused at once, and so (`sweep` given) is a run the store does not allow: results
-    there without `resume`, or a resume that would change what stored runs mean (`Store.check_run`)."""
-    free(store)
-    with store.writing():
-        if sweep is not None:
-            store.check_run(sweep, dtype, resume)
-        yield store
 
 
 def record(store: Store, notify: Notify, notices: list[str]) -> None:
