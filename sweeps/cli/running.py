@@ -17,6 +17,8 @@ from sweeps.spec import CostModel, PackResources, resolve_sweep, with_race
 from sweeps.tune.stages import check
 
 if TYPE_CHECKING:
+    from sweeps.spec import Sweep
+    from sweeps.store import Store
     from sweeps.tune.options import ExecutionOptions
 
 
@@ -67,7 +69,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         print(f"\n{final_report(outcome.store)}")
 
 
-def _resolve(args: argparse.Namespace):
+def _resolve(args: argparse.Namespace) -> tuple[Sweep, Store]:
     """The resolve stage: the sweep (raced by `--race`, or as recorded on `--resume`) and its store, opened once."""
     from sweeps.store import Store
 
@@ -81,7 +83,7 @@ def _resolve(args: argparse.Namespace):
     return sweep, store
 
 
-def _dry_run_stages(args: argparse.Namespace, sweep, store, options: ExecutionOptions) -> None:
+def _dry_run_stages(args: argparse.Namespace, sweep: Sweep, store: Store, options: ExecutionOptions) -> None:
     """`run --dry-run`: what the plan stage would run (of a race: round 1) and its estimate, then the
     confirmation stage's size."""
     if sweep.race is not None:  # what runs first; the later rounds depend on its scores
@@ -94,7 +96,7 @@ def _dry_run_stages(args: argparse.Namespace, sweep, store, options: ExecutionOp
               f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
 
 
-def _before_ray(sweep, store, options: ExecutionOptions, resume: bool) -> float:
+def _before_ray(sweep: Sweep, store: Store, options: ExecutionOptions, resume: bool) -> float:
     """What comes before Ray loads: the lock stage asked once (taken and released: a refusal in well under a
     second; the driver takes it again for the whole run), the stream cache's setting, the sweep's own rules
     compiled (their seconds)."""
