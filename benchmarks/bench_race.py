@@ -94,12 +94,17 @@ def main() -> None:
     full = results["full"]
     print(f"\nSummary ({args.steps:,} steps, 80 configurations x 10 seeds, {args.num_cpus} CPUs; best of {args.repeats}):")
     reference = full[0]["best"]
+    configs = {k: v for k, v in reference.items() if k != "<best method>"}
     for name, samples in results.items():
         wall = min(s["wall"] for s in samples)
-        same = all(s["best"] == reference for s in samples)
-        print(f"  {name:>10}: wall {wall:6.1f} s = {wall / min(s['wall'] for s in full):.2f}x the full grid's, "
-              f"run-steps {samples[0]['run_steps'] / full[0]['run_steps']:.0%} of the full grid's, "
-              f"selections {'the same as' if same else 'DIFFERENT from'} the full grid's")
+        same = all({k: s["best"][k] for k in configs} == configs for s in samples)
+        best_same = all(s["best"]["<best method>"] == reference["<best method>"] for s in samples)
+        print(f"  {name:>10}: wall ratio {wall / min(s['wall'] for s in full):.2f} (best wall {wall:.1f} s), "
+              f"run-step fraction {samples[0]['run_steps'] / full[0]['run_steps']:.2f}, "
+              f"same configuration per method: {'yes' if same else 'NO'}, same best method: "
+              f"{'yes' if best_same else 'NO'}")
+    print(f"  (load average {os.getloadavg()[0]:.1f} / {os.getloadavg()[1]:.1f} over 1 / 5 minutes; targets at 2M steps: "
+          "wall ratio <= 0.6, run-step fraction <= 0.40; at 50K: wall ratio <= 1)")
 
 
 if __name__ == "__main__":

@@ -164,3 +164,30 @@ def test_a_cut_is_as_even_as_the_runs_allow():
     assert sorted(p.runs for p in _split(group, 4, "tuning")) == [20, 20, 20, 20]
     assert sorted(p.runs for p in _split(group, 5, "tuning")) == [16] * 5  # seeds apart: no stream drawn twice
     assert all(len(p.configs) == 16 for p in _split(group, 5, "tuning"))
+
+
+def test_a_linear_pack_costs_whole_simd_blocks_and_its_streams_and_bins():
+    """A linear pack's kernel works in SIMD blocks (fade_core.linear.kernel.lanes_for: 16 runs for a float32 rule
+    that adapts a step size or decay, 8 otherwise), so 3 survivors cost a whole block; each seed's stream is copied
+    per pack and each bin reduced: a pack on 5 seeds, or in 10x the bins, costs more by exactly those overheads."""
+    from sweeps.spec.costs import lanes
+
+    sweep = parse_sweep(SYNTHETIC["mixed-linear"], "test")
+    sgd, coupled = sorted(sweep.experiments, key=lambda e: e.optimizer != "sgd")
+    assert [lanes(coupled, r) for r in (1, 16, 17)] == [16, 16, 32]
+    assert lanes(coupled, 3, dtype="float64") == 8 and [lanes(sgd, r) for r in (1, 8, 9)] == [8, 8, 16]
+    assert lanes(coupled, 3, device="cuda") == 3
+    neural = parse_sweep(SYNTHETIC["few-configs"], "test").experiments[0]
+    assert lanes(neural, 3) == 3  # the neural engines have no blocks to fill
+    costs, steps = CostModel(), coupled.settings.steps
+    kernel = steps / costs.run_steps_per_second(coupled, 1)  # one run's
+    per_run = costs.overheads.per_checkpoint_run * (steps // costs.chunk_steps // costs.checkpoint_every)
+    # 3 runs and 16 cost one block of kernel work (they differ by their checkpoints' tensors only); a 17th, a block more
+    assert costs.pack_seconds(coupled, 16) - costs.pack_seconds(coupled, 3) == pytest.approx(13 * per_run)
+    assert costs.pack_seconds(coupled, 17) - costs.pack_seconds(coupled, 16) == pytest.approx(16 * kernel + per_run)
+    five = costs.pack_seconds(coupled, 15, seeds=5) - costs.pack_seconds(coupled, 15, seeds=1)
+    assert five == pytest.approx(4 * steps * costs.overheads.per_seed_step)
+    fine = parse_sweep({**SYNTHETIC["mixed-linear"], "task_settings": {"steps": 2_000_000, "bin": 2_000}}, "test")
+    finer = next(e for e in fine.experiments if e.optimizer == "coupled")
+    assert costs.pack_seconds(finer, 16) - costs.pack_seconds(coupled, 16) == pytest.approx(
+        (steps // 2_000 - steps // coupled.settings.bin) * costs.overheads.per_bin)

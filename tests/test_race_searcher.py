@@ -238,8 +238,49 @@ def test_a_race_s_progress_line_counts_towards_its_most_and_names_each_method_s_
     method = start.packs[0].experiment.optimizer
     other = "fade" if method == "sgd" else "sgd"
     assert "rounds (of at most 4): " in line and f"{method} 2" in line and f"{other} 1" in line
+    assert "packs" not in line and f"of at most {progress.status.run_steps_total:.3e}" in line  # one thing: no pack counts
     out = {c for c, _ in start.packs[0].pairs()} - set(dict(rounds.standing.methods)[start.packs[0].experiment.label].alive)
     assert progress.status.run_steps_total == (5 * 6 - len(out) * 3) * 1000  # an eliminated configuration keeps 3 seeds
+
+
+def test_a_race_s_bar_shows_its_rounds_and_follows_its_shrinking_most(tmp_path):
+    """The terminal's bar of a race says what its lines say: each method's round (no pack counts) and the
+    share of the most run-steps the race can need, a total that shrinks as configurations are eliminated; a line
+    comes when a round is decided, naming the new round (not when the pack that ended the old one lands)."""
+    from sweeps.cli.progress import Bar, bar_text
+    from sweeps.tune.options import ExecutionOptions
+    from sweeps.tune.racing import race_progress
+
+    sweep, store = _store(tmp_path / "raced")
+    rounds = RaceRounds(sweep, store, {"cpus": 1})
+    start = rounds.start(resume=False, dtype="float64")
+    lines = []  # (the rounds a milestone's line names), as a display gets them
+
+    class Display:
+        def update(self, status, milestone):
+            if milestone:
+                lines.append(dict(status.rounds))
+
+    progress = race_progress(sweep, start, store, ExecutionOptions(display=lambda status: Display()), rounds)
+    progress.setup()  # Tune's call: the display is made
+    bar = Bar(progress.status)
+    try:
+        before, method = progress.status.run_steps_total, start.packs[0].experiment.label
+        _run(start.packs[0], store, _score_of(sweep))
+        lines.clear()
+        progress.on_trial_result(0, [], type("Trial", (), {"config": {"pack_id": start.packs[0].pack_id}})(),
+                                 {"written": True})
+        assert lines == []  # the pack that ends a round: no line naming the round it ended ...
+        progress.add(rounds.after(start.packs[0]))  # the round decided: the progress told (race_progress's wiring)
+        assert [line[method] for line in lines] == [2]  # ... the decision's line names the next, once
+        bar.update(progress.status, True)
+        task = bar._progress.tasks[0]
+        assert progress.status.run_steps_total < before and task.total == progress.status.run_steps_total
+        assert task.completed == start.packs[0].run_steps
+        text = bar_text(progress.status)
+        assert text.startswith("rounds (of at most 4): ") and "packs" not in text
+    finally:
+        bar.close()
 
 
 def test_a_round_fills_the_slots_its_method_has(tmp_path):

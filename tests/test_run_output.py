@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from sweeps.cli import main
@@ -115,7 +116,8 @@ def test_a_real_run_on_more_declared_cpus_than_cores_says_so_before_ray(monkeypa
 
 def test_a_dry_run_s_wall_time_is_the_sum_of_the_parts_it_lists(tmp_path, capsys):
     """A long stream in short chunks: the per-chunk reports and checkpoints dominate, and the estimate lists them:
-    the wall time is the command + Ray's start + a worker's start + its streams + the packs' time over the slots, and
+    the wall time is the command + Ray's start + Tune's actors' start + a worker's start + its streams + the packs'
+    time over the slots, and
     the packs' time is the time column's over the 2 slots (2 equal packs)."""
     document = {"name": "long", "task": "linear_tracking", "task_settings": {"steps": 10**13, "bin": 10**9}, "seeds": 2,
                 "optimizers": {"sgd": {"alpha": [0.1, 0.05]}}}
@@ -123,11 +125,64 @@ def test_a_dry_run_s_wall_time_is_the_sum_of_the_parts_it_lists(tmp_path, capsys
     sweep_file.write_text(yaml.safe_dump(document))
     assert main(["run", str(sweep_file), "--dry-run", "--num-cpus", "2"]) == 0
     out = capsys.readouterr().out
-    line = re.search(r"Estimated wall time: (\d+) s .*: the command \(~(\d+) s\), Ray's start \(~(\d+) s\), a worker's start "
-                     r"per slot \(~(\d+) s\) and its streams \(~(\d+) s\), and the packs' time over the slots, longest first "
+    line = re.search(r"Estimated wall time: (\d+) s .*: the command \(~(\d+) s\), Ray's start \(~(\d+) s\), Tune's trial "
+                     r"actors' start \(~(\d+) s\), a worker's start "
+                     r"per slot \(~(\d+) s\) and its streams \(~(\d+) s[^)]*\), and the packs' time over the slots, longest first "
                      r"\(~(\d+) s: .*; (\d+) s of the packs' time is their per-chunk reports and checkpoints", out)
     assert line, out
-    wall, command, ray, slot, streams, packs, reports = map(int, line.groups())
-    assert abs(wall - (command + ray + slot + streams + packs)) <= 3, out  # each part rounded to a second
+    wall, command, ray, tune, slot, streams, packs, reports = map(int, line.groups())
+    assert abs(wall - (command + ray + tune + slot + streams + packs)) <= 3, out  # each part rounded to a second
     column = int(re.search(r"\n(linear_tracking .*) (\d+)s\n", out).group(2))
     assert abs(column / 2 - packs) <= 1 and reports > column / 2, out
+
+
+def test_a_dry_run_adds_the_compile_time_of_kernels_numba_s_cache_lacks(tmp_path, monkeypatch, capsys):
+    """A linear learner whose kernel numba's cache lacks (or holds older than the kernel's source) is compiled by its
+    first pack: the dry run names it and adds its compile time; a fresh cache file (numba's own layout under
+    NUMBA_CACHE_DIR) takes it off the list. No numba is imported to know it."""
+    import hashlib
+    import os
+
+    import fade_core
+    from sweeps.packs.dryrun import COMPILE_FIRST_SECONDS, COMPILE_LEARNER_SECONDS, cold_kernels, estimate
+    from sweeps.spec import PackResources, resolve_sweep
+
+    monkeypatch.setenv("NUMBA_CACHE_DIR", str(tmp_path))
+    sweep = resolve_sweep("linear-demo")
+    assert cold_kernels(sweep.experiments, "float32") == ("fade", "fade_idbd", "idbd", "sgd", "sgd_wd")
+    source = os.path.join(os.path.dirname(os.path.abspath(fade_core.__file__)), "linear")
+    cache = tmp_path / f"linear_{hashlib.sha1(source.encode()).hexdigest()}"
+    cache.mkdir()
+    (cache / "kernel.run_blocks_sgd_float32_1_d5a63a8ce3da-59.py311.nbi").write_text("")
+    stale = cache / "kernel.run_blocks_fade_float32_3_14a14f3d06eb-59.py311.nbi"
+    stale.write_text("")
+    os.utime(stale, (0, 0))  # older than kernel.py: numba compiles it again
+    cold = cold_kernels(sweep.experiments, "float32")
+    assert cold == ("fade", "fade_idbd", "idbd", "sgd_wd") and "sgd" in cold_kernels(sweep.experiments, "float64")
+    assert cold_kernels(sweep.experiments, "float32", engine="reference") == ()  # not the kernels of the "cpu" engine
+    plan = estimate(sweep, 2, PackResources(1, 0), None, "float32")
+    assert plan.cold == cold and plan.compile_seconds == COMPILE_FIRST_SECONDS + 2 * COMPILE_LEARNER_SECONDS
+    assert plan.wall_seconds == pytest.approx(plan.fixed_seconds + plan.packs_seconds)
+    assert main(["run", "linear-demo", "--dry-run", "--num-cpus", "2"]) == 0
+    assert "the linear kernels of fade, fade_idbd, idbd, sgd_wd compiled by their first packs" in capsys.readouterr().out
+
+
+def test_streams_a_worker_cannot_keep_are_drawn_by_every_pack(monkeypatch):
+    """A 2M-step linear stream of one seed is 336 MB: ten seeds do not fit a worker's cache (512 MiB), so each pack
+    draws its own seeds' streams (their seconds in its time, none per slot); with a cache that holds them all a slot
+    draws each stream once and its packs read them."""
+    from sweeps.packs.dryrun import STREAM_RATES, estimate, streams_fit
+    from sweeps.spec import PackResources, parse_sweep
+
+    document = {"name": "long", "task": "linear_tracking", "task_settings": {"steps": 2_000_000, "bin": 200_000},
+                "seeds": 10, "optimizers": {"sgd": {"alpha": [0.1, 0.05]}}}
+    sweep = parse_sweep(document, "test")
+    monkeypatch.delenv("FADE_STREAM_CACHE_MB", raising=False)
+    apart = estimate(sweep, 2, PackResources(1, 0), None, "float32")
+    assert not streams_fit(sweep) and apart.streams_per_pack and apart.stream_seconds == 0
+    monkeypatch.setenv("FADE_STREAM_CACHE_MB", "8192")
+    kept = estimate(sweep, 2, PackResources(1, 0), None, "float32")
+    draw = 10 * 2_000_000 / STREAM_RATES["linear_tracking"]  # the ten seeds' streams, once
+    assert streams_fit(sweep) and not kept.streams_per_pack and kept.stream_seconds == pytest.approx(draw)
+    # every seed is in one pack (seeds apart): the packs draw the ten seeds once between them
+    assert sum(r.seconds for r in apart.rows) - sum(r.seconds for r in kept.rows) == pytest.approx(draw)

@@ -11,7 +11,7 @@ import time
 
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from sweeps.cli.text import format_rate, progress_line
+from sweeps.cli.text import format_rate, progress_line, rounds_text
 from sweeps.store.records import SweepStatus
 from sweeps.tune.options import ProgressDisplay
 
@@ -19,14 +19,16 @@ LINE_EVERY_SECONDS = 60.0  # a progress line at least this often where no bar is
 
 
 class Bar:
-    """A rich bar: the share of the sweep's run-steps done, packs done, the throughput, elapsed and ETA."""
+    """A rich bar: the share of the sweep's run-steps done, packs done, the throughput, elapsed and ETA. Of a
+    race: the share of the most run-steps it can need (which shrinks as configurations are eliminated) and each
+    method's round in place of the packs (a race's packs come with its rounds: their count says nothing)."""
 
     def __init__(self, status: SweepStatus):
         self._progress = Progress(
             TextColumn("[bold]sweep"),
             BarColumn(),
             TaskProgressColumn(),  # of the sweep's run-steps
-            TextColumn("packs {task.fields[packs]}"),
+            TextColumn("{task.fields[packs]}"),
             TextColumn("{task.fields[rate]}"),
             TextColumn("elapsed"),
             TimeElapsedColumn(),
@@ -38,11 +40,16 @@ class Bar:
         self._progress.start()
 
     def update(self, status: SweepStatus, milestone: bool) -> None:
-        self._progress.update(self._task, completed=status.run_steps_done,
-                              packs=f"{status.count('done')}/{len(status.trials)}", rate=format_rate(status.rate))
+        self._progress.update(self._task, total=status.run_steps_total, completed=status.run_steps_done,
+                              packs=bar_text(status), rate=format_rate(status.rate))
 
     def close(self) -> None:
         self._progress.stop()
+
+
+def bar_text(status: SweepStatus) -> str:
+    """What the bar says beside its share: packs done of all, or a race's rounds."""
+    return rounds_text(status) if status.rounds else f"packs {status.count('done')}/{len(status.trials)}"
 
 
 class Lines:

@@ -254,7 +254,7 @@ def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = froz
         if slots == 0:
             raise UserError(f"--cpus-per-pack {resources.cpus:g} is more than the {cpus} CPUs of this machine")
     costs = CostModel(chunk_steps=options.chunk_steps, checkpoint_every=options.checkpoint_every,
-                      threads=max(1.0, resources.cpus))
+                      threads=max(1.0, resources.cpus), dtype=options.dtype)
     if set(sweep.pairs) <= set(done):
         print("Nothing to run: every (config, seed) already has a score.")
         return
@@ -264,8 +264,7 @@ def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = froz
              if not options.address else [])
     print(plan_text(sweep, resources, plan, len(done & set(sweep.pairs)), notes))
     if raced is not None and not done:
-        fixed = plan.command_seconds + plan.ray_seconds + plan.slot_start_seconds + plan.stream_seconds
-        print(race_bounds_text(race_bounds(raced, slots, costs, fixed), raced.run_steps))
+        print(race_bounds_text(race_bounds(raced, slots, costs, plan.fixed_seconds), raced.run_steps))
 
 
 def _gpu_count() -> int:

@@ -63,7 +63,7 @@ def run_steps_text(status: SweepStatus, live: bool) -> str:
     progress lines. Of a race the total is the most it can need (it ends below), and the ETA an upper bound."""
     remaining = status.run_steps_total - status.run_steps_done
     eta = remaining / status.rate if live and status.rate > 0 and status.state == "running" else None
-    return (f"{status.run_steps_done:.3e} of {status.run_steps_total:.3e} "
+    return (f"{status.run_steps_done:.3e} of {'at most ' if status.rounds else ''}{status.run_steps_total:.3e} "
             f"({100 * status.run_steps_done / max(status.run_steps_total, 1):.1f}%), {format_rate(status.rate)}"
             + (f", ETA {'at most ' if status.rounds else ''}{eta:.0f} s" if eta is not None else ""))
 
@@ -72,8 +72,9 @@ def progress_line(status: SweepStatus) -> str:
     """One line of a run's progress where no progress bar is drawn (a log file, a job's output):
     the numbers `fade-sweep status` shows, from the same status."""
     elapsed = status.updated_at - status.started_at
-    return (f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"
-            + (f"; {rounds_text(status)}" if status.rounds else ""))
+    if status.rounds:  # a race: its packs come and go with its rounds, their count says nothing of its progress
+        return f"[{elapsed:.0f} s] {status.state}: run-steps {run_steps_text(status, True)}; {rounds_text(status)}"
+    return f"[{elapsed:.0f} s] {status.state}: packs {packs_text(status)}; run-steps {run_steps_text(status, True)}"
 
 
 def rounds_text(status: SweepStatus) -> str:
@@ -122,10 +123,16 @@ def plan_text(sweep: Sweep, resources: PackResources, plan: PlanEstimate, stored
             "their GPU time." if plan.gpu_on_cpu else "")
     reports = (f"; {plan.report_seconds:.0f} s of the packs' time is their per-chunk reports and checkpoints "
                "(--chunk-steps, --checkpoint-every)" if plan.report_seconds >= 0.1 * sum(r.seconds for r in plan.rows) else "")
+    compiling = (f", the linear kernels of {', '.join(plan.cold)} compiled by their first packs (~"
+                 f"{plan.compile_seconds:.0f} s: not in numba's cache yet; later runs load them)" if plan.cold else "")
     lines.append(f"Estimated wall time: {wall:.0f} s ({wall / 60:.1f} min): the command (~{plan.command_seconds:.0f} s)"
                  + (f", Ray's start (~{plan.ray_seconds:.0f} s)" if plan.ray_seconds else "")
-                 + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s) and its streams "
-                 f"(~{plan.stream_seconds:.0f} s), and the packs' time over the slots, longest first "
+                 + f", Tune's trial actors' start (~{plan.tune_start_seconds:.0f} s)"
+                 + f", a worker's start per slot (~{plan.slot_start_seconds:.0f} s){compiling} and its streams "
+                 + (f"(~{plan.stream_seconds:.0f} s)" if not plan.streams_per_pack else
+                    "(~0 s: they do not fit a worker's stream cache, FADE_STREAM_CACHE_MB, so each pack draws its own, "
+                    "in its time)")
+                 + ", and the packs' time over the slots, longest first "
                  f"(~{plan.packs_seconds:.0f} s: the time column at the {'calibrated rates' if plan.calibrated else 'cost table rates'}, "
                  f"~{plan.pack_start_seconds:.1f} s of start-up per pack included{reports}).{note}"
                  + ("" if plan.calibrated else " (--calibrate measures them here first.)"))

@@ -1,11 +1,16 @@
 """What a pack costs, in seconds on one slot: the model the planner sizes packs by.
 
-A pack of R runs of an experiment of S steps costs
+A pack of R runs (on N seeds) of an experiment of S steps costs
 
-    pack_start + S * R / rate(experiment, R, device)
+    pack_start + S * lanes(R) / rate(experiment, R, device) + S * N * per_seed_step + bins * per_bin
     + chunks * per_chunk + checkpoints * (per_checkpoint + R * per_checkpoint_run)
 
-where chunks = ceil(S / chunk_steps) and checkpoints = chunks // checkpoint_every.
+where chunks = ceil(S / chunk_steps), checkpoints = chunks // checkpoint_every and bins = S / bin. A linear
+pack on a CPU runs in SIMD blocks of 8 runs (16 for the float32 learners that adapt a step size or a decay:
+fade_core.linear.kernel.lanes_for), a block's tail padded, so lanes(R) is R rounded up to its block: a race's
+later rounds (a few survivors on a few seeds) pay a whole block per pack. Each pack copies its seeds' streams
+chunk by chunk (`per_seed_step`) and reduces each bin of every run (`per_bin`): in the runner's loop, beside the
+kernel, what made linear-demo's packs cost 3-4x their kernels' modelled time.
 
 `rate` is run-steps per second of one slot. On a CPU it is the learner's own rate
 (`CPU_RATES`: learners differ by 5x and more; a pack of fade_adam costs about 2.2 of
@@ -90,14 +95,35 @@ def table_rate(experiment: Experiment, runs: int, device: str) -> float:
 
 @dataclass(frozen=True)
 class Overheads:
-    """Seconds a pack spends outside its kernel (quiet 2-core machine, minima of repeats)."""
+    """Seconds a pack spends outside its kernel (quiet 2-core machine, minima of repeats).
+
+    `per_seed_step` and `per_bin` are CPU seconds of the runner's loop (timed by process time, which a shared
+    machine's load moves far less than wall time; `benchmarks/bench_seconds.py` shows a real run's parts):
+    linear-demo's packs, 200,000 steps in 200 bins, cost 0.11-0.44 CPU s where their kernels alone
+    are 0.02-0.18 s; the same packs in 20 bins cost 0.08-0.33 s (2026-11-27)."""
 
     # a Tune trial on a reused actor, the runner's build, the kernel from cache, the write (quiet: 21 small packs
     # on 2 slots took 4.6 s, 2 s of it the workers' start)
     pack_start: float = 0.25
-    per_chunk: float = 0.004  # a chunk's report to Tune and its bin summaries
+    per_chunk: float = 0.004  # a chunk's report to Tune
+    per_bin: float = 4e-4  # a bin's end: every run's summaries (0.17 ms for sgd's 15 runs, 0.6 ms for fade's 60)
+    per_seed_step: float = 7e-8  # a seed's stream copied into the pack's chunks (sgd 5e-8, fade 9e-8 per seed-step)
     per_checkpoint: float = 0.05  # a checkpoint's folder, pack.json and Tune's bookkeeping
     per_checkpoint_run: float = 2e-5  # ... and its tensors, per run
+
+
+LANES = 8  # runs per SIMD block of a linear kernel (fade_core.linear.kernel.LANES; 16 for the adaptive float32 rules)
+
+
+def lanes(experiment: Experiment, runs: int, device: str = "cpu", dtype: str = "float32") -> int:
+    """The runs a pack's kernel does work for: a linear pack's on a CPU rounded up to its SIMD block (8, or 16 for
+    a float32 rule with an adapted step size or decay, as `lanes_for` decides: from its hyperparameters, beta0 or
+    gamma0), others as they are."""
+    if device != "cpu" or get_task(experiment.task).family != "linear":
+        return runs
+    names = {name for cell in experiment.cells[:1] for name, _ in cell.hyperparameters}
+    block = 2 * LANES if dtype == "float32" and names & {"beta0", "gamma0"} else LANES
+    return -(-runs // block) * block
 
 
 @dataclass(frozen=True)
@@ -110,15 +136,18 @@ class CostModel:
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     threads: float = 1.0  # CPU threads of a CPU slot (a pack's CPUs)
     measured: Mapping[Experiment, float] = field(default_factory=dict)  # calibrated rates of a slot
+    dtype: str = "float32"  # the runs' (a linear kernel's SIMD block depends on it)
 
     def run_steps_per_second(self, experiment: Experiment, runs: int, device: str = "cpu") -> float:
         """One slot's rate for a pack of `runs` runs of `experiment` on `device`."""
         return self.measured.get(experiment) or self.rate(experiment, runs, device) * (self.threads if device == "cpu" else 1)
 
-    def pack_seconds(self, experiment: Experiment, runs: int, device: str = "cpu") -> float:
-        """The wall seconds of one pack of `runs` runs of `experiment` on one slot of `device`."""
-        steps = experiment.settings.steps
-        return (self.overheads.pack_start + steps * runs / self.run_steps_per_second(experiment, runs, device)
+    def pack_seconds(self, experiment: Experiment, runs: int, device: str = "cpu", seeds: int = 1) -> float:
+        """The wall seconds of one pack of `runs` runs of `experiment` on `seeds` seeds, on one slot of `device`."""
+        steps, o = experiment.settings.steps, self.overheads
+        work = lanes(experiment, runs, device, self.dtype)
+        loop = steps * seeds * o.per_seed_step + steps // max(1, experiment.settings.bin) * o.per_bin
+        return (o.pack_start + steps * work / self.run_steps_per_second(experiment, runs, device) + loop
                 + self.report_seconds(experiment, runs))
 
     def report_seconds(self, experiment: Experiment, runs: int) -> float:

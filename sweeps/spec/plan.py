@@ -149,7 +149,7 @@ def _plan(work: list[tuple[Experiment, list[Config]]], seeds: tuple[int, ...], s
 
 def pack_seconds(pack: Pack, costs: CostModel, device: str = "cpu") -> float:
     """A pack's modelled wall seconds on one slot."""
-    return costs.pack_seconds(pack.experiment, pack.runs, device)
+    return costs.pack_seconds(pack.experiment, pack.runs, device, len(pack.seeds))
 
 
 def balanced_packs(groups: list[_Group], slots: int, costs: CostModel, stage: str = TUNING) -> list[Pack]:
@@ -161,7 +161,7 @@ def balanced_packs(groups: list[_Group], slots: int, costs: CostModel, stage: st
     and never fewer packs than slots where the runs allow. More, smaller packs balance better
     but pay more start-ups; on a GPU a small pack also wastes the device (costs.GpuRate)."""
     device = groups[0].device
-    work = {g: costs.pack_seconds(g.experiment, g.runs, device) for g in groups}
+    work = {g: costs.pack_seconds(g.experiment, g.runs, device, len(g.seeds)) for g in groups}
     total = sum(work.values())
     runs = sum(g.runs for g in groups)
     best: tuple[float, int, list[Pack]] | None = None

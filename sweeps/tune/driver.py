@@ -65,7 +65,7 @@ class _Cluster:
     def plan_options(self, options: ExecutionOptions, resources: PackResources) -> dict:
         """What `plan_packs` / `plan_confirmation` need beside the runs: the slots and the cost model."""
         costs = CostModel(chunk_steps=options.chunk_steps, checkpoint_every=options.checkpoint_every,
-                          threads=max(1.0, resources.cpus))
+                          threads=max(1.0, resources.cpus), dtype=options.dtype)
         return {"cpus": self.slots, "runs_per_pack": options.runs_per_pack, "gpu": resources.gpus > 0,
                 "gpu_slots": max(1, self.gpu_slots), "costs": costs}
 

@@ -6,7 +6,8 @@ Tune's banners out of a run.
 The throughput is ONE number everywhere (the display, the closing "Done" line, `fade-sweep
 status`): `SweepStatus.rate`, the run-steps this run has done divided by the wall seconds since
 its packs started (Ray's start is reported apart). The display gets the status at every refresh
-and a milestone when a pack is written and when the run ends; the numbers are its to word.
+and a milestone when a pack is written (in a race: when a method's round is decided, so a line names the new
+rounds, not the ones a landed pack just ended) and when the run ends; the numbers are its to word.
 
 The same numbers go to Ray's metrics (`metrics.SweepGauges`), for the dashboard.
 
@@ -118,7 +119,7 @@ class SweepProgress(Callback):
         self.status.rounds_finished = [label for label, (_, done) in rounds.items() if done]
         self.status.rounds_most = most_rounds
         self.status.run_steps_total = max(most_run_steps, sum(t.run_steps_total for t in self.status.trials.values()))
-        self._refresh(force=True)
+        self._refresh(force=True, milestone=True)  # a round decided: a progress line with the new rounds
 
     def __getstate__(self) -> dict:
         # Tune pickles its callbacks with the experiment state; the display and its maker stay behind.
@@ -150,7 +151,8 @@ class SweepProgress(Callback):
             entry.state, entry.run_steps_done = "done", entry.run_steps_total
             if self._gauges is not None:
                 self._gauges.runs_written(from_report(result.get("config_totals", [])))
-            self._refresh(force=True, milestone=True)  # a pack done: a progress line
+            # a pack done: a progress line; in a race, the round it ends (race) has the line, with the new rounds
+            self._refresh(force=True, milestone=not self.status.rounds)
             return
         self._refresh()
 
