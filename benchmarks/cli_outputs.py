@@ -9,7 +9,7 @@ meets, `table` of every kind and format (one store and two compared), `status`, 
 `confirm` and the confirmation table, dry runs, a raced and confirmed short twin of linear-demo (its
 sweep file's `race:` and `confirm:` blocks), and bad input of each kind. Each command's exit code,
 stdout and stderr land in OUT_DIR/<name>.txt, masked: timings, rates, dates, PIDs, the host, the
-scratch folder and the checkout's path; the progress lines a run prints while packs land are dropped
+scratch folder, the checkout's path and plotly's random div ids; the progress lines a run prints while packs land are dropped
 (how many there are depends on timing) and so are stderr lines that are not fade-sweep's own (Ray's
 and Python's warnings). The written report.html is saved masked the same way. `--quick` runs the
 short twin only (a minute or two, for iterating). `compare` prints every file that differs
@@ -121,6 +121,7 @@ def _volatile(text: str) -> str:
     """Timings, rates, dates, PIDs and the machine's load masked (applied again by `compare`, so a mask added
     later also covers outputs captured before it)."""
     text = re.sub(r"127\.0\.0\.[^ )]*", "<ADDRESS>", text)  # an embedded Ray's dashboard port
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<UUID>", text)  # plotly's div ids
     text = re.sub(r"load average [\d.]+", "load average <L>", text)
     text = re.sub(r"\(x[\d.]+:", "(x<F>:", text)
     text = re.sub(r"tune-\d{8}-\d{6}", "tune-<DATE>", text)
