@@ -54,7 +54,7 @@ def build(results_dir: Path, configs: int, seeds: int, bins: int) -> None:
 def measure(results_dir: Path) -> None:
     from sweeps.analysis.queries import Analysis
     from sweeps.analysis.report import write_report
-    from sweeps.analysis.tables import table_text
+    from sweeps.analysis.kinds import table_text
 
     start = time.perf_counter()
     store = Store.open(results_dir)

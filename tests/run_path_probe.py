@@ -23,10 +23,11 @@ def main(data_dir: str, store_dir: str) -> None:
     import sweeps.tune.driver  # noqa: F401
     import sweeps.tune.wiring  # noqa: F401  (names the trainable)
     from sweeps.cli import reading
-    from sweeps.spec import check_task_data, parse_sweep, plan_packs
+    from sweeps.spec import PackResources, parse_sweep, plan_packs
     from sweeps.store import Store
-    from sweeps.store.record import check_and_record
+    from sweeps.store.sweep_record import check_and_record
     from sweeps.store.records import SweepStatus
+    from sweeps.tune.stages import check
 
     document = {"name": "probe", "seeds": 1, "variants": [
         {"task": "emnist_label_permuted",
@@ -36,7 +37,7 @@ def main(data_dir: str, store_dir: str) -> None:
          "task_settings": {"steps": 40, "score_window": 20, "bin": 20, "period": 10}},
     ]}
     sweep = parse_sweep(document, "probe")
-    check_task_data(sweep)
+    check(sweep, PackResources(1, 0), None)
     store = Store.open(Path(store_dir) / "probe")
     check_and_record(store.location, sweep, "float32")
     # -- a worker (sweeps.tune.trainable.pack_trainable's imports and work, without Ray's calls)
@@ -59,7 +60,7 @@ def main(data_dir: str, store_dir: str) -> None:
         store.write_pack(pack, runner.outcome())
     SweepStatus("probe", "finished", 0.0, 1.0, 80).write(store.location)
     # -- the driver's closing table
-    reading.best_text(Store.open(Path(store_dir) / "probe"), "csv")
+    reading.table_text(Store.open(Path(store_dir) / "probe"), "best", "csv")
     tops = {m.split(".")[0] for m in sys.modules}
     print(json.dumps({"modules": {m: getattr(sys.modules.get(m), "__file__", None) for m in sorted(tops)}}))
 

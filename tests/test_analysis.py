@@ -8,7 +8,7 @@ import statistics
 import polars as pl
 import pytest
 
-from sweeps.analysis import importance, queries, tables
+from sweeps.analysis import importance, kinds, queries, summaries, tables
 from sweeps.analysis.queries import Analysis
 from sweeps.store import Store, StoreLocation
 from tests.helpers import write_known_store
@@ -61,7 +61,7 @@ def test_config_curves(store):
 
 
 def test_best_table_hand_computed(analysis):
-    best = tables.best_table(analysis)
+    best = summaries.best_table(analysis)
     by_method = {r["optimizer"]: r for r in best.iter_rows(named=True)}
     assert by_method["sgd"]["alpha"] == 0.01 and by_method["sgd"]["mean"] == pytest.approx(1.5)
     assert by_method["sgd"]["std"] == pytest.approx(statistics.stdev([1.0, 1.5, 2.0]))
@@ -73,7 +73,7 @@ def test_best_table_hand_computed(analysis):
 
 
 def test_sensitivity_grid_with_missing_and_diverged_cells(analysis):
-    (table,) = tables.sensitivity_tables(analysis)
+    (table,) = summaries.sensitivity_tables(analysis)
     assert table.optimizer == "fade" and table.alpha == 0.1
     cells = {(r["gamma0"], r["theta_lambda"]): r for r in table.cells.iter_rows(named=True)}
     assert set(cells) == {(-1.0, 0.0), (-1.0, 0.5), (-2.0, 0.0), (-2.0, 0.5)}
@@ -89,25 +89,25 @@ def _numbers(text: str) -> list[float]:
 
 
 def test_exports_parse_back(analysis):
-    md = tables.table_text(analysis, "sensitivity", "md")
-    latex = tables.table_text(analysis, "sensitivity", "latex")
-    csv = pl.read_csv(tables.table_text(analysis, "sensitivity", "csv").encode())
+    md = kinds.table_text(analysis, "sensitivity", "md")
+    latex = kinds.table_text(analysis, "sensitivity", "latex")
+    csv = pl.read_csv(kinds.table_text(analysis, "sensitivity", "csv").encode())
     assert "missing" in md and "diverged (1/3)" in md and "**0.7 ± 0.2**" in md
     assert r"\toprule" in latex and r"\textbf{0.7 $\pm$ 0.2}" in latex and "missing" in latex
     ok = csv.filter(pl.col("status") == "ok").sort("gamma0", "theta_lambda", descending=[True, False])
     from_md = _numbers(md)
     assert from_md == pytest.approx([v for r in ok.iter_rows(named=True) for v in (r["mean"], r["std"])], rel=1e-3)
     assert _numbers(latex.replace(r" $\pm$ ", " ± ")) == pytest.approx(from_md)
-    best_csv = pl.read_csv(tables.table_text(analysis, "best", "csv").encode())
+    best_csv = pl.read_csv(kinds.table_text(analysis, "best", "csv").encode())
     assert best_csv.sort("optimizer")["mean"].to_list() == pytest.approx([0.7, 1.5])
-    best_md = tables.table_text(analysis, "best", "md")
+    best_md = kinds.table_text(analysis, "best", "md")
     assert _numbers(best_md) == pytest.approx([0.7, 0.2, 1.5, 0.5])
 
 
 def test_curves_summary_downsamples_and_bands(store, analysis):
     from sweeps.analysis.report import summarise_curves
 
-    best = tables.best_table(analysis)
+    best = summaries.best_table(analysis)
     fade_id = best.filter(pl.col("optimizer") == "fade")["config_id"][0]
     summary = summarise_curves(Store.open(store).scan("curves"), [fade_id], ["mse", "decay_relevant"])
     assert summary["step"].to_list() == [2, 4]
@@ -356,14 +356,14 @@ def test_best_table_counts_diverged_seeds(tmp_path):
     and the report; such a configuration is still never selected, and the rule is stated."""
     store = Store.open(write_known_store(tmp_path / "diverging", DIVERGING_SWEEP, DIVERGING_SCORES))
     analysis = Analysis.of(store)
-    csv = pl.read_csv(tables.table_text(analysis, "best", "csv").encode())
+    csv = pl.read_csv(kinds.table_text(analysis, "best", "csv").encode())
     by_method = {r["optimizer"]: r for r in csv.iter_rows(named=True)}
     assert by_method["coupled"]["status"] == "diverged on 1/10 seeds"
     assert (by_method["coupled"]["seeds"], by_method["coupled"]["diverged_seeds"]) == (10, 1)
     assert by_method["idbd"]["status"] == "diverged on 2/10 seeds" and by_method["idbd"]["theta_alpha"] == 0.005
     assert by_method["coupled"]["mean"] is None and not by_method["coupled"]["best_method"]  # never selected
     assert by_method["sgd"]["status"] == "ok" and by_method["sgd"]["best_method"]
-    md = tables.table_text(analysis, "best", "md")
+    md = kinds.table_text(analysis, "best", "md")
     assert "| coupled | diverged on 1/10 seeds | 10 |" in md and "all diverged" not in md
     assert "never selected" in md and "fewest seeds" in md
     from sweeps.analysis.report import write_report

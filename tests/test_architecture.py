@@ -264,7 +264,7 @@ def small_store(tmp_path_factory) -> Path:
     from sweeps.packs import make_runner
     from sweeps.spec import parse_sweep, plan_packs
     from sweeps.store import Store
-    from sweeps.store.record import check_and_record
+    from sweeps.store.sweep_record import check_and_record
     from sweeps.store.records import SweepStatus
 
     document = {"name": "tiny", "task": "linear_tracking", "task_settings": {"steps": 400, "bin": 100}, "seeds": 2,

@@ -9,7 +9,7 @@ import re
 import polars as pl
 import pytest
 
-from sweeps.analysis import tables
+from sweeps.analysis import summaries
 from sweeps.analysis.across import combined_analysis
 from sweeps.analysis.queries import Analysis
 from sweeps.cli import main
@@ -35,10 +35,10 @@ def sweeps(tmp_path_factory):
 
 def test_the_best_table_over_two_sweeps_is_the_union_of_theirs(sweeps):
     stores = [Store.open(p) for p in sweeps]
-    both = tables.best_table(combined_analysis(stores))
+    both = summaries.best_table(combined_analysis(stores))
     by_hand = []
     for store in stores:
-        alone = tables.best_table(Analysis.of(store))
+        alone = summaries.best_table(Analysis.of(store))
         name = store.location.name
         by_hand.append(alone.with_columns(  # sgd is in both sweeps: labelled by sweep, its config ids too
             optimizer=pl.when(pl.col("optimizer") == "sgd").then(pl.col("optimizer") + f" [{name}]").otherwise("optimizer"),

@@ -25,14 +25,14 @@ import polars as pl
 import pytest
 import torch
 
-from sweeps.analysis import tables
+from sweeps.analysis import kinds
 from sweeps.analysis.confirm import confirmation_table
 from sweeps.analysis.queries import Analysis
 from sweeps.cli import main
 from sweeps.packs import make_runner
 from sweeps.spec import CONFIRMATION, Pack, SweepError, make_config, parse_sweep, plan_confirmation
 from sweeps.store import Store
-from sweeps.store.record import check_and_record
+from sweeps.store.sweep_record import check_and_record
 
 # Two settings; sgd with a step size that learns and one that barely moves (alpha=5e-4 cannot
 # track a target that changes every 20 steps), so the selection is known: alpha=0.05.
@@ -102,7 +102,7 @@ def _confirmation_scores(results_dir: Path) -> pl.DataFrame:
 def confirmed(tmp_path_factory) -> tuple[Path, dict]:
     """KNOWN tuned in-process, its tables as they were, then `fade-sweep confirm --seeds 2`."""
     results_dir = _tuned_store(tmp_path_factory.mktemp("known"), KNOWN)
-    before = {kind: tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, "csv") for kind in ("best", "compare", "sensitivity", "importance")}
+    before = {kind: kinds.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, "csv") for kind in ("best", "compare", "sensitivity", "importance")}
     run = _cli("confirm", str(results_dir), "--seeds", "2", *CONFIRM_OPTIONS)
     out, _ = run.communicate(timeout=400)
     assert run.returncode == 0, out
@@ -146,7 +146,7 @@ def test_the_table_equals_an_independent_computation(confirmed):
 def test_tuning_tables_verify_and_missing_runs_ignore_the_confirmation_rows(confirmed, tmp_path):
     results_dir, seen = confirmed
     for kind, text in seen["before"].items():
-        assert tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, "csv") == text, kind
+        assert kinds.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, "csv") == text, kind
     assert Store.open(results_dir).missing_runs().height == 0
     verification = Store.open(results_dir).verify()
     assert verification.clean, verification.problems

@@ -153,7 +153,7 @@ def test_gauge_start_reads_the_stores_runs(tmp_path):
 
     from sweeps.packs import PackOutcome
     from sweeps.store import Store, StoreLocation
-    from sweeps.store.record import check_and_record
+    from sweeps.store.sweep_record import check_and_record
 
     sweep = parse_sweep(SWEEP, "test")
     check_and_record(StoreLocation.parse(tmp_path / "db"), sweep, "float32")

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 import scipy.stats
 
-from sweeps.analysis import queries, tables
+from sweeps.analysis import kinds, queries
 from sweeps.analysis.queries import Analysis
 from sweeps.analysis.race import (
     DIVERGED,
@@ -31,7 +31,7 @@ from sweeps.analysis.summaries import best_table, sensitivity_tables
 from sweeps.spec import SweepError, parse_sweep, plan_round, with_race
 from sweeps.store import Store
 from sweeps.store.race import raced_pairs
-from sweeps.store.record import check_and_record
+from sweeps.store.sweep_record import check_and_record
 from sweeps.store.records import RACE_FILE, record_json
 from sweeps.tune.driver import confirmation_record
 from tests.helpers import write_known_store
@@ -254,7 +254,7 @@ def test_the_best_table_selects_among_survivors_only(raced_store):
     assert cells["race_status"].to_list() == [ELIMINATED, SURVIVOR] and cells["eliminated_round"].to_list() == [1, None]
     assert cells.schema["eliminated_round"] == pl.UInt32 and cells["seeds"].to_list() == [3, 6]
     assert confirmation_record(Store.open(raced_store), 2).selected[1].config_id == best["config_id"]  # confirm: the winners
-    text = tables.table_text(Analysis.of(Store.open(raced_store), "mean"), "best", "md")
+    text = kinds.table_text(Analysis.of(Store.open(raced_store), "mean"), "best", "md")
     assert "2 of 4 configurations eliminated" in text and "Run-steps: 1.800e+04 of the full grid's 2.400e+04 (25% saved)" in text
 
 
@@ -263,9 +263,9 @@ def test_the_sensitivity_table_keeps_eliminated_cells_marked_never_best_nor_tied
     cells = table.cells.sort("theta_lambda")
     assert cells["race_status"].to_list() == [ELIMINATED, SURVIVOR] and cells["seeds"].to_list() == [3, 6]
     assert cells["best"].to_list() == [False, True] and not cells["tied"].any()
-    text = tables.table_text(Analysis.of(Store.open(raced_store), "mean"), "sensitivity", "md")
+    text = kinds.table_text(Analysis.of(Store.open(raced_store), "mean"), "sensitivity", "md")
     assert "(out after round 1, 3 seeds)" in text
-    csv = tables.table_text(Analysis.of(Store.open(raced_store), "mean"), "sensitivity", "csv").splitlines()[0].split(",")
+    csv = kinds.table_text(Analysis.of(Store.open(raced_store), "mean"), "sensitivity", "csv").splitlines()[0].split(",")
     assert "race_status" in csv and "eliminated_round" in csv
 
 

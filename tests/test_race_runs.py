@@ -18,7 +18,7 @@ import pytest
 import torch
 import yaml
 
-from sweeps.analysis import queries, summaries, tables
+from sweeps.analysis import kinds, queries, summaries, tables
 from sweeps.analysis.queries import Analysis
 from sweeps.packs import make_runner
 from sweeps.spec import Pack, parse_sweep
@@ -161,7 +161,7 @@ def test_an_interrupted_race_resumes_to_the_same_decisions_and_identical_tables(
     assert run.returncode == 0, out
     assert (results_dir / RACE_FILE).read_bytes() == (uninterrupted / RACE_FILE).read_bytes()
     for kind, fmt in TABLES:
-        assert tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, fmt) == tables.table_text(Analysis.of(Store.open(uninterrupted), "mean"), kind, fmt), (kind, fmt)
+        assert kinds.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, fmt) == kinds.table_text(Analysis.of(Store.open(uninterrupted), "mean"), kind, fmt), (kind, fmt)
     assert Store.open(results_dir).verify().clean
 
 
@@ -193,4 +193,4 @@ def test_ctrl_c_as_a_round_is_decided_is_an_interrupt_and_resume_finishes_it(uni
     assert read_status_json(results_dir)["state"] == "finished"
     assert (results_dir / RACE_FILE).read_bytes() == (reference / RACE_FILE).read_bytes()
     for kind, fmt in TABLES:
-        assert tables.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, fmt) == tables.table_text(Analysis.of(Store.open(reference), "mean"), kind, fmt), (kind, fmt)
+        assert kinds.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, fmt) == kinds.table_text(Analysis.of(Store.open(reference), "mean"), kind, fmt), (kind, fmt)

@@ -23,7 +23,7 @@ from sweeps.packs import PackOutcome
 from sweeps.spec import Pack, parse_sweep
 from sweeps.store import Store
 from sweeps.store.race import raced_pairs
-from sweeps.store.record import check_and_record
+from sweeps.store.sweep_record import check_and_record
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
 from sweeps.store.records import (
     PACKS_FILE,

@@ -11,7 +11,7 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeps.analysis import tables
+from sweeps.analysis import kinds
 from sweeps.analysis.queries import Analysis
 from sweeps.analysis.race import race_record, replay_stored, stored_race
 from sweeps.analysis.robustness import normalised
@@ -20,7 +20,7 @@ from sweeps.cli.running import _first_round, race_plan_line
 from sweeps.spec import parse_sweep
 from sweeps.store import Store
 from sweeps.store.race import DAMAGED_RACE, race_round, recorded_race
-from sweeps.store.record import check_and_record
+from sweeps.store.sweep_record import check_and_record
 from sweeps.store.records import RACE_FILE, record_json
 from sweeps.tune.options import SweepInterrupted
 from sweeps.tune.racing import RaceRounds, RoundInterrupted
@@ -31,7 +31,7 @@ DAMAGED = b'{"format": 1, "test'
 
 
 def _table(results_dir: Path, kind: str, fmt: str) -> str:
-    return tables.table_text(Analysis.of(Store.open(results_dir)), kind, fmt)
+    return kinds.table_text(Analysis.of(Store.open(results_dir)), kind, fmt)
 
 
 def _raced(tmp_path: Path, scores: dict = SCORES) -> Path:

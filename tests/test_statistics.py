@@ -12,7 +12,7 @@ import numpy as np
 import polars as pl
 import pytest
 
-from sweeps.analysis import importance, queries, stats, summaries, tables
+from sweeps.analysis import importance, kinds, queries, stats, summaries
 from sweeps.analysis.queries import Analysis
 from sweeps.cli import main
 from sweeps.store import Store
@@ -101,7 +101,7 @@ def test_outlier_flags_hand_computed(store, capsys):
     assert _cell(cells, "sgd", alpha=0.1)["outlier_seeds"] == "4:9" and _cell(cells, "sgd", alpha=0.1)["outliers"] == 1
     flagged = cells.filter(pl.col("outliers") > 0)["config_id"].to_list()
     assert flagged == [_cell(cells, "sgd", alpha=0.1)["config_id"]]  # the diverged seed is not an outlier
-    md = tables.table_text(Analysis.of(Store.open(store), "median"), "best", "md")
+    md = kinds.table_text(Analysis.of(Store.open(store), "median"), "best", "md")
     assert "| sgd | 1.2 † | 5 | [" in md and "sgd: outlier seed 4 (9)" in md
     csv = _csv(capsys, str(store), "--stat", "median")
     assert csv.filter(pl.col("optimizer") == "sgd")["outlier_seeds"].to_list() == ["4:9"]
@@ -213,7 +213,7 @@ def test_paired_difference_and_probability_of_improvement(store, capsys):
     assert set(default["reference"]) == {"fade"}
     sgd = default.filter(pl.col("optimizer") == "sgd").row(0, named=True)
     assert sgd["difference"] == pytest.approx(1.58 - 0.7) and sgd["p_improvement"] == 0.0
-    md = tables.table_text(Analysis.of(Store.open(store), "mean"), "compare", "md")
+    md = kinds.table_text(Analysis.of(Store.open(store), "mean"), "compare", "md")
     assert "Seeds are paired" in md and "P(better than fade)" in md
 
 
@@ -258,11 +258,11 @@ def test_tied_cells_and_robustness(store):
     assert not cells[(-2.0, 0.0)]["tied"] and cells[(-2.0, 0.0)]["status"] == "diverged"
     # within 5% of 0.7: only the best itself, of 3 non-diverged cells
     assert (table.within, table.usable) == (1, 3) and table.robust == pytest.approx(1 / 3)
-    md = tables.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "md")
+    md = kinds.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "md")
     assert "*0.8 ± 0.16 ≈*" in md and "**0.7 ± 0.16**" in md and "1 of 3 non-diverged cells (33%)" in md
-    latex = tables.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "latex")
+    latex = kinds.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "latex")
     assert r"\textit{0.8 $\pm$ 0.16 $\approx$}" in latex
-    csv = pl.read_csv(tables.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "csv").encode())
+    csv = pl.read_csv(kinds.table_text(Analysis.of(Store.open(store), "mean"), "sensitivity", "csv").encode())
     assert csv["tied"].sum() == 1 and csv["robust_within_5pct"].unique().to_list() == pytest.approx([1 / 3])
 
 
@@ -301,5 +301,5 @@ def test_importance_table_in_store(store, capsys):
     assert fade["share"] is None and "grid not full (3 of 4 cells usable; 1 diverged, 0 missing)" in fade["status"]
     csv = _csv(capsys, str(store), "--kind", "importance")
     assert csv.height == table.height
-    md = tables.table_text(Analysis.of(Store.open(store), "mean"), "importance", "md")
+    md = kinds.table_text(Analysis.of(Store.open(store), "mean"), "importance", "md")
     assert "64.3%" in md and "skipped: grid not full" in md

@@ -19,7 +19,7 @@ import polars as pl
 import pytest
 import yaml
 
-from sweeps.analysis import queries, summaries, tables
+from sweeps.analysis import kinds, queries, summaries
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.analysis.queries import Analysis
@@ -27,7 +27,7 @@ from sweeps.store import Store, StoreLocation, commit, manifests
 from sweeps.store import store as store_module
 from sweeps.store.holder import LOCK_FILE, StoreLocked, WriterLock
 from sweeps.store.lock import FileLock
-from sweeps.store.record import check_and_record
+from sweeps.store.sweep_record import check_and_record
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -419,7 +419,7 @@ def test_the_command_line_shows_the_stores_notices_on_stderr(tmp_path, capsys):
 
 # Modules that use json for something other than a store's records: each must still do so.
 JSON_NOT_RECORDS = {"sweeps/spec/config.py": "a config id hashes its canonical JSON",
-                    "sweeps/store/record.py": "two sweep documents compared as canonical JSON",
+                    "sweeps/store/sweep_record.py": "two sweep documents compared as canonical JSON",
                     "sweeps/cli/schema.py": "the sweep file's JSON Schema printed for editors, not a store record"}
 
 
@@ -438,6 +438,51 @@ def test_every_json_record_goes_through_records_py():
             found[rel] = calls
     assert set(JSON_NOT_RECORDS) <= set(found), "an exemption that no longer uses json: drop it"
     assert {k: v for k, v in found.items() if k not in JSON_NOT_RECORDS} == {}
+
+
+def _protocol_members(protocol: type) -> dict[str, object]:
+    """The members a Protocol asks for, its own and its bases' (name -> the function, property or annotation)."""
+    import typing
+
+    members = {}
+    for base in reversed(protocol.__mro__):
+        if base in (object, typing.Protocol, typing.Generic):
+            continue
+        members |= dict.fromkeys(getattr(base, "__annotations__", {}), "annotation")
+        members |= {n: v for n, v in vars(base).items() if (not n.startswith("_") or n == "__fspath__")
+                    and (callable(v) or isinstance(v, property))}
+    return members
+
+
+@pytest.mark.parametrize("backend", ["local.LocalFolder", "objects.ObjectPrefix"])
+def test_each_storage_backend_implements_the_backend_protocol(backend):
+    """`Backend` is the whole interface of a store location: every member is on the backend's mixin (or on
+    `StoreLocation`, the naming every backend shares), a method with the protocol's parameters and a property
+    as a property; and the location the parser makes for the backend is a `Backend`."""
+    import importlib
+    import inspect
+
+    from sweeps.store.backend import Backend
+    from sweeps.store.location import LocalLocation, ObjectLocation
+
+    module, name = backend.split(".")
+    mixin = getattr(importlib.import_module(f"sweeps.store.{module}"), name)
+    members = _protocol_members(Backend)
+    assert {"child", "writer_lock", "scan_parquet", "write_with", "read_bytes", "display"} <= set(members)
+    shared = {n for n in members if n in vars(StoreLocation) or n in StoreLocation.__dataclass_fields__}
+    for member, wanted in members.items():
+        if member in shared:
+            continue
+        assert member in vars(mixin), f"{name} lacks {member}"
+        got = vars(mixin)[member]
+        if isinstance(wanted, property):
+            assert isinstance(got, property), f"{name}.{member} should be a property"
+        else:
+            params = [(p.name, p.kind, p.default) for p in inspect.signature(got).parameters.values()]
+            assert params == [(p.name, p.kind, p.default) for p in inspect.signature(wanted).parameters.values()], member
+    location = LocalLocation if module == "local" else ObjectLocation
+    assert issubclass(location, mixin) and issubclass(location, StoreLocation)
+    assert not [m for m in members if not hasattr(location, m) and m not in StoreLocation.__dataclass_fields__]
 
 
 def test_a_checkpoint_record_of_an_earlier_version_still_resumes(tmp_path):
@@ -604,9 +649,9 @@ def test_best_table_lists_every_method_of_the_sweep(tmp_path):
     assert fade["status"] == "missing" and fade["mean"] is None and fade["missing_runs"] == 4 * SEEDS
     assert fade["configs"] == 4 and not fade["best_method"]
     assert best.filter(pl.col("optimizer") == "sgd")["best_method"].to_list() == [True]
-    md = tables.table_text(Analysis.of(Store.open(results_dir), "mean"), "best", "md")
+    md = kinds.table_text(Analysis.of(Store.open(results_dir), "mean"), "best", "md")
     assert "| fade | missing | 0 |" in md
-    assert pl.read_csv(tables.table_text(Analysis.of(Store.open(results_dir), "mean"), "best", "csv").encode()).height == 2
+    assert pl.read_csv(kinds.table_text(Analysis.of(Store.open(results_dir), "mean"), "best", "csv").encode()).height == 2
 
 
 # ---------------------------------------------------------------- verify

@@ -19,7 +19,7 @@ from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.spec import Pack, SweepError, make_config, parse_sweep
 from sweeps.store import Store, StoreLocation
-from sweeps.store.record import check_and_record, check_streams
+from sweeps.store.sweep_record import check_and_record, check_streams
 from sweeps.store.records import StoreRecord
 from tasks import get_task
 
@@ -106,10 +106,12 @@ def test_streams_of_this_code_s_version_or_within_the_shared_steps_pass_the_chec
                                      ("short1", SHORT, {"linear_tracking": 1})):
         results_dir, _ = _older_store(tmp_path / name, document, recorded, optimizers=("sgd",))
         sweep = parse_sweep(document, "test")
-        Store.open(results_dir).preflight(sweep, "float32", resume=True)  # no refusal
+        with Store.open(results_dir).writing(sweep, "float32", resume=True):  # no refusal
+            pass
     # a store holding no runs of the task has nothing to mix with: its record is made anew
     empty, _ = _older_store(tmp_path / "empty", LONG, None, optimizers=())
-    Store.open(empty).preflight(parse_sweep(LONG, "test"), "float32", resume=True)
+    with Store.open(empty).writing(parse_sweep(LONG, "test"), "float32", resume=True):
+        pass
 
 
 def test_the_check_reads_the_recorded_sweep_and_each_task_s_own_version():

@@ -2,5 +2,4 @@
 of polars frames (read through `sweeps.store.Store`), never of paths. No Ray, no torch."""
 
 # Names the command line offers, here so that building its parser loads no statistics code.
-TABLES = ("best", "sensitivity", "compare", "importance")  # what `table_text` (`fade-sweep table --kind`) renders
 STATS = ("mean", "median", "iqm")  # the statistics `--stat` may choose (stats.py computes them)

@@ -28,8 +28,8 @@ COMPARE_COLUMNS = (
 
 
 def paired_table(analysis: Analysis, best: pl.DataFrame, reference: str | None = None) -> pl.DataFrame:
-    """One row per (task settings, method) of `best` (the best table, `tables.best_table(analysis)`;
-    `tables.compare_table` passes it): its selected configuration against the reference's.
+    """One row per (task settings, method) of `best` (the best table, `summaries.best_table(analysis)`;
+    `summaries.compare_table` passes it): its selected configuration against the reference's.
 
     `reference`: a method name; default the best method of each task settings (by `stat`).
     `status`: "ok", "reference" (the reference's own row), "no shared seeds", or the

@@ -17,6 +17,7 @@ import polars as pl
 from plotly.colors import sample_colorscale
 
 from sweeps.analysis import style, tables
+from sweeps.analysis.summaries import SensitivityTable
 from tasks import get_task
 
 COLOUR_BANDS = 16  # parallel-coordinate lines are drawn in this many colour steps
@@ -113,7 +114,7 @@ def parallel(cells: pl.DataFrame, hyper: list[str], method: str, variant: dict, 
     return fig
 
 
-def heatmap(table: tables.SensitivityTable, unstable: frozenset[str] = frozenset()) -> go.Figure | None:
+def heatmap(table: SensitivityTable, unstable: frozenset[str] = frozenset()) -> go.Figure | None:
     """gamma0 x theta_lambda at one alpha; None for a grid with one row or one column (the slices
     plot shows that). Cells whose config id is in `unstable` are marked so."""
     cells = table.cells

@@ -26,14 +26,14 @@ import plotly.io as pio
 import polars as pl
 from plotly.offline import get_plotlyjs
 
-from sweeps.analysis import figures, grid_figures, live, page, queries, tables
+from sweeps.analysis import figures, grid_figures, kinds, live, page, queries, summaries, tables
 from sweeps.analysis.across import report_frames
 from sweeps.analysis.completeness import ANCHOR, completeness_html
 from sweeps.analysis.confirm import confirmation_section
 from sweeps.analysis.importance import importance_table, unstable_cells
 from sweeps.analysis.queries import Analysis
 from sweeps.store import Store, StoreLocation
-from sweeps.store.record import SWEEP_RECORD
+from sweeps.store.sweep_record import SWEEP_RECORD
 from sweeps.store.records import RecordError
 from tasks import get_task
 
@@ -79,7 +79,7 @@ def build_figures(analysis: Analysis, curves: pl.LazyFrame) -> list[tuple[str, g
 
     The store is read by the caller only; the figures are built from the frames passed down."""
     variant_cols, stat, cells = analysis.variant, analysis.stat, analysis.cells
-    best = tables.best_table(analysis)
+    best = summaries.best_table(analysis)
     importance = importance_table(analysis)
     curve_columns = [c for c in curves.collect_schema().names()
                      if c not in ("step",) and c not in analysis.scores.collect_schema().names()]
@@ -95,7 +95,7 @@ def build_figures(analysis: Analysis, curves: pl.LazyFrame) -> list[tuple[str, g
         summary, per_seed = _curve_data(curves, ids, list(dict.fromkeys(metrics)))
         out.extend(figures.variant_figures(variant, usable, cells, importance, summary, per_seed, curve_columns, stat, fixed))
     unstable = frozenset(cells.filter(unstable_cells(cells, [*variant_cols, "optimizer"]))["config_id"])
-    for table in tables.sensitivity_tables(analysis):
+    for table in summaries.sensitivity_tables(analysis):
         fig = grid_figures.heatmap(table, unstable)
         if fig is not None:
             out.append(("heatmap", fig))
@@ -160,7 +160,7 @@ def report_page(store: Store | Sequence[Store], stat: str = "mean",
     sure_tables, sure_figures = confirmation_section(analysis.scores, confirmation, stat)  # "How sure are we?"
     built.extend(sure_figures)
     variant_cols = analysis.variant
-    best = tables.best_table(analysis)
+    best = summaries.best_table(analysis)
     cells = analysis.cells.sort([*variant_cols, "optimizer", "stat_value"], nulls_last=True)
     unstable = unstable_cells(cells, [*variant_cols, "optimizer"])
     chosen = f"<p class='note'>Configurations selected and shown by the {escape(tables.STAT_NAMES[stat])} over seeds.</p>"
@@ -173,15 +173,15 @@ def report_page(store: Store | Sequence[Store], stat: str = "mean",
     summary = [
         *([(ANCHOR, "What is in so far", missing)] if missing else []),
         ("answer", "The answer", page.answer(best, variant_cols, stat, fixed) + chosen),
-        ("best", "Best configurations", tables.table_text(analysis, "best", "html")),
+        ("best", "Best configurations", kinds.table_text(analysis, "best", "html")),
         ("how-sure", "How sure are we?", "".join(f"<h3>{escape(title)}</h3>{html}" for title, html in sure_tables)),
         ("provenance", "Where these numbers come from", _provenances(stores)),
     ]
     drawn = [(kind, _plain_title(fig), pio.to_html(fig, include_plotlyjs=False, full_html=False, default_width="100%",
                                                    default_height="560px")) for kind, fig in built]
-    after = [("compare", "Paired comparisons", tables.table_text(analysis, "compare", "html")),
-             ("sensitivity", "Sensitivity", tables.table_text(analysis, "sensitivity", "html")),
-             ("importance", "Hyperparameter importance", tables.table_text(analysis, "importance", "html")),
+    after = [("compare", "Paired comparisons", kinds.table_text(analysis, "compare", "html")),
+             ("sensitivity", "Sensitivity", kinds.table_text(analysis, "sensitivity", "html")),
+             ("importance", "Hyperparameter importance", kinds.table_text(analysis, "importance", "html")),
              ("configurations", "All configurations", page.configurations_table(cells, variant_cols, stat, unstable))]
     head, banner = live.live_parts(live_every) if live_every else ("", "")
     title = f"FADE sweep report: {stores[0].location.name}" if len(stores) == 1 else \

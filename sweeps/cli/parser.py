@@ -7,7 +7,8 @@ import argparse
 import math
 
 from fade_core.engines import ENGINE_NAMES
-from sweeps.analysis import STATS, TABLES
+from sweeps.analysis import STATS
+from sweeps.analysis.kinds import KINDS
 from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
 DESCRIPTION = "`fade-sweep`: run sweeps on Ray Tune (locally or on a cluster), follow them, print tables and reports."
@@ -130,7 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("results_dir", nargs="+",
                        help="STORAGE/<sweep name>; several: sweeps of the same task settings compared (a method in "
                             "more than one is labelled by its sweep)")
-    table.add_argument("--kind", choices=(*TABLES, "confirm", "robustness"), default="best",
+    table.add_argument("--kind", choices=KINDS, default="best",
                        help="best configuration per method, sensitivity grids, paired comparison of methods, "
                             "hyperparameter importance, confirmation on fresh seeds, sensitivity across settings (default: best)")
     table.add_argument("--stat", choices=STATS, default="mean",

@@ -75,63 +75,21 @@ def report_location(stores: list) -> StoreLocation:
     return stores[0].location.parent / f"report-{'+'.join(s.location.name for s in stores)}.html"
 
 
-def stage_text(store, kind: str, fmt: str, stat: str) -> str:
-    """`table --kind confirm | robustness`: the tuning frame (and the confirmation frame) to the tables; `store`
-    may be a list of sweeps compared (sweeps.analysis.across)."""
-    from sweeps.analysis.across import combined_scan
-    from sweeps.analysis.confirm import confirmation_table, confirmation_text, unconfirmable
-    from sweeps.analysis.robustness import robustness_table, robustness_text
-    from sweeps.spec import CONFIRMATION
-    from sweeps.store import RecordError
+def table_text(stores, kind: str, fmt: str, stat: str = "mean", reference: str | None = None) -> str:
+    """A table kind (sweeps.analysis.kinds) of one store or of several sweeps compared, as `table`, `run` and
+    `confirm` print it; a table the stores cannot give (no confirmation runs) is one line (exit 2)."""
+    from sweeps.analysis.kinds import TableError, TableSource, kind_text
 
-    stores = store if isinstance(store, list) else [store]
-    if kind == "robustness" and stat != "mean":
-        raise UserError(f"--stat {stat}: the robustness table tunes on the mean of normalised scores (Adkins et al. "
-                        "2024) and offers no other statistic; drop --stat for --kind robustness")
-    tuning = combined_scan(stores, "scores")
-    if kind == "robustness":
-        table = robustness_table(tuning)
-        return robustness_text(table, fmt) if table.height else "No method runs in two or more settings of this sweep.\n"
-    records = []
-    for one in stores:
-        try:
-            record = one.confirmation
-        except RecordError as err:
-            raise UserError(f"{err}; `fade-sweep confirm {one.location} --seeds N` records the stage again") from None
-        if record is None or not one.selection(stage=CONFIRMATION).runs:
-            raise UserError(f"{one.location}: no confirmation runs; run `fade-sweep confirm {one.location} --seeds N` first")
-        records.append(record)
-    table = confirmation_table(tuning, combined_scan(stores, "scores", CONFIRMATION), stat)
-    seeds = "; ".join(f"{'' if len(stores) == 1 else one.location.name + ': '}seeds {_seed_span(r.seeds)}, selected by "
-                      f"the {r.stat}" for one, r in zip(stores, records))
-    return confirmation_text(table, fmt, stat, f"; {seeds}", unconfirmable(tuning, records[0].stat))
-
-
-def _seed_span(seeds: tuple[int, ...]) -> str:
-    contiguous = list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))) if seeds else False
-    return f"{seeds[0]}-{seeds[-1]}" if contiguous and len(seeds) > 2 else ", ".join(map(str, seeds))
-
-
-def best_text(store, fmt: str) -> str:
-    """The best-configuration table (the closing table of `run`)."""
-    from sweeps.analysis.queries import Analysis
-    from sweeps.analysis.tables import table_text
-
-    return table_text(Analysis.of(store), "best", fmt)
+    try:
+        return kind_text(TableSource(stores if isinstance(stores, list) else [stores], stat, reference), kind, fmt)
+    except TableError as err:
+        raise UserError(str(err)) from None
 
 
 def cmd_table(args: argparse.Namespace) -> None:
-    from sweeps.analysis.across import combined_analysis
-    from sweeps.analysis.queries import Analysis
-    from sweeps.analysis.tables import table_text
-
     stores = [open_results(d) for d in args.results_dir]  # several: sweeps of the same task settings compared
     try:
-        if args.kind in ("confirm", "robustness"):
-            text = stage_text(stores, args.kind, args.format, args.stat)
-        else:
-            analysis = Analysis.of(stores[0], args.stat) if len(stores) == 1 else combined_analysis(stores, args.stat)
-            text = table_text(analysis, args.kind, args.format, reference=args.reference)
+        text = table_text(stores, args.kind, args.format, args.stat, args.reference)
     except ValueError as err:  # e.g. an unknown --reference
         raise UserError(str(err)) from None
     print(text.rstrip("\n"))

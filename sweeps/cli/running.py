@@ -12,11 +12,13 @@ import sys
 from typing import TYPE_CHECKING
 
 from sweeps.cli.parser import UserError
-from sweeps.cli.reading import best_text, open_results, stage_text
-from sweeps.spec import CostModel, PackResources, check_task_data, cpu_only_tasks, resolve_sweep, with_race
-from sweeps.spec.engines import check_engines
+from sweeps.cli.reading import open_results, table_text
+from sweeps.spec import CostModel, PackResources, resolve_sweep, with_race
+from sweeps.tune.stages import check
 
 if TYPE_CHECKING:
+    from sweeps.spec import Sweep
+    from sweeps.store import Store
     from sweeps.tune.options import ExecutionOptions
 
 
@@ -35,45 +37,21 @@ def _say_if_attaching(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    from sweeps.store import Store
-
+    """`run`: the stages of sweeps/tune/stages.py in order (resolve, check, lock, then the driver's plan, execute
+    and record, then the report); `--dry-run` stops after check, with the plan and its estimate."""
     if args.calibrate and not args.dry_run:
         raise UserError("--calibrate: only with --dry-run (it measures the rates the estimate uses); add --dry-run")
     _say_if_attaching(args)
-    sweep = resolve_sweep(args.sweep)
-    if args.race:
-        sweep = with_race(sweep)
-    store = Store.of_sweep(sweep, args.storage)  # a storage the store cannot serve (`--storage ""`): one line
-    if args.resume and sweep.race is None and "race" not in sweep.document:  # `race: false` un-races on purpose
-        sweep = _keep_racing(sweep, store)
-        args.race = sweep.race is not None  # the interrupt's hint then says --race
-    check_task_data(sweep)
+    sweep, store = _resolve(args)
     options = _execution_options(args, sweep)  # once: the dry run, the driver and every trial read it
-    cpu_only = cpu_only_tasks(sweep.experiments)
-    if options.resources.gpus > 0 and len(cpu_only) == len({e.task for e in sweep.experiments}):
-        raise UserError(f"--gpus-per-pack: {', '.join(cpu_only)} runs on CPUs only; drop it")
-    check_engines(sweep.experiments, options.resources.gpus, options.engine)  # before Ray, before the plan is printed
+    check(sweep, options.resources, options.engine)  # before Ray, before the plan is printed
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
     if sweep.race is not None:
         print(race_line(sweep))
     if args.dry_run:
-        if sweep.race is not None:  # what runs first; the later rounds depend on its scores
-            print(race_plan_line(sweep))
-        done = store.finished_runs() if args.resume else set()  # a resume runs only what the store lacks
-        _dry_run(_first_round(sweep), options, done, args.calibrate, sweep if sweep.race is not None else None)
-        if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
-            steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
-            print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
-                  f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
+        _dry_run_stages(args, sweep, store, options)
         return
-    if options.num_cpus and not options.address:  # the embedded Ray runs that many packs on this machine's cores
-        from sweeps.cli.text import oversubscribed_note
-
-        if note := oversubscribed_note(options.num_cpus):
-            print(note)
-    store.preflight(sweep, options.dtype, args.resume)  # before Ray loads: a refusal in well under a second
-    _check_stream_cache()  # before Ray starts
-    compiling = _compile_own(sweep, options)
+    compiling = _before_ray(sweep, store, options, args.resume)
     from sweeps.cli.live import final_report, reporting
     from sweeps.tune.driver import confirm_sweep, run_sweep
 
@@ -81,14 +59,56 @@ def cmd_run(args: argparse.Namespace) -> None:
         outcome = run_sweep(sweep, store, resume=args.resume, options=options)
         _summary(outcome, "every (config, seed) already has a score", compiling)
         print(f"Results: {outcome.results_dir}\n")
-        print(best_text(outcome.store, args.table_format).rstrip("\n"))
+        print(table_text(outcome.store, "best", args.table_format).rstrip("\n"))
         if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
             print(f"\nConfirmation: each method's selected configuration on {len(sweep.confirm_seeds)} fresh seeds")
             outcome = confirm_sweep(outcome.store, sweep.confirm_seeds, options=options)
             _summary(outcome, "every confirmation run already has a score")
-            print(stage_text(outcome.store, "confirm", args.table_format, "mean").rstrip("\n"))
+            print(table_text(outcome.store, "confirm", args.table_format).rstrip("\n"))
     if not args.no_report:  # after the confirmation stage: the report reads both
         print(f"\n{final_report(outcome.store)}")
+
+
+def _resolve(args: argparse.Namespace) -> tuple[Sweep, Store]:
+    """The resolve stage: the sweep (raced by `--race`, or as recorded on `--resume`) and its store, opened once."""
+    from sweeps.store import Store
+
+    sweep = resolve_sweep(args.sweep)
+    if args.race:
+        sweep = with_race(sweep)
+    store = Store.of_sweep(sweep, args.storage)  # a storage the store cannot serve (`--storage ""`): one line
+    if args.resume and sweep.race is None and "race" not in sweep.document:  # `race: false` un-races on purpose
+        sweep = _keep_racing(sweep, store)
+        args.race = sweep.race is not None  # the interrupt's hint then says --race
+    return sweep, store
+
+
+def _dry_run_stages(args: argparse.Namespace, sweep: Sweep, store: Store, options: ExecutionOptions) -> None:
+    """`run --dry-run`: what the plan stage would run (of a race: round 1) and its estimate, then the
+    confirmation stage's size."""
+    if sweep.race is not None:  # what runs first; the later rounds depend on its scores
+        print(race_plan_line(sweep))
+    done = store.finished_runs() if args.resume else set()  # a resume runs only what the store lacks
+    _dry_run(_first_round(sweep), options, done, args.calibrate, sweep if sweep.race is not None else None)
+    if sweep.confirm_seeds:  # one selected configuration per experiment, on the fresh seeds
+        steps = sum(e.settings.steps for e in sweep.experiments) * len(sweep.confirm_seeds)
+        print(f"Then confirmation: {len(sweep.experiments)} selected configurations x {len(sweep.confirm_seeds)} fresh "
+              f"seeds = {len(sweep.experiments) * len(sweep.confirm_seeds):,} runs, {steps:.3e} run-steps")
+
+
+def _before_ray(sweep: Sweep, store: Store, options: ExecutionOptions, resume: bool) -> float:
+    """What comes before Ray loads: the lock stage asked once (taken and released: a refusal in well under a
+    second; the driver takes it again for the whole run), the stream cache's setting, the sweep's own rules
+    compiled (their seconds)."""
+    if options.num_cpus and not options.address:  # the embedded Ray runs that many packs on this machine's cores
+        from sweeps.cli.text import oversubscribed_note
+
+        if note := oversubscribed_note(options.num_cpus):
+            print(note)
+    with store.writing(sweep, options.dtype, resume):
+        pass
+    _check_stream_cache()  # before Ray starts
+    return _compile_own(sweep, options)
 
 
 def race_line(sweep) -> str:
@@ -208,7 +228,7 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     outcome = confirm_sweep(store, seeds, stat=args.stat, options=options)
     _summary(outcome, "every confirmation run already has a score", compiling)
     print(f"Results: {outcome.results_dir}\n")
-    print(stage_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
+    print(table_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
 
 
 def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = frozenset(), calibrate: bool = False,

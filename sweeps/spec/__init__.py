@@ -9,7 +9,7 @@ from sweeps.spec.plan import CONFIRMATION, STAGES, TUNING, Pack, plan_confirmati
 from sweeps.spec.presets import preset_description, preset_names, resolve_sweep
 from sweeps.spec.race import Race, with_race
 from sweeps.spec.resources import PackResources
-from sweeps.spec.sweep import Experiment, Sweep, confirmation_seeds, cpu_only_tasks
+from sweeps.spec.sweep import Experiment, Sweep, confirmation_seeds, gpus_unusable
 from sweeps.spec.sweepfile import SweepError, check_task_data, load_sweep, parse_sweep, parse_sweep_text
 
 __all__ = [
@@ -27,7 +27,7 @@ __all__ = [
     "Sweep",
     "SweepError",
     "check_task_data",
-    "cpu_only_tasks",
+    "gpus_unusable",
     "load_sweep",
     "make_config",
     "parse_sweep",

@@ -30,7 +30,7 @@ from sweeps.spec.learners import every_optimizer, hyperparameter_spec, optimizer
 from sweeps.spec.own import DeclaredLearner
 from sweeps.spec.race import DEFAULT_ALPHA, DEFAULT_MIN_SEEDS, DEFAULT_SEEDS_PER_ROUND, Race
 from sweeps.spec.resources import PackResources
-from sweeps.spec.sweep import Experiment, Sweep, confirmation_seeds, cpu_only_tasks, short, size_problem
+from sweeps.spec.sweep import Experiment, Sweep, confirmation_seeds, gpus_unusable, short, size_problem
 from tasks import TASKS, TaskSpec
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]*$"
@@ -280,9 +280,8 @@ class SweepFile(Block):
         once (`to_sweep` names its source)."""
         blocks = [(f"variants[{i}].", block) for i, block in enumerate(self.variants)] if self.variants else [("", Variant())]
         experiments = [e for prefix, block in blocks for e in self._experiments(prefix, block)]
-        cpu_only = cpu_only_tasks(experiments)
-        if self.resources and self.resources.gpus_per_pack > 0 and len(cpu_only) == len({e.task for e in experiments}):
-            raise _fail(f"{', '.join(cpu_only)} runs on CPUs only; remove gpus_per_pack", "resources.gpus_per_pack")
+        if self.resources and (problem := gpus_unusable(experiments, self.resources.gpus_per_pack)):
+            raise _fail(f"{problem}; remove gpus_per_pack", "resources.gpus_per_pack")
         keys = [(e.task, e.settings, e.optimizer) for e in experiments]
         if len(set(keys)) != len(keys):
             raise _fail("two variants run the same (task, task_settings, optimizer); merge their grids", "variants")

@@ -122,9 +122,13 @@ def confirmation_seeds(tuning: tuple[int, ...], wanted: int | list[int] | tuple[
     return tuple(wanted)
 
 
-def cpu_only_tasks(experiments) -> list[str]:
-    """Tasks of these experiments whose engine cannot use a GPU."""
-    return sorted({e.task for e in experiments if not TASKS[e.task].runs_on_gpu})
+def gpus_unusable(experiments, gpus: float) -> str | None:
+    """"T runs on CPUs only" when GPUs are asked for and no task of these experiments can use one (None:
+    nothing to refuse); the sweep file's `resources:` and `--gpus-per-pack` each say it with their key."""
+    cpu_only = sorted({e.task for e in experiments if not TASKS[e.task].runs_on_gpu})
+    if gpus > 0 and len(cpu_only) == len({e.task for e in experiments}):
+        return f"{', '.join(cpu_only)} runs on CPUs only"
+    return None
 
 
 def _sci(number: float, digits: int = 1) -> str:

@@ -2,7 +2,7 @@
 
 Layout under RESULTS_DIR (= <storage>/<sweep name>):
 
-    sweep.yaml                 the current sweep (canonical document; see record.py)
+    sweep.yaml                 the current sweep (canonical document; see sweep_record.py)
     store.json                 store format, dtype, package version, sweep history
     history/sweep-<time>.yaml  earlier sweep records, kept when a resume changed the sweep
     writer.lock                held by the one process writing the store (see lock.py)

@@ -19,7 +19,7 @@ from sweeps.store.holder import LOCK_FILE, stale
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import MANIFESTS
 from sweeps.store.race import missing_count, race_damage
-from sweeps.store.record import SWEEP_RECORD
+from sweeps.store.sweep_record import SWEEP_RECORD
 from sweeps.store.records import STATUS_FILE, RecordError, SweepStatus
 from sweeps.store.status import driver_gone
 from sweeps.store.store import Store

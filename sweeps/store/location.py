@@ -7,7 +7,7 @@
     with location.writer_lock(): ...               # the one writer of the store (holder.WriterLock)
 
 This module turns a target into a location and names paths in it; the file operations are
-two backends, each a mixin of `StoreLocation`: `local.py` (a folder of this machine:
+two backends, each a mixin of `StoreLocation` implementing `backend.Backend`: `local.py` (a folder of this machine:
 temporary name, fsync, rename; a flock as writer lock) and `objects.py` (an object-store
 prefix through one pyarrow filesystem, a lease as writer lock; credentials, endpoints and
 conditional writes are described there). The choice between the two is made here, once, by
@@ -42,10 +42,8 @@ __all__ = ["Entry", "StorageError", "StoreLocation", "is_uri", "redact"]
 class StoreLocation:
     """A folder of a store: `base` is its path for the backend (a local absolute path, or bucket/prefix).
 
-    Every location is a `LocalLocation` or an `ObjectLocation`; both offer `exists`, `is_file`,
-    `is_dir`, `size`, `read_bytes`, `open_input`, `list`, `children`, `scan_parquet`, `makedirs`,
-    `write_bytes`, `write_with`, `delete`, `check`, `writer_lock`, `url`, `parent`, `absolute`,
-    `local_path` and `tune_storage`."""
+    Every location is a `LocalLocation` or an `ObjectLocation`, and so a `backend.Backend`: this class
+    names paths; the backend's mixin does the rest of that protocol."""
 
     base: str
     uri: str  # rebuilds this location anywhere (no credentials; allowed query keys only)

@@ -9,7 +9,7 @@ commands) and the driver go through.
     store.scan("scores", stage="confirmation")        # the confirmation stage's rows; default tuning
     store.race                                        # a raced sweep's decisions (race.json); its pairs are the wanted ones
     store.verify(); store.status()                    # integrity check; status.json
-    with store.writing(): store.record_sweep(...); store.tidy(); store.write_pack(...)   # the driver
+    with store.writing(sweep, dtype, resume): store.record_sweep(...); store.tidy(); store.write_pack(...)   # the driver
 
 Opening converts the target (a path, a URI, or a `StoreLocation`) once and touches nothing;
 each record is read on first use and kept: the manifests once per open, however many frames,
@@ -38,7 +38,7 @@ from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import Damaged, DamagedFile, ManifestsRead, Selection, damaged_files, damaged_files_notice
 from sweeps.store.manifests import manifest_entries, read_manifests, runs_of, select
 from sweeps.store.race import race_damage, read_race, wanted_pairs, was_raced
-from sweeps.store.record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
+from sweeps.store.sweep_record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
     RACE_FILE,
@@ -88,22 +88,12 @@ class Store:
 
     def check_run(self, sweep: Sweep, dtype: str, resume: bool) -> None:
         """Every refusal of a run of `sweep` that needs no cluster, from the store (SweepError, exit 2): results
-        there without --resume, or a resume that would change what stored runs mean (record.check_change: the
-        dtype, task settings). Reads only; the driver asks under the writer lock, before Ray starts."""
+        there without --resume, or a resume that would change what stored runs mean (sweep_record.check_change: the
+        dtype, task settings). Reads only; asked under the writer lock (`writing`), before Ray starts."""
         if self.has_results() and not resume:
             raise SweepError(f"{self.location} already holds results of sweep {sweep.name}; pass --resume to finish "
                              "it, or choose another --storage or sweep name")
         check_change(self.location, sweep, dtype)
-
-    def preflight(self, sweep: Sweep, dtype: str, resume: bool) -> None:
-        """The driver's refusals before it loads Ray (the CLI asks first: a refusal in well under a second).
-        The storage reachable, no other writer, the writer lock taken and released (the storage can be
-        written: a refused run leaves no folder), `check_run` under it. The driver asks again, holding
-        the lock for the whole run."""
-        self.location.check()
-        self.refuse_if_locked()
-        with self.writing():
-            self.check_run(sweep, dtype, resume)
 
     def reopened(self) -> Store:
         """A new Store on the same location: it sees what other processes committed since."""
@@ -328,23 +318,29 @@ class Store:
     # ------------------------------------------------------------ the writer's side
 
     def refuse_if_locked(self) -> None:
-        """StoreLocked now if a live process holds the writer lock (a cheap check before anything slow)."""
+        """StorageError if the store cannot be reached, StoreLocked if a live process holds the writer lock: a
+        cheap check before anything slow (`fade-sweep confirm` before Ray loads, `submit` before the job)."""
+        self.location.check()
         self.location.writer_lock().refuse_if_held()
 
     @contextmanager
-    def writing(self, command: str | None = None) -> Iterator[Store]:
-        """Hold the writer lock for the block (StoreLocked if another process holds it); what this Store
-        read before is read again under the lock."""
-        with self.location.writer_lock(command) as lock:
+    def writing(self, sweep: Sweep | None = None, dtype: str = "float32", resume: bool = False) -> Iterator[Store]:
+        """The lock stage of a run (tune/stages.py): `refuse_if_locked`, then the writer lock held for the block
+        (a storage that cannot be written is refused as it is taken) and, `sweep` given, `check_run` under it.
+        What this Store read before is read again under the lock."""
+        self.refuse_if_locked()
+        with self.location.writer_lock() as lock:
             self._forget()
             self.writer = lock.owner
             try:
+                if sweep is not None:
+                    self.check_run(sweep, dtype, resume)
                 yield self
             finally:
                 self.writer = None
 
     def record_sweep(self, sweep: Sweep, dtype: str) -> list[str]:
-        """Make `sweep` the recorded sweep (record.check_and_record, under the lock); returns notices."""
+        """Make `sweep` the recorded sweep (sweep_record.check_and_record, under the lock); returns notices."""
         notices = check_and_record(self.location, sweep, dtype)
         self._forget()
         return notices

@@ -23,7 +23,7 @@ from sweeps.spec import TUNING, SweepError
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import MANIFESTS, damage, manifest_entries, orphans, parse_manifest
 from sweeps.store.race import raced_pairs, read_race
-from sweeps.store.record import STORE_RECORD, SWEEP_RECORD, read_store_record, recorded_sweep
+from sweeps.store.sweep_record import STORE_RECORD, SWEEP_RECORD, read_store_record, recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
     KINDS,

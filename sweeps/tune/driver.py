@@ -31,14 +31,12 @@ from sweeps.spec import (
     PackResources,
     Sweep,
     SweepError,
-    check_task_data,
     confirmation_seeds,
     plan_confirmation,
     plan_packs,
 )
-from sweeps.spec.engines import check_engines
 from sweeps.store.location import StoreLocation
-from sweeps.store.record import check_streams
+from sweeps.store.sweep_record import check_streams
 from sweeps.store.records import ConfirmationRecord, RecordError
 from sweeps.store.store import Store
 from sweeps.tune.grafana import dashboard_hint
@@ -48,6 +46,7 @@ from sweeps.tune.racing import RaceRounds, RoundInterrupted, race_progress
 from sweeps.tune.reachable import check_storage
 from sweeps.tune.resume import StageStart, config_index, covered, finished_recorded, recorded_packs, resumable
 from sweeps.tune.slots import parallel_slots
+from sweeps.tune.stages import check, finish, record
 from sweeps.tune.wiring import Planned, Signals, run_packs
 
 __all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", "run_sweep"]
@@ -94,17 +93,6 @@ def _connect(store: Store, options: ExecutionOptions, resources: PackResources, 
     return _Cluster(started, ray_start, dashboard_url, slots, gpu_slots)
 
 
-def _tidy(store: Store, options: ExecutionOptions) -> None:
-    """Set aside damaged packs and remove orphans (the writer lock is held)."""
-    damaged, removed = store.tidy()  # packs whose files were truncated or lost run again; orphans of interrupted writes go
-    if damaged:
-        files = f"{len(damaged)} damaged file{'s' if len(damaged) > 1 else ''}"
-        options.notice(f"Set aside {files} of committed packs ({', '.join(map(str, damaged[:3]))}"
-                       f"{', ...' if len(damaged) > 3 else ''}); their packs run again (manifests kept in history/)")
-    if removed:
-        options.notice(f"Removed {len(removed)} orphan files of interrupted writes from {store.location}")
-
-
 def dashboard_notice(url: str) -> list[str]:
     """How to get into Ray's dashboard (token authentication is on) and what to look at there."""
     return [
@@ -137,9 +125,7 @@ def _execute(sweep: Sweep, store: Store, start: StageStart, skipped: int, option
             progress = None if rounds is None else race_progress(sweep, start, store, options, rounds)
             phase = run_packs(sweep, start.packs, start.resume_from, store, options, resources, start.earlier, planned,
                               rounds.after if rounds is not None else None, progress)
-    # Again at the end: a Ray worker of a killed earlier writer may have written data files after the
-    # first tidy (its commit was refused: see commit.write_pack); by now it is gone.
-    _tidy(store, options)
+    reader = finish(store, options.notice)  # the record stage again, at the end of the packs
     started_over = len(start.resume_from) - len(phase.restored) if phase else 0
     if started_over > 0:  # the worker's reason is in its log (Ray keeps workers' output out of the driver's)
         options.notice(f"{started_over} interrupted pack{'s' if started_over > 1 else ''} could not continue from "
@@ -156,7 +142,7 @@ def _execute(sweep: Sweep, store: Store, start: StageStart, skipped: int, option
         nodes=phase.nodes if phase else frozenset(),
         dashboard_url=cluster.dashboard_url,
         resumed_packs=len(phase.restored) if phase else 0,
-        store=store.reopened(),
+        store=reader,
     )
 
 
@@ -172,30 +158,28 @@ def _race(sweep: Sweep, store: Store, resume: bool, options: ExecutionOptions, r
         raise RoundInterrupted(err, rounds) from None
 
 
+def _check(sweep: Sweep, options: ExecutionOptions) -> PackResources:
+    """The check stage of run_sweep and confirm_sweep: what the packs ask for (the options' resources, else the
+    sweep file's), and every refusal about the sweep itself (stages.check)."""
+    resources = options.resources or sweep.resources
+    check(sweep, resources, options.engine)
+    return resources
+
+
 def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store = "results", *, resume: bool = False,
               options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
     """Run every pending (config, seed) of `sweep` (the tuning stage); results land under <storage>/<name>
     (`Store.of_sweep`), or in `storage` itself when it is the sweep's Store (the command line's, opened once).
+    The stages of stages.py in order: check, lock (held for the whole run, taken before Ray starts: every
+    refusal that needs no cluster comes first), plan, record, execute.
 
     Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     store = storage if isinstance(storage, Store) else Store.of_sweep(sweep, storage)
-    store.location.check()  # an unreachable object store or a missing bucket: one line, exit 2, before Ray
-    store.refuse_if_locked()  # a second writer: named as such, before the overwrite check reads the folder
-    resources = options.resources or sweep.resources
-    check_task_data(sweep)
-    check_engines(sweep.experiments, resources.gpus, options.engine)  # an engine that cannot run: exit 2, before Ray
-    # One writer per results folder, for the whole run. Taken before Ray starts: a second writer and a
-    # storage that cannot be written are refused at once (exit 2), and so is a resume that would change
-    # what stored runs mean (the dtype, task settings). (`Store.preflight`, which the CLI asks before
-    # loading Ray, makes the same refusals sooner.)
-    with store.writing():
-        store.check_run(sweep, options.dtype, resume)
+    resources = _check(sweep, options)
+    with store.writing(sweep, options.dtype, resume):  # the lock stage
         cluster = _connect(store, options, resources, sweep)
-        # The store records the sweep it holds (checking the change again, now under the lock).
-        for line in store.record_sweep(sweep, options.dtype):
-            options.notice(line)
-        _tidy(store, options)
+        record(store, options.notice, store.record_sweep(sweep, options.dtype))  # checked again, under the lock
         if sweep.race is not None:  # seeds in rounds, each method's handed out as its previous one is in
             return _race(sweep, store, resume, options, resources, cluster)
         finished = store.finished_runs() & sweep.pairs if resume else set()  # runs outside the sweep: ignored
@@ -212,7 +196,7 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
     (setting, method) on the tuning seeds, on `seeds` fresh seeds (or the seeds listed).
 
     SweepError (exit 2): no recorded sweep, stored runs of another version of a stream than this code draws
-    (record.check_streams), tuning runs missing, or listed seeds that are tuning seeds."""
+    (sweep_record.check_streams), tuning runs missing, or listed seeds that are tuning seeds."""
     sweep = store.sweep
     if sweep is None:
         raise SweepError(f"{store.location}: no recorded sweep (sweep.yaml); run the sweep first")
@@ -232,40 +216,42 @@ def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = 
 def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds: int | tuple[int, ...], *, stat: str = "mean",
                   options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
     """Run the confirmation stage of the store's finished grid (see `confirmation_record`): fresh-seed
-    runs of each method's selected configuration, into the same store, stage `confirmation`.
+    runs of each method's selected configuration, into the same store, stage `confirmation`; the stages
+    of run_sweep, the lock taken first (the tuning runs are read under it).
 
     Runs already stored are kept, interrupted packs continue from their checkpoints: calling it
     again after an interrupt resumes. The store's dtype is used (options.dtype is ignored)."""
     store = Store.open(results_dir)
-    store.location.check()
-    store.refuse_if_locked()  # before reading the tuning runs: a sweep still being written is refused at once
-    record = confirmation_record(store, seeds, stat)
-    for line in unconfirmable(Analysis.of(store, stat).scores, stat):  # a method the best table lists, said here too
-        options.notice(line)
-    sweep = store.sweep
-    dtype = store.record.dtype if store.record is not None else options.dtype
-    options = dataclasses.replace(options, dtype=dtype)
-    resources = options.resources or sweep.resources
-    check_task_data(sweep)
-    check_engines(sweep.experiments, resources.gpus, options.engine)  # an engine that cannot run: exit 2, before Ray
-    with store.writing():  # taken before Ray starts, as in run_sweep
+    with store.writing():  # the lock stage
+        confirmation = confirmation_record(store, seeds, stat)
+        for line in unconfirmable(Analysis.of(store, stat).scores, stat):  # a method the best table lists, said here too
+            options.notice(line)
+        sweep = store.sweep
+        options = dataclasses.replace(options, dtype=store.record.dtype if store.record is not None else options.dtype)
+        resources = _check(sweep, options)
         cluster = _connect(store, options, resources, sweep)
-        try:
-            earlier = store.confirmation
-        except RecordError as err:  # damaged: recorded anew below (the runs it named stay in the store)
-            options.notice(f"{err}: recorded anew")
-            earlier = None
-        if earlier is not None and (earlier.stat, earlier.seeds) != (record.stat, record.seeds):
-            options.notice(f"The confirmation stage changed (was {earlier.stat} on seeds {list(earlier.seeds)}); "
-                           "stored runs outside the new one are ignored")
-        store.record_confirmation(record)
-        _tidy(store, options)
-        finished = store.finished_runs(CONFIRMATION) & record.pairs()
+        record(store, options.notice, _record_confirmation(store, confirmation))
+        finished = store.finished_runs(CONFIRMATION) & confirmation.pairs()
         index = config_index(sweep)
-        selected = [index[row.config_id] for row in record.selected]
+        selected = [index[row.config_id] for row in confirmation.selected]
 
         def plan(done: set) -> list[Pack]:
-            return plan_confirmation(selected, record.seeds, done=done, **cluster.plan_options(options, resources))
+            return plan_confirmation(selected, confirmation.seeds, done=done, **cluster.plan_options(options, resources))
 
-        start = _start(sweep, store, CONFIRMATION, record.seeds, True, finished, plan, options)
+        start = _start(sweep, store, CONFIRMATION, confirmation.seeds, True, finished, plan, options)
         return _execute(sweep, store, start, len(finished), options, resources, cluster)
+
+
+def _record_confirmation(store: Store, confirmation: ConfirmationRecord) -> list[str]:
+    """Record the confirmation stage (under the lock); what changed since an earlier one, said."""
+    try:
+        earlier = store.confirmation
+    except RecordError as err:  # damaged: recorded anew (the runs it named stay in the store)
+        earlier, notices = None, [f"{err}: recorded anew"]
+    else:
+        notices = []
+    if earlier is not None and (earlier.stat, earlier.seeds) != (confirmation.stat, confirmation.seeds):
+        notices.append(f"The confirmation stage changed (was {earlier.stat} on seeds {list(earlier.seeds)}); "
+                       "stored runs outside the new one are ignored")
+    store.record_confirmation(confirmation)
+    return notices
