@@ -180,7 +180,7 @@ def _compile_own(sweep, options: ExecutionOptions) -> float:
     """The sweep's own linear rules, loaded from where the run took them (refused in one line if gone or
     changed since the store recorded them) and compiled before Ray and the packs start; their seconds."""
     from fade_core.linear import RuleError
-    from sweeps.packs.linear import compile_own
+    from sweeps.packs.own import compile_own
     from sweeps.spec.own import LearnerError
 
     try:

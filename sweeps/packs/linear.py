@@ -17,7 +17,6 @@ from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperpa
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
 from sweeps.packs.rowwise import row_means, trailing_sums
-from sweeps.packs.own import compile_own  # noqa: F401 (sweeps/cli/running.py imports it from here)
 from sweeps.spec import Pack
 from sweeps.spec.own import load_rule
 from tasks.stream import stacked
