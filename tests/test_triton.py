@@ -182,7 +182,6 @@ def test_the_kernel_compiles_for_hopper_with_exact_rounding(fade):
     import sys
 
     from fade_core.expression import ssa
-    from fade_core.neural.c_source import update_flags
     from fade_core.neural.rules import NeuralLearner
 
     env = {**os.environ, "TRITON_INTERPRET": "0"}
@@ -194,7 +193,7 @@ def test_the_kernel_compiles_for_hopper_with_exact_rounding(fade):
     counts = json.loads(done.stdout.strip().splitlines()[-1])
     per_thread = triton_update.MAX_BLOCK // (32 * 4)
     learner = NeuralLearner("adam_clip_fade", "adam", clip=True, fade="head")
-    rule = [node.op for node in ssa(triton_rule._graph(update_flags(learner, bool(fade))))]
+    rule = [node.op for node in ssa(triton_rule._graph(learner.flags(bool(fade))))]
     assert counts["div.full"] == counts["div.approx"] == counts["sqrt.approx"] == 0, counts
     assert (rule.count("sqrt"), rule.count("div"), rule.count("fma")) == (1 + fade, 2 + fade, 2 * fade)  # the rule's
     assert counts["sqrt.rn.f32"] == per_thread * rule.count("sqrt"), counts

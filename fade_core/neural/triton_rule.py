@@ -45,7 +45,6 @@ import triton.language as tl
 
 from fade_core.expression import INFIX, Node, RuleError, constants, statements, substitute, trace
 from fade_core.neural import parts
-from fade_core.neural.c_source import update_flags
 from fade_core.neural.rules import NeuralLearner
 from fade_core.rulebind import parameters
 
@@ -107,7 +106,7 @@ _CALLS = {"neg": "-{0}", "exp": "_exp({0})", "sqrt": "_root({0}, EXACT)", "div":
 
 
 def _graph(flags: dict[str, object]) -> tuple[Node, ...]:
-    """`parts.update`'s outputs for these flags (`c_source.update_flags`), over ARGUMENTS alone."""
+    """`parts.update`'s outputs for these flags (`NeuralLearner.flags`), over ARGUMENTS alone."""
     outputs = trace(parts.update, parts.UPDATE_INPUTS, flags)
     coefficients = dict(zip(("m_weight", "beta2", "v_weight", "eps"), parts.adam_scalars(1.0, 2)[3:]))
     derived = {
@@ -122,7 +121,7 @@ def triton_source(learner: NeuralLearner, fade_on: bool, name: str = "rule") -> 
     """The text of a module defining `name`, one parameter's update for `learner` (FADE's part
     on it if `fade_on`) as a Triton function of ARGUMENTS and EXACT (see the module's doc).
     RuleError (fade_core.expression) for a rule that reads an input no kernel has."""
-    flags = update_flags(learner, fade_on)
+    flags = learner.flags(fade_on)
     outputs = _graph(flags)
     literals = constants(outputs)
 
@@ -162,7 +161,7 @@ _THIS_FILE = Path(__file__).read_bytes()
 def rule_for(learner: NeuralLearner, fade_on: bool):
     """The Triton function of `triton_source(learner, fade_on)`, printed to CACHE once and
     imported (one per process and rule): a kernel's `tl.constexpr` argument."""
-    key = tuple(sorted(update_flags(learner, fade_on).items()))
+    key = tuple(sorted(learner.flags(fade_on).items()))
     if key in _LOADED:
         return _LOADED[key]
     text = triton_source(learner, fade_on, "rule")
