@@ -50,9 +50,11 @@ class NonlinearTrackingSettings:
         check_settings("nonlinear_tracking", steps=self.steps, bin=self.bin, score_window=self.score_window, period=self.period,
                        slow_multiplier=self.slow_multiplier)
         if self.score_window > self.steps:
+            window = self.steps - (self.steps - self.steps // 4) // self.bin * self.bin  # starts on a bin boundary
             raise ValueError(
                 f"nonlinear_tracking: score_window {self.score_window} exceeds steps {self.steps}; "
-                f"set task_settings.score_window (e.g. {self.steps // 4}, the final quarter as in the paper)"
+                f"set task_settings.score_window (e.g. {window}, about the final quarter as in the paper, "
+                f"starting on a bin of {self.bin} steps)"
             )
         if (self.steps - self.score_window) % self.bin:
             raise ValueError(

@@ -4,6 +4,8 @@ refused once its source changed."""
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -11,7 +13,10 @@ from pathlib import Path
 import ray
 import yaml
 
+from sweeps.analysis.queries import HYPERPARAMETER_COLUMNS
 from sweeps.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def write_sweep(folder: Path, module: str, source: str, sweep: dict) -> Path:
@@ -59,6 +64,7 @@ def resume_and_confirm(root: Path, path: Path, results: Path, module: str, sourc
     assert main(["run", str(path), "--storage", str(root / "store"), "--dtype", "float64", "--resume",
                  "--no-report"]) == 0
     assert main(["confirm", str(results), "--seeds", "1"]) == 0
+    _confirm_table_has_the_own_columns(results, sweep)
     write_sweep(root, module, changed, sweep)
     try:
         capsys.readouterr()
@@ -69,3 +75,14 @@ def resume_and_confirm(root: Path, path: Path, results: Path, module: str, sourc
             assert "changed since the store recorded it" in err and "\n" not in err
     finally:
         write_sweep(root, module, source, sweep)
+
+
+def _confirm_table_has_the_own_columns(results: Path, sweep: dict) -> None:
+    """`table --kind confirm` in a fresh process (no table read before it) names the own learners'
+    hyperparameters: the confirmed configuration's columns in the CSV."""
+    own = {h for name in sweep["learners"] for h in sweep["optimizers"][name]} - set(HYPERPARAMETER_COLUMNS)
+    command = [sys.executable, "-m", "sweeps.cli", "table", str(results), "--kind", "confirm", "--format", "csv"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr
+    header = done.stdout.splitlines()[0].split(",")
+    assert own and own <= set(header), (own, header)

@@ -76,3 +76,15 @@ def test_the_pack_snippet_of_docs_python_names_the_outcome_s_attributes():
     snippet = page[page.index("outcome = runner.outcome()"):].splitlines()[0]
     named = re.findall(r"outcome\.(\w+)", snippet)
     assert named and set(named) <= set(PackOutcome.__dataclass_fields__), snippet
+
+
+@pytest.mark.parametrize("command", ["table", "report"])
+def test_a_sweep_interrupted_before_its_first_pack_says_no_results_yet(command, tmp_path, capsys):
+    """A folder holding the sweep (sweep.yaml) but no pack yet is the right folder: no 'give STORAGE/<sweep name>'."""
+    sweep = tmp_path / "long"
+    sweep.mkdir()
+    (sweep / "sweep.yaml").write_text((ROOT / "sweeps/spec/presets/linear-demo.yaml").read_text())
+    assert main([command, str(sweep)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "no results yet" in err and f"fade-sweep status {sweep}" in err, err
+    assert "STORAGE/<sweep name>" not in err

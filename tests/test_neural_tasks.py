@@ -146,8 +146,11 @@ def test_missing_or_corrupt_emnist_is_a_clear_error(tmp_path, damage, message):
 
 def test_sweep_validation_of_neural_settings(tmp_path):
     base = {"name": "x", "seeds": 1, "optimizers": {"fade_sgd": {"alpha": 0.01, "theta_lambda": 0.1, "gamma0": -4.6}}}
-    with pytest.raises(SweepError, match="score_window 500000 exceeds steps 20000"):
-        parse_sweep({**base, "task": "nonlinear_tracking", "task_settings": {"steps": 20000}}, "f.yaml")
+    for steps, window in ((20000, 10000), (5000, 5000), (2_000_000, 500_000)):  # the window suggested passes
+        settings = {"steps": steps, "score_window": 2_000_001}
+        with pytest.raises(SweepError, match=f"score_window 2000001 exceeds steps {steps}.*e.g. {window},"):
+            parse_sweep({**base, "task": "nonlinear_tracking", "task_settings": settings}, "f.yaml")
+        parse_sweep({**base, "task": "nonlinear_tracking", "task_settings": {**settings, "score_window": window}}, "f.yaml")
     with pytest.raises(SweepError, match="multiple of bin"):
         parse_sweep({**base, "task": "nonlinear_tracking", "task_settings": {"steps": 20000, "score_window": 5500, "bin": 1000}}, "f.yaml")
     with pytest.raises(SweepError, match="split 'letters' does not have the task's 47 classes"):

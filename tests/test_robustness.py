@@ -80,3 +80,17 @@ def test_performance_profile_against_a_hand_count():
     assert fraction[("fade", 1.0)] == 1 / 3 and fraction[("fade", 2.0)] == 2 / 3 and fraction[("fade", 2.75)] == 3 / 3
     accuracy = performance_profile(runs.with_columns(task=pl.lit("emnist_label_permuted")), np.array([2.0]))
     assert dict(zip(accuracy["optimizer"], accuracy["fraction"])) == {"sgd": 1 / 4, "fade": 1 / 3}  # above tau
+
+
+def test_a_race_whose_survivors_differ_per_setting_has_no_cross_setting_configuration():
+    """Raced: each setting's eliminated configuration holds only round 1's seeds (0, 1), so no
+    configuration holds every seed in both settings; per-setting tuning still runs on the survivors."""
+    cells = {(0.0, 0.1): [1.0, 1.2, 1.4], (0.0, 0.01): [2.0, 2.2], (1.0, 0.1): [3.0, 3.4], (1.0, 0.01): [2.0, 2.4, 2.6]}
+    table = robustness_table(_runs("linear_tracking", cells))
+    row = table.row(0, named=True)
+    lo0, hi0 = 1.0 + 0.15 * (1.2 - 1.0), 2.0 + 0.85 * (2.2 - 2.0)  # percentiles on seeds 0, 1 (as in _hand)
+    lo1, hi1 = 2.0 + 0.15 * (2.4 - 2.0), 3.0 + 0.85 * (3.4 - 3.0)
+    per = ((hi0 - 1.2) / (hi0 - lo0) + (hi1 - 7.0 / 3.0) / (hi1 - lo1)) / 2  # survivors' means over seeds 0-2
+    assert row["per_setting"] == pytest.approx(per, rel=1e-12) and row["seeds"] == 3
+    assert row["cross_setting"] is None and row["gap"] is None and row["cross_setting_config"] is None
+    assert "none usable in every setting" in robustness_text(table, "md")

@@ -17,7 +17,7 @@ from collections import Counter
 
 import polars as pl
 
-from sweeps.analysis.queries import Analysis
+from sweeps.analysis.queries import Analysis, own_hyperparameters
 from sweeps.analysis.raced import SURVIVOR
 from sweeps.spec import LOCATION_SETTINGS, TUNING, Sweep, SweepError
 from sweeps.store import Store
@@ -125,6 +125,7 @@ def combined_scan(stores: list[Store], kind: str, stage: str = TUNING) -> pl.Laz
     clash = clashing(stores)
     frames = []
     for store in stores:
+        own_hyperparameters(store)  # a table read from these rows alone (confirm, robustness) shows the own columns
         try:
             frames.append(labelled(store.scan(kind, stage=stage), store.location.name, clash))
         except FileNotFoundError:  # this sweep has none of that stage

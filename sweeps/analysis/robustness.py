@@ -92,8 +92,9 @@ def _method_row(runs: pl.DataFrame, settings: list[str], hyper: list[str]) -> di
         by_config.append({tuple(c.values()): means[i] for i, c in enumerate(configs)})
     per = np.mean(per_setting, axis=0)
     common = [c for c in by_config[0] if all(c in other for other in by_config[1:])]
-    averaged = np.array([np.mean([other[c] for other in by_config], axis=0) for c in common]).reshape(len(common), -1)
-    if not common:  # no configuration ran in every setting
+    if common:
+        averaged = np.array([np.mean([other[c] for other in by_config], axis=0) for c in common])
+    else:  # no configuration holds every seed in every setting (a race whose survivors differ per setting)
         averaged = np.full((1, per.size), -np.inf)
     choice = int(np.argmax(averaged[:, 0]))
     cross = averaged.max(axis=0)

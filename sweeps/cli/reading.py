@@ -35,6 +35,9 @@ def open_results(results_dir: str):
 
     store = Store.open(results_dir)  # a URI the store cannot serve: exit 2
     store.location.check()  # an unreachable object store or a missing bucket: exit 2
+    if not store.location.is_dir("scores") and store.location.is_file("sweep.yaml"):  # a sweep no pack has finished
+        raise UserError(f"{store.location}: no results yet (no pack of this sweep has finished); "
+                        f"`fade-sweep status {store.location}` says where it stands")
     if not store.location.is_dir("scores"):
         raise UserError(f"{store.location}: no results there (expected {store.location.url('scores')}/); "
                         "give STORAGE/<sweep name>")
