@@ -16,11 +16,12 @@ import yaml
 from sweeps.analysis.live import is_live
 from tests.test_analysis import _chromium, _console, _figures_in
 
-# 4 configs x 2 seeds, packs of one config: 4 packs one at a time, a few seconds each.
+# 4 configs x 2 seeds, packs of one config: 4 packs one at a time, a few seconds each (the three after the
+# first give the live page, made in about a second once the first lands, several seconds to be written).
 SWEEP = {
     "name": "live",
     "task": "linear_tracking",
-    "task_settings": {"steps": 1_000_000, "bin": 100_000, "noise": 1.0},
+    "task_settings": {"steps": 4_000_000, "bin": 400_000, "noise": 1.0},
     "seeds": 2,
     "optimizers": {"sgd": {"alpha": [0.01, 0.005]}, "fade": {"alpha": 0.01, "theta_lambda": 0.01, "gamma0": [-2.3, -4.6]}},
 }

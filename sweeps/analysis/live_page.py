@@ -4,25 +4,32 @@ process, so the figures never hold the driver's interpreter."""
 
 from __future__ import annotations
 
+import time
+
+_charged = 0.0  # the helper's CPU seconds already reported with a page
+
 
 def live_page(uri: str, every: float) -> tuple[bytes, float]:
-    """The live report of the store at `uri` as bytes, and the CPU seconds it took: what the driver's
-    helper process makes (sweeps.tune.live_report), away from the driver's interpreter."""
-    import time
-
-    started = time.process_time()  # the first page's imports counted too
+    """The live report of the store at `uri` as bytes, and the helper's CPU seconds since its last page
+    (the first page's also counts the imports of `prepare_helper`): what the driver's helper process
+    makes (sweeps.tune.live_report), away from the driver's interpreter."""
+    global _charged
     from sweeps.analysis.report import report_page
     from sweeps.store import Store
 
     page, _ = report_page(Store.open(uri), live_every=every)
-    return page.encode("utf-8"), time.process_time() - started
+    spent, _charged = time.process_time() - _charged, time.process_time()
+    return page.encode("utf-8"), spent
 
 
-def lower_priority() -> None:
-    """The helper process yields to the packs' processes on a full machine (nice 10; where allowed)."""
+def prepare_helper() -> None:
+    """The helper process, as it starts (while the first pack runs): it yields to the packs' processes on a
+    full machine (nice 10, where allowed) and imports what a page needs, so the first page is quick once
+    the first pack lands rather than paying polars' and plotly's imports then."""
     import os
-
     try:
         os.nice(10)
     except (AttributeError, OSError):
         pass
+    import sweeps.analysis.report  # noqa: F401 - imported for its cost, here rather than at the first page
+    import sweeps.store  # noqa: F401

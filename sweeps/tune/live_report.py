@@ -4,7 +4,8 @@ A Tune callback in the driver (never in the workers: a pack's hot loop does not 
 When a pack is written it marks the report due (not the experiment's last pack: the final
 report follows); the report is then made at once for the first pack of the experiment and
 afterwards at most every `ExecutionOptions.report_every` seconds. It is made in a helper
-process (one per experiment, started at the first page, at nice 10), not on a thread of the
+process (one per experiment, started with the experiment at nice 10 and importing what a page
+needs while the first pack runs), not on a thread of the
 driver: building figures holds an interpreter for seconds, and the driver's interpreter is the
 one that takes the packs' reports (a trainable waits on it), so a thread there slowed the packs
 themselves. Its cost is kept under BUDGET of one core: after a page that took c seconds of the
@@ -24,7 +25,7 @@ from multiprocessing.pool import AsyncResult, Pool
 
 from ray.tune import Callback
 
-from sweeps.analysis.live_page import live_page, lower_priority
+from sweeps.analysis.live_page import live_page, prepare_helper
 from sweeps.store.location import StoreLocation
 from sweeps.tune.options import ExecutionOptions
 
@@ -51,6 +52,9 @@ class LiveReport(Callback):
         # Tune pickles its callbacks with the experiment state; a process does not travel.
         return {**self.__dict__, "_helper": None, "_making": None}
 
+    def setup(self, **info) -> None:
+        self._helper = multiprocessing.get_context("spawn").Pool(1, initializer=prepare_helper)
+
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:
         if result.get("written"):
             self._written += 1
@@ -76,8 +80,8 @@ class LiveReport(Callback):
         if not self._due or self._closed or self._making is not None or time.monotonic() < self._next_at:
             return
         self._due = False
-        if self._helper is None:
-            self._helper = multiprocessing.get_context("spawn").Pool(1, initializer=lower_priority)
+        if self._helper is None:  # a callback Tune restored without its process
+            self.setup()
         self._making = self._helper.apply_async(live_page, (self.location.uri, self.every))
 
     def _take_page(self) -> None:
