@@ -203,7 +203,7 @@ OTHER_RAY_PORT = 6389
 
 def _other_ray(tmp_path: Path) -> subprocess.Popen:
     """A second Ray on this machine (1 CPU), in its own session so that the test can stop exactly it."""
-    base = 24000
+    base = 29000  # apart from every range tests/test_cluster.py takes: the two files may run at once (.ci/run)
     command = ["ray", "start", "--head", "--block", "--disable-usage-stats", "--node-ip-address", "127.0.0.1",
                "--port", str(OTHER_RAY_PORT), "--num-cpus", "1", "--include-dashboard", "false",
                "--node-manager-port", str(base), "--object-manager-port", str(base + 1),
