@@ -17,12 +17,13 @@ import pytest
 import yaml
 
 from sweeps.analysis.race import race_record, race_rounds, replay, replay_stored
-from sweeps.analysis.raced import TEST
+from sweeps.analysis.raced import SURVIVOR, TEST
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
 from sweeps.spec import Pack, parse_sweep
+from sweeps.spec.race import FINISH_AT, given_every_seed
 from sweeps.store import Store
-from sweeps.store.race import raced_pairs
+from sweeps.store.race import raced_pairs, wanted_pairs
 from sweeps.store.sweep_record import check_and_record
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
 from sweeps.store.records import (
@@ -117,7 +118,17 @@ def test_the_searcher_hands_out_exactly_the_runs_the_race_asks_for_once(uninterr
     pairs = [pair for pack in ran for pair in pack.pairs()]
     assert len(pairs) == len(set(pairs))  # no run twice
     race = parse_record(RaceRecord, recorded, RACE_FILE)
-    assert set(pairs) == raced_pairs(sweep, race)  # exactly what the race asks for
+    asked = raced_pairs(sweep, race)
+    # what the race asks for, and the seeds given at once to a method's last FINISH_AT configurations, one of
+    # which a later round put out (sgd alpha=0.001: its seeds after that round are run, and read, all the same)
+    given = set()
+    for e in sweep.experiments:
+        ids = [c.config_id for c in e.cells]
+        kept = [{d.config_id for d in race.decisions if d.round == n and d.config_id in ids and d.race_status == SURVIVOR}
+                for n in range(1, max(d.round for d in race.decisions) + 1)]
+        given |= {(c, s) for c in given_every_seed(ids, kept, FINISH_AT) for s in sweep.race.seeds(sweep.seeds)}
+    assert set(pairs) == asked | given and given - asked
+    assert wanted_pairs(sweep, lambda: race, lambda: set(pairs)) == set(pairs)  # readers read every one
     assert len(pairs) < len(sweep.pairs)
     # the decisions are those of the race replayed on the full grid's scores
     sweep_full, full_store = _store(tmp_path / "full")
@@ -190,7 +201,8 @@ def test_a_store_raced_before_methods_raced_apart_reads_and_resumes(uninterrupte
 
 def test_a_resumed_round_continues_its_checkpointed_pack_and_plans_the_rest(tmp_path):
     """A round cut into two packs, one with a checkpoint when the driver died: the resume continues that pack,
-    plans the other's runs afresh, and the method's next round waits for both."""
+    plans the other's runs afresh, and the method's rounds are decided once both are in (sgd is down to two
+    configurations, FINISH_AT: its round gives them every remaining seed)."""
     sweep, store = _store(tmp_path / "raced")
     scores = _score_of(sweep)
     first = race_rounds(sweep)[0]
@@ -200,7 +212,8 @@ def test_a_resumed_round_continues_its_checkpointed_pack_and_plans_the_rest(tmp_
     sgd = sweep.experiments[0]
     alive = [c for c in sgd.cells if c.config_id in dict(standing.methods)[sgd.label].alive]
     assert len(alive) == 2
-    checkpointed, other = (Pack(sgd, (c,), race_rounds(sweep)[1][-1:]) for c in alive)
+    remaining = sweep.race.seeds(sweep.seeds)[len(first):]
+    checkpointed, other = (Pack(sgd, (c,), remaining) for c in alive)
     write_record(store.location, f"tune-x/{PACKS_FILE}", packs_record(sweep, [checkpointed, other]))
     folder = "tune-x/trial_a/checkpoint_000000"
     write_record(store.location, f"{folder}/{CHECKPOINT_META}",
@@ -212,11 +225,11 @@ def test_a_resumed_round_continues_its_checkpointed_pack_and_plans_the_rest(tmp_
     sgd_packs = [p for p in start.packs if p.experiment is sgd]
     assert sgd_packs[0] == checkpointed and {pair for p in sgd_packs[1:] for pair in p.pairs()} == set(other.pairs())
     _run(checkpointed, store, scores)
-    assert rounds.after(checkpointed) == []  # the round's other pack is still out
+    assert rounds.after(checkpointed) == [] and rounds.rounds[sgd.label] == (2, False)  # the other pack is out
     for pack in sgd_packs[1:]:
         _run(pack, store, scores)
-        following = rounds.after(pack)
-    assert following and {s for p in following for s in p.seeds} == set(race_rounds(sweep)[2][-1:])
+        assert rounds.after(pack) == []
+    assert rounds.rounds[sgd.label] == (len(race_rounds(sweep)), True)  # every round decided on those runs
 
 
 def test_a_race_s_progress_line_counts_towards_its_most_and_names_each_method_s_round(tmp_path):

@@ -3,8 +3,9 @@
 A raced sweep (sweeps.spec.race) does not run every configuration on every seed: a configuration
 out of the race holds the seeds of its last decision (race.json, records.RaceRecord), one still in
 it the seeds of the round under way (all the race's seeds once the race is finished). Readers
-count those pairs (the tables, `missing_runs`, `status`) and `verify` calls only those "missing": an
-eliminated configuration's unrun seeds are not missing runs. Plain Python (no polars): `verify`
+count those pairs and the race's runs stored beyond them (a method's last configurations are given every
+seed at once: sweeps.spec.race.FINISH_AT) (the tables, `missing_runs`, `status`), and `verify` calls only
+the pairs asked for "missing": an eliminated configuration's unrun seeds are not missing runs. Plain Python (no polars): `verify`
 and `status` read it too.
 
 A damaged race.json is handled as other damaged records: readers answer from the rest (the
@@ -76,16 +77,21 @@ def raced_pairs(sweep: Sweep, record: RaceRecord | None) -> frozenset[tuple[str,
 def wanted_pairs(sweep: Sweep | None, record: Callable[[], RaceRecord | None],
                  finished: Callable[[], set[tuple[str, int]]]) -> frozenset[tuple[str, int]] | None:
     """The tuning pairs readers count: None when no sweep is recorded, the sweep's pairs, or for a race
-    those it asks for so far (`record`: race.json as read). With race.json damaged: the first round's and
-    every stored run of the sweep (`finished`), all the race can have asked for."""
+    those it asks for so far (`record`: race.json as read) and every stored run (`finished`) of its
+    configurations on its seeds: a method down to a few configurations gave them every seed at once
+    (sweeps.spec.race.FINISH_AT), and a later round may still have put one out; its runs are real results.
+    With race.json damaged: the first round's and every stored run of the sweep, all the race can have
+    asked for."""
     if sweep is None:
         return None
     if sweep.race is None:
         return sweep.pairs
     try:
-        return raced_pairs(sweep, record())
+        asked = raced_pairs(sweep, record())
     except RecordError:
         return raced_pairs(sweep, None) | (frozenset(finished()) & sweep.pairs)
+    seeds = set(sweep.race.seeds(sweep.seeds))
+    return asked | frozenset((c, s) for c, s in finished() if s in seeds and (c, s) in sweep.pairs)
 
 
 def missing_count(location: StoreLocation, sweep: Sweep, finished: set[tuple[str, int]]) -> int:

@@ -10,10 +10,9 @@ draw nothing at random and a run's score does not depend on its pack or on when 
 
 A round's runs are cut into packs by the planner's cost model (`plan_round`) for the method's share
 of the slots (all of them once it races alone), so a few survivors on a new seed fill the slots. A
-method down to one configuration gets all its remaining seeds at once: its rounds compare nothing, and
-`replay` decides them together once the runs are in (the same decisions: they are a function of the
-scores, not of when the runs ran); only if that configuration later diverges or blows up (a revival)
-do its extra seeds go beyond what a round-by-round race would have run.
+method down to FINISH_AT configurations or fewer (sweeps.spec.race) gets all its remaining seeds at
+once, and `replay` decides its remaining rounds together once the runs are in: the same decisions, one
+pack's fixed costs instead of one per round.
 """
 
 from __future__ import annotations
@@ -24,8 +23,9 @@ from typing import Callable
 import polars as pl
 
 from sweeps.analysis.race import Replay, Standing, race_record, replay_method, replay_stored
+from sweeps.analysis.raced import SURVIVOR
 from sweeps.spec import TUNING, Experiment, Pack, Sweep, plan_round
-from sweeps.spec.race import method_names
+from sweeps.spec.race import FINISH_AT, given_every_seed, method_names
 from sweeps.store.race import set_aside_damaged
 from sweeps.store.records import RACE_FILE
 from sweeps.store.store import Store
@@ -114,9 +114,9 @@ class RaceRounds:
 
     def _seeds(self, played: Replay) -> tuple[int, ...]:
         """The seeds a method's next packs give its configurations in the race: the next round's, or every seed
-        of the race where one configuration is left (nothing to compare it with: its rounds can be decided
-        together once its runs are in, as `replay` decides any round whose runs the store holds)."""
-        return self.sweep.race.seeds(self.sweep.seeds) if len(played.alive) == 1 else played.next_seeds
+        of the race where FINISH_AT configurations or fewer are left (their rounds are decided together once
+        their runs are in, as `replay` decides any round whose runs the store holds)."""
+        return self.sweep.race.seeds(self.sweep.seeds) if len(played.alive) <= FINISH_AT else played.next_seeds
 
     def _wanted(self, method: _Method) -> set[tuple[str, int]]:
         played = method.played
@@ -139,14 +139,18 @@ class RaceRounds:
 
     @property
     def most_run_steps(self) -> int:
-        """The most run-steps the race can need, as it stands: a configuration out keeps its seeds, one in the
-        race gets every seed of the race."""
+        """The most run-steps the race can need, as it stands: a configuration out keeps its seeds (every seed
+        where it was given them at once), one in the race gets every seed of the race."""
         top, first = len(self.sweep.race.seeds(self.sweep.seeds)), self.sweep.race.schedule(self.sweep.seeds)[0]
         total = 0
         for m in self._methods.values():
-            alive, held = set(m.played.alive), _held(m.played)
+            kept = m.played.decisions.filter(pl.col("race_status") == SURVIVOR).partition_by("round", as_dict=True)
+            every = given_every_seed([c.config_id for c in m.experiment.cells],
+                                     [kept[key]["config_id"] for key in sorted(kept)], FINISH_AT)
+            every |= set(m.played.alive)
+            held = _held(m.played)
             total += m.experiment.settings.steps * sum(
-                top if c.config_id in alive else held.get(c.config_id, first) for c in m.experiment.cells)
+                top if c.config_id in every else held.get(c.config_id, first) for c in m.experiment.cells)
         return total
 
 
