@@ -33,7 +33,7 @@ from sweeps.store import Store
 from sweeps.store.race import raced_pairs
 from sweeps.store.sweep_record import check_and_record
 from sweeps.store.records import RACE_FILE, record_json
-from sweeps.tune.driver import confirmation_record
+from sweeps.tune.stages import confirmation_record
 from tests.helpers import write_known_store
 
 

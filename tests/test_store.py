@@ -571,7 +571,7 @@ def test_storage_that_is_a_file_is_one_line_exit_2_before_ray(tmp_path, capsys):
 
 
 def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
-    from sweeps.tune import driver
+    from sweeps.tune import driver, stages
 
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
     orphan = results_dir / "scores" / "task=linear_tracking" / "optimizer=fade" / "pack-x-y.parquet"
@@ -592,10 +592,10 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
     monkeypatch.setattr(driver, "run_packs", run_packs)
     notices = []
     with pytest.raises(SweepError, match="dtype: "):
-        driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=driver.ExecutionOptions(dtype="float64"))
+        stages.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=stages.ExecutionOptions(dtype="float64"))
     assert orphan.exists() and lock_holder(results_dir) is None  # refused before touching anything; lock released
     with pytest.raises(ReachedTune):
-        driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=driver.ExecutionOptions(notify=notices.append))
+        stages.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=stages.ExecutionOptions(notify=notices.append))
     assert not orphan.exists() and lock_holder(results_dir) is None
     assert any("Removed 1 orphan files of interrupted writes" in line for line in notices)  # a notice, never a print
 
@@ -603,7 +603,7 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
 def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, monkeypatch):
     """From `run_sweep(sweep, "STORAGE")` to the Tune experiment: the user's string becomes a location once,
     and resume and the Tune wiring get the driver's Store (whose manifests were read once, under the lock)."""
-    from sweeps.tune import driver
+    from sweeps.tune import driver, stages
 
     _build(tmp_path / "db", optimizers=("sgd",))
     real_parse, real_read = StoreLocation.parse.__func__, store_module.read_manifests
@@ -633,7 +633,7 @@ def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, m
     monkeypatch.setattr(driver, "recorded_packs", recorded)
     monkeypatch.setattr(driver, "run_packs", run_packs)
     with pytest.raises(ReachedTune):
-        driver.run_sweep(parse_sweep(SWEEP, "test"), str(tmp_path), resume=True)
+        stages.run_sweep(parse_sweep(SWEEP, "test"), str(tmp_path), resume=True)
     assert conversions == [str(tmp_path)]
     assert handed["store"] is handed["resume"] and handed["store"].location.base == str(tmp_path / "db")
     assert len(reads) == 2  # under the lock, and again after removing orphans (a late pack may have landed)

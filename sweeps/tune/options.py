@@ -80,6 +80,7 @@ class SweepRun:
     dashboard_url: str | None
     resumed_packs: int = 0  # packs that continued from a checkpoint of an interrupted run
     store: Store | None = None  # the results store, opened after the run: it sees every pack the run committed
+    status: SweepStatus | None = None  # status.json at the end, for the closing line (None: no packs, or a race's)
 
     @property
     def tune_overhead_fraction(self) -> float:
