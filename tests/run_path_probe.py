@@ -23,7 +23,8 @@ def main(data_dir: str, store_dir: str) -> None:
     import sweeps.tune.stages  # noqa: F401
     import sweeps.tune.wiring  # noqa: F401  (names the trainable)
     from sweeps.cli import reading
-    from sweeps.spec import PackResources, parse_sweep, plan_packs
+    from sweeps.plan import plan_packs
+    from sweeps.spec import PackResources, parse_sweep
     from sweeps.store import Store
     from sweeps.store.sweep_record import check_and_record
     from sweeps.store.records import SweepStatus

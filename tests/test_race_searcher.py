@@ -20,7 +20,8 @@ from sweeps.analysis.race import race_record, race_rounds, replay, replay_stored
 from sweeps.analysis.raced import TEST
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
-from sweeps.spec import Pack, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import parse_sweep
 from sweeps.store import Store
 from sweeps.store.race import raced_pairs
 from sweeps.store.sweep_record import check_and_record

@@ -28,7 +28,8 @@ from sweeps.store import store as store_module
 from sweeps.store.holder import LOCK_FILE, StoreLocked, WriterLock
 from sweeps.store.lock import FileLock
 from sweeps.store.sweep_record import check_and_record
-from sweeps.spec import Pack, SweepError, make_config, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import SweepError, make_config, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = 3
@@ -535,7 +536,7 @@ def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_s
     best = summaries.best_table(analysis).filter(pl.col("optimizer") == "sgd").row(0, named=True)
     assert best["alpha"] == 0.1 and best["missing_runs"] == SEEDS and best["configs"] == 1
     # the planner runs only what the new sweep lacks
-    from sweeps.spec import plan_packs
+    from sweeps.plan import plan_packs
 
     (pack,) = plan_packs(parse_sweep(edited, "edited"), 1, store.finished_runs())
     assert [dict(c.hyperparameters) for c in pack.configs] == [{"alpha": 0.001}]

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import open_results, table_text
-from sweeps.spec import CostModel, PackResources, resolve_sweep
+from sweeps.plan import CostModel
+from sweeps.spec import PackResources, resolve_sweep
 from sweeps.tune.preflight import ask_lock, check, resolve
 
 if TYPE_CHECKING:

@@ -37,7 +37,8 @@ import polars as pl
 from fade_core.hyperparameters import HYPERPARAMETERS
 from fade_core.linear import LINEAR_LEARNERS
 from fade_core.neural import NEURAL_LEARNERS
-from sweeps.spec import TUNING, Experiment, Pack, Sweep
+from sweeps.plan import TUNING, Pack
+from sweeps.spec import Experiment, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import Selection
 from sweeps.store.records import PARTITIONS, Manifest

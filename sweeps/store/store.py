@@ -32,7 +32,8 @@ from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
-from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep, SweepError
+from sweeps.plan import CONFIRMATION, STAGES, TUNING, Pack
+from sweeps.spec import Sweep, SweepError
 from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import Damaged, DamagedFile, ManifestsRead, Selection, damaged_files, damaged_files_notice

@@ -16,7 +16,8 @@ from __future__ import annotations
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 
-from sweeps.spec import CONFIRMATION, TUNING, Sweep
+from sweeps.plan import CONFIRMATION, TUNING
+from sweeps.spec import Sweep
 from sweeps.store.records import ConfirmationRecord, RecordError, SweepStatus
 from sweeps.store.store import Store
 

@@ -1,6 +1,6 @@
 """The stages of a run that need Ray (sweeps/tune/stages.py runs them in order): where it runs (`connect_cluster`:
 Ray started or attached, the slots, the storage reachable from every node), which packs (`start`: interrupted packs
-continued from their checkpoints, resume.py, the rest planned, sweeps.spec.plan), and `execute`: every pack as one
+continued from their checkpoints, resume.py, the rest planned, sweeps.plan.packing), and `execute`: every pack as one
 new Tune experiment (wiring.py), then the record stage again (`SweepWriter.finish`). A raced tuning stage (`race:`)
 starts and runs its rounds in that one experiment (`race`, racing.py). Notices go to `ExecutionOptions.notify`;
 nothing here prints.
@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from cluster.connect import connect
-from sweeps.spec import CostModel, Pack, PackResources, Sweep
+from sweeps.plan import CostModel, Pack
+from sweeps.spec import PackResources, Sweep
 from sweeps.store.store import Store
 from sweeps.store.writer import SweepWriter
 from sweeps.tune.grafana import dashboard_hint

@@ -26,7 +26,8 @@ import os
 
 from sweeps.analysis.confirm import selected_configs, unconfirmable
 from sweeps.analysis.queries import Analysis
-from sweeps.spec import CONFIRMATION, TUNING, Pack, PackResources, Sweep, SweepError, confirmation_seeds, plan_confirmation, plan_packs
+from sweeps.plan import CONFIRMATION, TUNING, Pack, plan_confirmation, plan_packs
+from sweeps.spec import PackResources, Sweep, SweepError, confirmation_seeds
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import ConfirmationRecord
 from sweeps.store.store import Store
