@@ -601,6 +601,47 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
     assert any("Removed 1 orphan files of interrupted writes" in line for line in notices)  # a notice, never a print
 
 
+def test_the_writer_answers_each_stage_of_a_run_in_one_call(tmp_path):
+    """SweepWriter: the lock held from entering to leaving; the record stage recorded, tidied and counted the runs
+    already stored (of the sweep alone, and none unless resuming); the end tidied again and reopened the store."""
+    from sweeps.store.writer import SweepWriter
+
+    results_dir = _build(tmp_path / "db", optimizers=("sgd",))
+    orphan = results_dir / "scores" / "task=linear_tracking" / "optimizer=fade" / "pack-x-y.parquet"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"half a file")
+    sweep, store = parse_sweep(SWEEP, "test"), Store.open(results_dir)
+    sgd = {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
+    with pytest.raises(SweepError, match="already holds results"):
+        with SweepWriter(store, sweep, "float32", resume=False):  # the lock stage refuses
+            pass
+    assert lock_holder(results_dir) is None and orphan.exists()
+    with SweepWriter(store, sweep, "float32", resume=True) as writer:
+        assert lock_holder(results_dir).pid == os.getpid() and store.writer is not None
+        recorded = writer.record_sweep()
+        assert recorded.finished == sgd and not orphan.exists()
+        assert recorded.notices == [f"Removed 1 orphan files of interrupted writes from {results_dir}"]
+        (fade,) = _packs(optimizers=("fade",))
+        store.write_pack(fade, _outcome(fade), writer=store.writer)  # what a trial commits meanwhile
+        finished = writer.finish(ran=False)
+        assert finished.store is not store and finished.store.finished_runs() == sgd | set(fade.pairs())
+        assert finished.notices == [] and finished.status is None  # no packs ran: no closing status
+    assert lock_holder(results_dir) is None and store.writer is None
+
+
+def test_the_writer_records_a_confirmation_stage_and_says_what_changed(full):
+    from sweeps.store.writer import SweepWriter
+
+    first = _confirmation(Store.open(full))
+    again = first.model_copy(update={"seeds": (9, 10)})
+    with SweepWriter(Store.open(full)) as writer:
+        recorded = writer.record_confirmation(again)
+    assert recorded.finished == set()  # none of the fresh seeds' runs is stored
+    assert recorded.notices == ["The confirmation stage changed (was median on seeds [7, 8]); stored runs outside "
+                                "the new one are ignored"]
+    assert Store.open(full).confirmation.seeds == (9, 10)
+
+
 def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, monkeypatch):
     """From `run_sweep(sweep, "STORAGE")` to the Tune experiment: the user's string becomes a location once,
     and resume and the Tune wiring get the driver's Store (whose manifests were read once, under the lock)."""
