@@ -51,7 +51,7 @@ def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store =
     Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
     and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
     store = storage if isinstance(storage, Store) else Store.of_sweep(sweep, storage)  # resolve
-    resources = _check(sweep, options)
+    resources = _check(sweep, options)  # check
     with SweepWriter(store, sweep, options.dtype, resume) as writer:  # lock
         cluster = connect_cluster(store, options, resources, sweep)  # plan: where it runs
         recorded = writer.record_sweep()  # record: checked again, under the lock
@@ -63,8 +63,8 @@ def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store =
         def plan(done: set) -> list[Pack]:  # on GPUs a pack fills the device; on CPUs packs keep every slot busy
             return plan_packs(sweep, done=done, **cluster.plan_options(options, resources))
 
-        packs = start(sweep, store, TUNING, sweep.seeds, resume, recorded.finished, plan, options)  # plan: which packs
-        return execute(sweep, writer, packs, len(recorded.finished), options, resources, cluster)
+        begun = start(sweep, store, TUNING, sweep.seeds, resume, recorded.finished, plan, options)  # plan: which packs
+        return execute(sweep, writer, begun, len(recorded.finished), options, resources, cluster)
 
 
 def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = "mean") -> ConfirmationRecord:
@@ -104,7 +104,7 @@ def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds:
             options.notice(line)
         sweep = store.sweep
         options = dataclasses.replace(options, dtype=store.record.dtype if store.record is not None else options.dtype)
-        resources = _check(sweep, options)
+        resources = _check(sweep, options)  # check: what the packs ask for
         cluster = connect_cluster(store, options, resources, sweep)  # plan: where it runs
         recorded = writer.record_confirmation(confirmation)  # record
         for line in recorded.notices:
@@ -115,8 +115,8 @@ def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds:
         def plan(done: set) -> list[Pack]:
             return plan_confirmation(selected, confirmation.seeds, done=done, **cluster.plan_options(options, resources))
 
-        packs = start(sweep, store, CONFIRMATION, confirmation.seeds, True, recorded.finished, plan, options)
-        return execute(sweep, writer, packs, len(recorded.finished), options, resources, cluster)
+        begun = start(sweep, store, CONFIRMATION, confirmation.seeds, True, recorded.finished, plan, options)
+        return execute(sweep, writer, begun, len(recorded.finished), options, resources, cluster)
 
 
 def _check(sweep: Sweep, options: ExecutionOptions) -> PackResources:
