@@ -629,6 +629,21 @@ def test_the_writer_answers_each_stage_of_a_run_in_one_call(tmp_path):
     assert lock_holder(results_dir) is None and store.writer is None
 
 
+def test_the_writer_counts_the_runs_stored_after_setting_damaged_packs_aside(tmp_path):
+    """A pack whose data file is gone is set aside by the record stage; its runs are not counted as stored
+    (they run again)."""
+    from sweeps.store.writer import SweepWriter
+
+    results_dir = _build(tmp_path / "db")
+    (curves,) = (results_dir / "curves" / "task=linear_tracking" / "optimizer=sgd").glob("*.parquet")
+    curves.unlink()
+    fade = {pair for p in _packs(optimizers=("fade",)) for pair in p.pairs()}
+    with SweepWriter(Store.open(results_dir), parse_sweep(SWEEP, "test"), "float32", resume=True) as writer:
+        recorded = writer.record_sweep()
+    assert recorded.finished == fade
+    assert recorded.notices[0].startswith("Set aside 1 damaged file of committed packs"), recorded.notices
+
+
 def test_the_writer_records_a_confirmation_stage_and_says_what_changed(full):
     from sweeps.store.writer import SweepWriter
 

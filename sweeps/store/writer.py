@@ -65,10 +65,10 @@ class SweepWriter:
 
     def record_sweep(self) -> Recorded:
         """The record stage of the tuning stage: the sweep recorded (checked again, under the lock: sweep_record),
-        the store tidied, and the sweep's runs already stored when resuming (runs outside the sweep: ignored)."""
-        notices = self.store.record_sweep(self.sweep, self.dtype)
-        finished = self.store.finished_runs(TUNING) & self.sweep.pairs if self.resume else set()
-        return Recorded(notices + self._tidy(), finished)
+        the store tidied, then the sweep's runs already stored counted when resuming (a pack set aside by the tidy
+        runs again; runs outside the sweep are ignored)."""
+        notices = self.store.record_sweep(self.sweep, self.dtype) + self._tidy()
+        return Recorded(notices, self.store.finished_runs(TUNING) & self.sweep.pairs if self.resume else set())
 
     def record_confirmation(self, confirmation: ConfirmationRecord) -> Recorded:
         """The record stage of the confirmation stage: `confirmation` recorded (what changed since an earlier one
@@ -84,8 +84,8 @@ class SweepWriter:
             notices.append(f"The confirmation stage changed (was {earlier.stat} on seeds {list(earlier.seeds)}); "
                            "stored runs outside the new one are ignored")
         self.store.record_confirmation(confirmation)
-        finished = self.store.finished_runs(CONFIRMATION) & confirmation.pairs()
-        return Recorded(notices + self._tidy(), finished)
+        notices += self._tidy()
+        return Recorded(notices, self.store.finished_runs(CONFIRMATION) & confirmation.pairs())
 
     def finish(self, ran: bool) -> Finished:
         """The end of the packs (`ran`: some ran): tidied again (a Ray worker of a killed earlier writer may have
@@ -103,7 +103,8 @@ class SweepWriter:
         if damaged:
             files = f"{len(damaged)} damaged file{'s' if len(damaged) > 1 else ''}"
             notices.append(f"Set aside {files} of committed packs ({', '.join(map(str, damaged[:3]))}"
-                           f"{', ...' if len(damaged) > 3 else ''}); their packs run again (manifests kept in history/)")
+                           f"{', ...' if len(damaged) > 3 else ''}); their packs run again "
+                           "(manifests kept in history/)")
         if removed:
             notices.append(f"Removed {len(removed)} orphan files of interrupted writes from {self.store.location}")
         return notices
