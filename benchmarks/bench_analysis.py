@@ -25,7 +25,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sweeps.packs import PackOutcome  # noqa: E402
-from sweeps.spec import Pack, parse_sweep  # noqa: E402
+from sweeps.plan import Pack
+from sweeps.spec import parse_sweep  # noqa: E402
 from sweeps.store import Store  # noqa: E402
 
 

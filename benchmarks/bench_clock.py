@@ -34,8 +34,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import yaml
 
-from sweeps.spec import CostModel, resolve_sweep
-from sweeps.spec.plan import pack_seconds, plan_packs
+from sweeps.plan import CostModel
+from sweeps.spec import resolve_sweep
+from sweeps.plan.packing import pack_seconds, plan_packs
 from sweeps.spec.presets import PRESETS_DIR
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import read_manifests
@@ -176,7 +177,7 @@ def main() -> None:
         idle = " ".join(f"{i:5.1f}%" for i in s.idle)
         share = 100 * s.sweep_cpu / (args.num_cpus * s.wall)
         print(f"{name:<36} {s.wall:>6.0f}s {idle:>16} {s.sweep_cpu:>9.0f}s {share:>10.0f}% {s.load[0]:>8.1f} / {s.load[1]:<6.1f}")
-    print("\nPacks, longest first (modelled by sweeps/spec/costs.py; measured: the runner's wall time in the store):")
+    print("\nPacks, longest first (modelled by sweeps/plan/costs.py; measured: the runner's wall time in the store):")
     print("\n".join(details))
 
 

@@ -1,4 +1,4 @@
-"""Per-learner cost on one CPU thread: the run-steps/s the planner's table (`sweeps/spec/costs.py`,
+"""Per-learner cost on one CPU thread: the run-steps/s the planner's table (`sweeps/plan/costs.py`,
 `CPU_RATES`) is made of. Each (task, optimizer) is calibrated as `--dry-run` does it (a short
 in-process pack of its preset's first configuration, the first chunk not timed), `--repeats`
 times, timed by this process's CPU time (a loaded machine slows the wall clock several times

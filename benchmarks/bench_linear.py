@@ -88,7 +88,7 @@ def naive_rate(name: str, steps: int) -> float:
 
 def end_to_end(preset: str) -> None:
     from sweeps.spec import resolve_sweep
-    from sweeps.tune.driver import run_sweep
+    from sweeps.tune.stages import run_sweep
 
     sweep = resolve_sweep(preset)
     storage = Path(tempfile.mkdtemp(prefix="fade-bench-"))

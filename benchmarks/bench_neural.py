@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from fade_core import get_neural_learner  # noqa: E402
 from sweeps.packs import make_runner  # noqa: E402
-from sweeps.spec import Pack, make_config, parse_sweep  # noqa: E402
+from sweeps.plan import Pack
+from sweeps.spec import make_config, parse_sweep  # noqa: E402
 from tests.test_neural_learners import reference  # noqa: E402  (the plain per-run loop)
 
 SHARED_EMNIST = Path(__file__).resolve().parents[2] / "shared" / "data" / "emnist"

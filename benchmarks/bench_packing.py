@@ -3,7 +3,7 @@ per preset and slot count, with each plan's idle share of the slots (1 - work / 
 
     python benchmarks/bench_packing.py [--slots 2 16 64] [preset ...]
 
-Both plans are costed by the same model (sweeps/spec/costs.py), so the ratio is the planner's
+Both plans are costed by the same model (sweeps/plan/costs.py), so the ratio is the planner's
 alone; it is the target's "0.8x of today's wall time" for a sweep too long to run twice here.
 """
 
@@ -12,8 +12,9 @@ from __future__ import annotations
 import argparse
 import math
 
-from sweeps.spec import CostModel, Pack, plan_packs, resolve_sweep
-from sweeps.spec.plan import makespan, pack_seconds
+from sweeps.plan import CostModel, Pack, plan_packs
+from sweeps.spec import resolve_sweep
+from sweeps.plan.packing import makespan, pack_seconds
 
 OLD_MIN, OLD_MAX, OLD_PER_CPU = 100, 2000, 6  # 9fdfec8's MIN_PACK_RUNS, MAX_PACK_RUNS, PACKS_PER_CPU
 

@@ -2,7 +2,7 @@
 code): the command's wall clock (this script), the Done line (Ray's start), status.json (when Tune's experiment
 started and ended) and Tune's experiment state (per trial: when the driver started it, when its last result came,
 its trainable's own seconds, the runner's `compute_seconds`, the worker's pid). Beside each part, the dry run's
-figure for it, so the cost model (sweeps/spec/costs.py `Overheads`, sweeps/packs/dryrun.py) can be checked part by
+figure for it, so the cost model (sweeps/plan/costs.py `Overheads`, sweeps/packs/dryrun.py) can be checked part by
 part, not only in total.
 
     python benchmarks/bench_seconds.py [--num-cpus 2] [--race] [linear-demo nonlinear-demo ...]

@@ -35,7 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from sweeps.packs import PackOutcome
 from sweeps.store import Store
-from sweeps.spec import Pack, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import parse_sweep
 
 GRID = {
     "fade": {"alpha": np.round(np.geomspace(0.001, 0.1, 10), 5), "theta_lambda": np.round(np.linspace(0.0, 0.02, 20), 5),

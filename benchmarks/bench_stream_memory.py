@@ -27,7 +27,8 @@ OPTIMIZER = {"linear_tracking": {"sgd": {"alpha": [0.1, 0.05, 0.01, 0.02, 0.03]}
 FIRST_CHUNK = """
 import sys, torch
 from sweeps.packs import make_runner
-from sweeps.spec import Pack, make_config
+from sweeps.plan import Pack
+from sweeps.spec import make_config
 from sweeps.spec.sweepfile import load_sweep
 (experiment,) = load_sweep(sys.argv[1]).experiments
 pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), (0, 1))

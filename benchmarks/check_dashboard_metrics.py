@@ -14,7 +14,7 @@ import urllib.request
 import ray
 
 from sweeps.spec import parse_sweep
-from sweeps.tune.driver import ExecutionOptions, run_sweep
+from sweeps.tune.stages import ExecutionOptions, run_sweep
 
 TINY = {"name": "tiny", "task": "linear_tracking", "task_settings": {"steps": 2000, "bin": 1000}, "seeds": 2,
         "optimizers": {"sgd": {"alpha": [0.1, 0.01]}, "fade": {"alpha": 0.1, "theta_lambda": [0, 0.01], "gamma0": -2.3}}}

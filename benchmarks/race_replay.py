@@ -27,7 +27,7 @@ from sweeps.analysis.queries import Analysis
 from sweeps.analysis.race import SURVIVOR, replay, run_steps
 from sweeps.analysis.raced import decisions_frame, race_status
 from sweeps.analysis.summaries import best_table
-from sweeps.spec import CONFIRMATION
+from sweeps.plan import CONFIRMATION
 from sweeps.spec.race import Race
 from sweeps.store import Store
 

@@ -12,7 +12,7 @@ a return to it) it begins a *stay*. Printed:
 
 - stays, files (distinct), and *returns*: stays in a file the walk had already left (stays - files);
 - *climbs*: calls from a file into one of a higher layer (docs/architecture.md's order: fade_core <
-  tasks < cluster < spec < packs < store < analysis < tune < cli), e.g. a callback;
+  tasks < cluster < spec < plan < packs < store < analysis < tune < cli), e.g. a callback;
 - the stays per file, with the functions that began them, for `tune/driver.py` and `store/store.py`
   (`--show`: every file, and the walk in order).
 
@@ -27,8 +27,8 @@ import sys
 import sysconfig
 from collections import Counter, defaultdict
 
-LAYERS = ("fade_core", "tasks", "cluster", "sweeps/spec", "sweeps/packs", "sweeps/store", "sweeps/analysis",
-          "sweeps/tune", "sweeps/cli")
+LAYERS = ("fade_core", "tasks", "cluster", "sweeps/spec", "sweeps/plan", "sweeps/packs", "sweeps/store",
+          "sweeps/analysis", "sweeps/tune", "sweeps/cli")
 SHOWN = ("sweeps/tune/driver.py", "sweeps/store/store.py")
 
 

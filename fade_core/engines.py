@@ -8,7 +8,7 @@ engine, Triton only for triton's). `get_engine` is the one place a name becomes 
 reference engine that the fast ones are tested against (docs/architecture.md, "Engines").
 
 Which engine a pack of a task runs on a device by default, and its pack size, is the sweeps'
-choice (`sweeps/spec/engines.py`); what a pack costs, `sweeps/spec/costs.py`. This module names
+choice (`sweeps/spec/engines.py`); what a pack costs, `sweeps/plan/costs.py`. This module names
 no task and imports neither torch nor numba (the light commands validate engine names with it).
 """
 

@@ -14,7 +14,8 @@ import yaml
 
 from sweeps.packs import PackOutcome, make_runner
 from sweeps.store import Store
-from sweeps.spec import Pack, make_config, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import make_config, parse_sweep
 
 
 def write_known_store(results_dir: Path, document: dict, scores: dict) -> Path:

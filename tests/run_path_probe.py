@@ -3,7 +3,7 @@
 {"modules": {each top-level module in sys.modules: its file, or null}}.
 
 It does what `fade-sweep run SWEEP --no-report --gpus-per-pack 1` does in its processes, short of
-starting Ray: the driver's imports (the CLI, sweeps.tune.driver with the wiring and the
+starting Ray: the driver's imports (the CLI, sweeps.tune.stages with the driver, the wiring and the
 trainable), then a worker's work for an EMNIST and a nonlinear pack (the pack engine, the CUDA
 engine's Triton modules where Triton imports, a few chunks, the store's commit) and the closing
 table. tests/test_architecture.py checks that it never loads plotly; tests/test_gpu_bundle.py that
@@ -20,14 +20,15 @@ from pathlib import Path
 def main(data_dir: str, store_dir: str) -> None:
     # -- the driver of `fade-sweep run --no-report`
     import sweeps.cli.running  # noqa: F401
-    import sweeps.tune.driver  # noqa: F401
+    import sweeps.tune.stages  # noqa: F401
     import sweeps.tune.wiring  # noqa: F401  (names the trainable)
     from sweeps.cli import reading
-    from sweeps.spec import PackResources, parse_sweep, plan_packs
+    from sweeps.plan import plan_packs
+    from sweeps.spec import PackResources, parse_sweep
     from sweeps.store import Store
     from sweeps.store.sweep_record import check_and_record
     from sweeps.store.records import SweepStatus
-    from sweeps.tune.stages import check
+    from sweeps.tune.preflight import check
 
     document = {"name": "probe", "seeds": 1, "variants": [
         {"task": "emnist_label_permuted",

@@ -30,7 +30,8 @@ from sweeps.analysis.confirm import confirmation_table
 from sweeps.analysis.queries import Analysis
 from sweeps.cli import main
 from sweeps.packs import make_runner
-from sweeps.spec import CONFIRMATION, Pack, SweepError, make_config, parse_sweep, plan_confirmation
+from sweeps.plan import CONFIRMATION, Pack, plan_confirmation
+from sweeps.spec import SweepError, make_config, parse_sweep
 from sweeps.store import Store
 from sweeps.store.sweep_record import check_and_record
 

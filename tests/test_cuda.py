@@ -12,7 +12,8 @@ import torch
 
 from fade_core import NEURAL_LEARNERS
 from sweeps.packs import make_runner
-from sweeps.spec import Pack, make_config, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import make_config, parse_sweep
 from tests.emnist_fixture import write_idx_dataset
 from tests.test_neural_learners import GRIDS
 

@@ -11,7 +11,8 @@ import os
 import pytest
 
 from sweeps.packs import make_runner
-from sweeps.spec import parse_sweep, plan_packs, resolve_sweep
+from sweeps.plan import plan_packs
+from sweeps.spec import parse_sweep, resolve_sweep
 
 
 def _twin(preset: str, optimizer: str, settings: dict, seeds: int, gamma0: float) -> dict:

@@ -19,7 +19,8 @@ from fade_core.engines import ENGINE_NAMES, ENGINES, EngineError, get_engine, re
 from fade_core.neural.runs import engine_class
 from sweeps.cli import main
 from sweeps.packs import make_runner
-from sweeps.spec import Pack, SweepError, make_config, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import SweepError, make_config, parse_sweep
 from sweeps.spec.engines import DEFAULTS, choose_engine, default_engine, engine_problem, engines_for
 from sweeps.store import Store
 from tasks import TASKS

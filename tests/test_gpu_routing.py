@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from sweeps.packs.neural import use_tf32
-from sweeps.spec import PackResources, SweepError, parse_sweep, plan_packs
+from sweeps.plan import plan_packs
+from sweeps.spec import PackResources, SweepError, parse_sweep
 from sweeps.spec.engines import default_pack_runs
 
 MIXED = {

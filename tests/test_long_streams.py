@@ -153,7 +153,8 @@ def test_every_task_makes_a_block_far_along_a_trillion_step_stream(task, setting
 FIRST_CHUNK = """
 import sys, torch
 from sweeps.packs import make_runner
-from sweeps.spec import Pack, make_config
+from sweeps.plan import Pack
+from sweeps.spec import make_config
 from sweeps.spec.sweepfile import load_sweep
 (experiment,) = load_sweep(sys.argv[1]).experiments
 pack = Pack(experiment, tuple(make_config(experiment, c) for c in experiment.configs()), (0, 1))

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from sweeps.packs import make_runner
-from sweeps.spec import Pack, SweepError, make_config, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import SweepError, make_config, parse_sweep
 from tasks.emnist import CLASSES, DatasetError, EmnistSettings, LabelPermutedStream, PartialEmnistSettings, load_emnist
 from tasks.nonlinear_tracking import GROUP_SIZES, NonlinearTrackingSettings, NonlinearTrackingStream
 from tests.emnist_fixture import write_idx_dataset

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from sweeps.packs import make_runner
-from sweeps.spec import Pack, make_config, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import make_config, parse_sweep
 
 
 def _experiment(optimizer, grid):

@@ -6,10 +6,11 @@ import itertools
 
 import pytest
 
-from sweeps.spec import CostModel, parse_sweep, plan_packs, resolve_sweep
-from sweeps.spec.costs import GpuRate, Overheads
+from sweeps.plan import CostModel, plan_packs
+from sweeps.spec import parse_sweep, resolve_sweep
+from sweeps.plan.costs import GpuRate, Overheads
 from sweeps.spec.engines import default_pack_runs
-from sweeps.spec.plan import makespan, pack_seconds
+from sweeps.plan.packing import makespan, pack_seconds
 
 COSTS = CostModel()
 PRESETS = ("nonlinear-sensitivity", "nonlinear", "nonlinear-best", "linear-noise0", "linear-demo", "emnist-sensitivity", "emnist")
@@ -157,7 +158,7 @@ def test_runs_per_pack_is_a_ceiling():
 
 def test_a_cut_is_as_even_as_the_runs_allow():
     """Four pieces of 16 configs x 5 seeds: configs apart (4 x 20 runs), not seeds apart (40, 20, 20, 20 ... )."""
-    from sweeps.spec.plan import _Group, _split
+    from sweeps.plan.packing import _Group, _split
 
     experiment = resolve_sweep("nonlinear-sensitivity").experiments[0]
     group = _Group(experiment, (0, 1, 2, 3, 4), experiment.cells, "cpu")
@@ -170,7 +171,7 @@ def test_a_linear_pack_costs_whole_simd_blocks_and_its_streams_and_bins():
     """A linear pack's kernel works in SIMD blocks (fade_core.linear.kernel.lanes_for: 16 runs for a float32 rule
     that adapts a step size or decay, 8 otherwise), so 3 survivors cost a whole block; each seed's stream is copied
     per pack and each bin reduced: a pack on 5 seeds, or in 10x the bins, costs more by exactly those overheads."""
-    from sweeps.spec.costs import lanes
+    from sweeps.plan.costs import lanes
 
     sweep = parse_sweep(SYNTHETIC["mixed-linear"], "test")
     sgd, coupled = sorted(sweep.experiments, key=lambda e: e.optimizer != "sgd")

@@ -8,7 +8,8 @@ import math
 import pytest
 
 from sweeps.cli.text import progress_line
-from sweeps.spec import parse_sweep, plan_packs
+from sweeps.plan import plan_packs
+from sweeps.spec import parse_sweep
 from sweeps.store.status import SweepStatus, TrialStatus
 from sweeps.tune import metrics
 from sweeps.tune.driver import dashboard_notice

@@ -28,12 +28,13 @@ from sweeps.analysis.race import (
 )
 from sweeps.analysis.raced import race_status
 from sweeps.analysis.summaries import best_table, sensitivity_tables
-from sweeps.spec import SweepError, parse_sweep, plan_round, with_race
+from sweeps.plan import plan_round
+from sweeps.spec import SweepError, parse_sweep, with_race
 from sweeps.store import Store
 from sweeps.store.race import raced_pairs
 from sweeps.store.sweep_record import check_and_record
 from sweeps.store.records import RACE_FILE, record_json
-from sweeps.tune.driver import confirmation_record
+from sweeps.tune.stages import confirmation_record
 from tests.helpers import write_known_store
 
 

@@ -21,7 +21,8 @@ import yaml
 from sweeps.analysis import kinds, queries, summaries, tables
 from sweeps.analysis.queries import Analysis
 from sweeps.packs import make_runner
-from sweeps.spec import Pack, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import parse_sweep
 from sweeps.store import Store
 from sweeps.store.dataset import run_keys
 from sweeps.store.records import RACE_FILE

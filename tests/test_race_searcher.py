@@ -20,7 +20,8 @@ from sweeps.analysis.race import race_record, race_rounds, replay, replay_stored
 from sweeps.analysis.raced import SURVIVOR, TEST
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
-from sweeps.spec import Pack, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import parse_sweep
 from sweeps.spec.race import FINISH_AT, given_every_seed
 from sweeps.store import Store
 from sweeps.store.race import raced_pairs, wanted_pairs

@@ -52,7 +52,7 @@ def test_run_output_is_quiet_and_has_one_throughput(tmp_path, capsys):
 
 
 def test_dry_run_hands_packs_to_the_least_loaded_slot():
-    from sweeps.spec.plan import makespan
+    from sweeps.plan.packing import makespan
 
     assert makespan([10, 6, 5, 4], 2) == 14  # 10 | 6, then 5 -> 11, then 4 -> the 10: 14
     assert makespan([3.0], 4) == 3.0 and makespan([2, 2, 2], 1) == 6

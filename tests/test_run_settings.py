@@ -76,7 +76,7 @@ def test_an_unreadable_checkpoint_is_a_logged_notice_not_a_print(tmp_path, capsy
 
 def test_a_run_returns_its_results_as_a_store_location(tmp_path, monkeypatch):
     """`SweepRun.results_dir` (and so the `Results:` line) is the store's location, local or not, never a Path."""
-    from sweeps.tune import driver, wiring
+    from sweeps.tune import driver, stages, wiring
 
     monkeypatch.setattr(driver, "connect", lambda *a, **k: None)  # no Ray needed: the packs are not run
     monkeypatch.setattr(driver, "parallel_slots", lambda resources: 1)
@@ -87,6 +87,6 @@ def test_a_run_returns_its_results_as_a_store_location(tmp_path, monkeypatch):
                 "optimizers": {"sgd": {"alpha": 0.1}}}
     from sweeps.spec import parse_sweep
 
-    outcome = driver.run_sweep(parse_sweep(document, "test"), str(tmp_path), options=ExecutionOptions())
+    outcome = stages.run_sweep(parse_sweep(document, "test"), str(tmp_path), options=ExecutionOptions())
     assert isinstance(outcome.results_dir, StoreLocation) and outcome.results_dir.local_path == tmp_path / "tiny"
     assert str(outcome.results_dir / "report.html") == str(tmp_path / "tiny" / "report.html")

@@ -28,7 +28,8 @@ from sweeps.store import store as store_module
 from sweeps.store.holder import LOCK_FILE, StoreLocked, WriterLock
 from sweeps.store.lock import FileLock
 from sweeps.store.sweep_record import check_and_record
-from sweeps.spec import Pack, SweepError, make_config, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import SweepError, make_config, parse_sweep
 
 ROOT = Path(__file__).resolve().parents[1]
 SEEDS = 3
@@ -535,7 +536,7 @@ def test_resume_with_an_edited_sweep_keeps_history_and_counts_only_the_current_s
     best = summaries.best_table(analysis).filter(pl.col("optimizer") == "sgd").row(0, named=True)
     assert best["alpha"] == 0.1 and best["missing_runs"] == SEEDS and best["configs"] == 1
     # the planner runs only what the new sweep lacks
-    from sweeps.spec import plan_packs
+    from sweeps.plan import plan_packs
 
     (pack,) = plan_packs(parse_sweep(edited, "edited"), 1, store.finished_runs())
     assert [dict(c.hyperparameters) for c in pack.configs] == [{"alpha": 0.001}]
@@ -571,7 +572,7 @@ def test_storage_that_is_a_file_is_one_line_exit_2_before_ray(tmp_path, capsys):
 
 
 def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
-    from sweeps.tune import driver
+    from sweeps.tune import driver, stages
 
     results_dir = _build(tmp_path / "db", optimizers=("sgd",))
     orphan = results_dir / "scores" / "task=linear_tracking" / "optimizer=fade" / "pack-x-y.parquet"
@@ -592,18 +593,74 @@ def test_run_sweep_locks_records_and_removes_orphans(tmp_path, monkeypatch):
     monkeypatch.setattr(driver, "run_packs", run_packs)
     notices = []
     with pytest.raises(SweepError, match="dtype: "):
-        driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=driver.ExecutionOptions(dtype="float64"))
+        stages.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=stages.ExecutionOptions(dtype="float64"))
     assert orphan.exists() and lock_holder(results_dir) is None  # refused before touching anything; lock released
     with pytest.raises(ReachedTune):
-        driver.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=driver.ExecutionOptions(notify=notices.append))
+        stages.run_sweep(parse_sweep(SWEEP, "test"), tmp_path, resume=True, options=stages.ExecutionOptions(notify=notices.append))
     assert not orphan.exists() and lock_holder(results_dir) is None
     assert any("Removed 1 orphan files of interrupted writes" in line for line in notices)  # a notice, never a print
+
+
+def test_the_writer_answers_each_stage_of_a_run_in_one_call(tmp_path):
+    """SweepWriter: the lock held from entering to leaving; the record stage recorded, tidied and counted the runs
+    already stored (of the sweep alone, and none unless resuming); the end tidied again and reopened the store."""
+    from sweeps.store.writer import SweepWriter
+
+    results_dir = _build(tmp_path / "db", optimizers=("sgd",))
+    orphan = results_dir / "scores" / "task=linear_tracking" / "optimizer=fade" / "pack-x-y.parquet"
+    orphan.parent.mkdir(parents=True)
+    orphan.write_bytes(b"half a file")
+    sweep, store = parse_sweep(SWEEP, "test"), Store.open(results_dir)
+    sgd = {pair for p in _packs(optimizers=("sgd",)) for pair in p.pairs()}
+    with pytest.raises(SweepError, match="already holds results"):
+        with SweepWriter(store, sweep, "float32", resume=False):  # the lock stage refuses
+            pass
+    assert lock_holder(results_dir) is None and orphan.exists()
+    with SweepWriter(store, sweep, "float32", resume=True) as writer:
+        assert lock_holder(results_dir).pid == os.getpid() and store.writer is not None
+        recorded = writer.record_sweep()
+        assert recorded.finished == sgd and not orphan.exists()
+        assert recorded.notices == [f"Removed 1 orphan files of interrupted writes from {results_dir}"]
+        (fade,) = _packs(optimizers=("fade",))
+        store.write_pack(fade, _outcome(fade), writer=store.writer)  # what a trial commits meanwhile
+        finished = writer.finish(ran=False)
+        assert finished.store is not store and finished.store.finished_runs() == sgd | set(fade.pairs())
+        assert finished.notices == [] and finished.status is None  # no packs ran: no closing status
+    assert lock_holder(results_dir) is None and store.writer is None
+
+
+def test_the_writer_counts_the_runs_stored_after_setting_damaged_packs_aside(tmp_path):
+    """A pack whose data file is gone is set aside by the record stage; its runs are not counted as stored
+    (they run again)."""
+    from sweeps.store.writer import SweepWriter
+
+    results_dir = _build(tmp_path / "db")
+    (curves,) = (results_dir / "curves" / "task=linear_tracking" / "optimizer=sgd").glob("*.parquet")
+    curves.unlink()
+    fade = {pair for p in _packs(optimizers=("fade",)) for pair in p.pairs()}
+    with SweepWriter(Store.open(results_dir), parse_sweep(SWEEP, "test"), "float32", resume=True) as writer:
+        recorded = writer.record_sweep()
+    assert recorded.finished == fade
+    assert recorded.notices[0].startswith("Set aside 1 damaged file of committed packs"), recorded.notices
+
+
+def test_the_writer_records_a_confirmation_stage_and_says_what_changed(full):
+    from sweeps.store.writer import SweepWriter
+
+    first = _confirmation(Store.open(full))
+    again = first.model_copy(update={"seeds": (9, 10)})
+    with SweepWriter(Store.open(full)) as writer:
+        recorded = writer.record_confirmation(again)
+    assert recorded.finished == set()  # none of the fresh seeds' runs is stored
+    assert recorded.notices == ["The confirmation stage changed (was median on seeds [7, 8]); stored runs outside "
+                                "the new one are ignored"]
+    assert Store.open(full).confirmation.seeds == (9, 10)
 
 
 def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, monkeypatch):
     """From `run_sweep(sweep, "STORAGE")` to the Tune experiment: the user's string becomes a location once,
     and resume and the Tune wiring get the driver's Store (whose manifests were read once, under the lock)."""
-    from sweeps.tune import driver
+    from sweeps.tune import driver, stages
 
     _build(tmp_path / "db", optimizers=("sgd",))
     real_parse, real_read = StoreLocation.parse.__func__, store_module.read_manifests
@@ -633,7 +690,7 @@ def test_the_driver_converts_the_storage_once_and_hands_one_store_on(tmp_path, m
     monkeypatch.setattr(driver, "recorded_packs", recorded)
     monkeypatch.setattr(driver, "run_packs", run_packs)
     with pytest.raises(ReachedTune):
-        driver.run_sweep(parse_sweep(SWEEP, "test"), str(tmp_path), resume=True)
+        stages.run_sweep(parse_sweep(SWEEP, "test"), str(tmp_path), resume=True)
     assert conversions == [str(tmp_path)]
     assert handed["store"] is handed["resume"] and handed["store"].location.base == str(tmp_path / "db")
     assert len(reads) == 2  # under the lock, and again after removing orphans (a late pack may have landed)

@@ -17,7 +17,8 @@ import yaml
 
 from sweeps.cli import main
 from sweeps.packs import PackOutcome
-from sweeps.spec import Pack, SweepError, make_config, parse_sweep
+from sweeps.plan import Pack
+from sweeps.spec import SweepError, make_config, parse_sweep
 from sweeps.store import Store, StoreLocation
 from sweeps.store.sweep_record import check_and_record, check_streams
 from sweeps.store.records import StoreRecord

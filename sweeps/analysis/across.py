@@ -19,7 +19,8 @@ import polars as pl
 
 from sweeps.analysis.queries import Analysis, own_hyperparameters
 from sweeps.analysis.raced import SURVIVOR
-from sweeps.spec import LOCATION_SETTINGS, TUNING, Sweep, SweepError
+from sweeps.plan import TUNING
+from sweeps.spec import LOCATION_SETTINGS, Sweep, SweepError
 from sweeps.store import Store
 
 SWEEP = "sweep"  # the column naming each row's sweep
@@ -137,7 +138,7 @@ def report_frames(stores: list[Store], stat: str) -> tuple[Analysis, pl.LazyFram
     """What the report reads of one sweep or several: (the tuning analysis, the curves, the confirmation
     stage's scores or None where no sweep has one). A damaged confirmation.json counts as no stage (the
     command says once what it skipped: Store.damage_notice)."""
-    from sweeps.spec import CONFIRMATION
+    from sweeps.plan import CONFIRMATION
     from sweeps.store.records import RecordError
 
     if len(stores) == 1:

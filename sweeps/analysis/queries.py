@@ -26,7 +26,7 @@ from fade_core.hyperparameters import HYPERPARAMETERS
 from sweeps.analysis import stats
 from sweeps.analysis.race import stored_race
 from sweeps.analysis.raced import RaceSummary, race_summary, raced_scores
-from sweeps.spec import TUNING
+from sweeps.plan import TUNING
 from sweeps.store import Store
 from sweeps.store.dataset import SETTING_COLUMNS, STAGE
 from tasks import TASKS

@@ -9,7 +9,7 @@ import math
 from fade_core.engines import ENGINE_NAMES
 from sweeps.analysis import STATS
 from sweeps.analysis.kinds import KINDS
-from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
+from sweeps.plan.packing import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 
 DESCRIPTION = "`fade-sweep`: run sweeps on Ray Tune (locally or on a cluster), follow them, print tables and reports."
 BAD_INPUT, FAILURE, INTERRUPTED = 2, 1, 130

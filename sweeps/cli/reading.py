@@ -152,7 +152,8 @@ def cmd_status(args: argparse.Namespace) -> None:
 def _results_status(target: str) -> None:
     """status.json of a results folder, and the committed packs per stage where there is more than tuning."""
     from sweeps.cli.text import format_status
-    from sweeps.spec import TUNING, SweepError
+    from sweeps.plan import TUNING
+    from sweeps.spec import SweepError
     from sweeps.store import RecordError, Store
     from sweeps.store.race import missing_count
 

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING
 
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import open_results, table_text
-from sweeps.spec import CostModel, PackResources, resolve_sweep, with_race
-from sweeps.tune.stages import check
+from sweeps.plan import CostModel
+from sweeps.spec import PackResources, resolve_sweep
+from sweeps.tune.preflight import ask_lock, check, resolve
 
 if TYPE_CHECKING:
     from sweeps.spec import Sweep
@@ -37,12 +38,14 @@ def _say_if_attaching(args: argparse.Namespace) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> None:
-    """`run`: the stages of sweeps/tune/stages.py in order (resolve, check, lock, then the driver's plan, execute
-    and record, then the report); `--dry-run` stops after check, with the plan and its estimate."""
+    """`run`: the stages of sweeps/tune/stages.py in order (resolve, check and the lock asked before Ray loads,
+    then `run_sweep`'s, then the report); `--dry-run` stops after check, with the plan and its estimate."""
     if args.calibrate and not args.dry_run:
         raise UserError("--calibrate: only with --dry-run (it measures the rates the estimate uses); add --dry-run")
     _say_if_attaching(args)
-    sweep, store = _resolve(args)
+    sweep, store = resolve(args.sweep, args.storage, args.race, args.resume, print)
+    if args.resume and "race" not in sweep.document:
+        args.race = sweep.race is not None  # kept racing as recorded: the interrupt's hint then says --race
     options = _execution_options(args, sweep)  # once: the dry run, the driver and every trial read it
     check(sweep, options.resources, options.engine)  # before Ray, before the plan is printed
     print(f"Sweep {sweep.name}: {sweep.runs:,} runs, {sweep.run_steps:.3e} run-steps ({sweep.source})")
@@ -53,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         return
     compiling = _before_ray(sweep, store, options, args.resume)
     from sweeps.cli.live import final_report, reporting
-    from sweeps.tune.driver import confirm_sweep, run_sweep
+    from sweeps.tune.stages import confirm_sweep, run_sweep
 
     with reporting(args, store):  # the live report's path first; an interrupted live page is made static
         outcome = run_sweep(sweep, store, resume=args.resume, options=options)
@@ -67,20 +70,6 @@ def cmd_run(args: argparse.Namespace) -> None:
             print(table_text(outcome.store, "confirm", args.table_format).rstrip("\n"))
     if not args.no_report:  # after the confirmation stage: the report reads both
         print(f"\n{final_report(outcome.store)}")
-
-
-def _resolve(args: argparse.Namespace) -> tuple[Sweep, Store]:
-    """The resolve stage: the sweep (raced by `--race`, or as recorded on `--resume`) and its store, opened once."""
-    from sweeps.store import Store
-
-    sweep = resolve_sweep(args.sweep)
-    if args.race:
-        sweep = with_race(sweep)
-    store = Store.of_sweep(sweep, args.storage)  # a storage the store cannot serve (`--storage ""`): one line
-    if args.resume and sweep.race is None and "race" not in sweep.document:  # `race: false` un-races on purpose
-        sweep = _keep_racing(sweep, store)
-        args.race = sweep.race is not None  # the interrupt's hint then says --race
-    return sweep, store
 
 
 def _dry_run_stages(args: argparse.Namespace, sweep: Sweep, store: Store, options: ExecutionOptions) -> None:
@@ -105,8 +94,7 @@ def _before_ray(sweep: Sweep, store: Store, options: ExecutionOptions, resume: b
 
         if note := oversubscribed_note(options.num_cpus):
             print(note)
-    with store.writing(sweep, options.dtype, resume):
-        pass
+    ask_lock(store, sweep, options.dtype, resume)
     _check_stream_cache()  # before Ray starts
     return _compile_own(sweep, options)
 
@@ -138,18 +126,6 @@ def _first_round(sweep):
         return sweep
     first = sweep.race.seeds(sweep.seeds)[: sweep.race.schedule(sweep.seeds)[0]]
     return dataclasses.replace(sweep, seeds=first, race=None)
-
-
-def _keep_racing(sweep, store):
-    """`--resume` without `--race` of a store written by a race keeps racing, as recorded (one line says so)."""
-    from sweeps.store.race import recorded_race
-
-    race = recorded_race(store.location, lambda: store.sweep)
-    if race is None:
-        return sweep
-    print(f"{store.location} was raced: --resume keeps racing as recorded (put `race: false` in the sweep file to "
-          "give every configuration every seed)")
-    return with_race(sweep, race)
 
 
 def _check_stream_cache() -> None:
@@ -203,9 +179,7 @@ def _summary(outcome, nothing: str, compiling: float = 0.0) -> None:
         print(f"Resumed: {n} interrupted packs continued from their checkpoints." if n > 1
               else "Resumed: 1 interrupted pack continued from its checkpoint.")
     if outcome.packs:
-        # a raced run's status.json is its last round's: its times and rate would not be the run's
-        raced = outcome.store.sweep is not None and outcome.store.sweep.race is not None and outcome.store.race is not None
-        print(done_line(outcome, None if raced else outcome.store.status(), compiling))
+        print(done_line(outcome, outcome.status, compiling))
     else:
         print(f"Nothing to run: {nothing}.")
 
@@ -214,8 +188,8 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     """The confirmation stage of a finished sweep; run again after an interrupt, it resumes."""
     _say_if_attaching(args)
     store = open_results(args.results_dir)
-    store.refuse_if_locked()  # a sweep still being written: refused before Ray loads
-    from sweeps.tune.driver import confirm_sweep
+    ask_lock(store)  # a sweep still being written: refused before Ray loads
+    from sweeps.tune.stages import confirm_sweep
 
     sweep = store.sweep
     if sweep is None:
@@ -287,7 +261,7 @@ def _refuse_if_being_written(storage: str, name: str) -> None:
 
     location = StoreLocation.parse(storage) / name  # a URI the store cannot serve: exit 2 here
     try:
-        Store(location).refuse_if_locked()  # nothing there (no lock): nothing to refuse
+        ask_lock(Store(location))  # nothing there (no lock): nothing to refuse
     except StorageError:
         return  # not reachable from here; the cluster checks it
 

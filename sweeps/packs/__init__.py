@@ -1,7 +1,8 @@
 """How a pack runs: the PackRunner loop and one runner per task family. No Ray here, so a
 notebook can run a pack directly:
 
-    from sweeps.spec import resolve_sweep, plan_packs
+    from sweeps.plan import plan_packs
+    from sweeps.spec import resolve_sweep
     from sweeps.packs import make_runner
     pack = plan_packs(resolve_sweep("linear-demo"), cpus=1)[0]
     runner = make_runner(pack)

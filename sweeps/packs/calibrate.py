@@ -1,6 +1,6 @@
 """`fade-sweep run --dry-run --calibrate`: each experiment's engine timed in process (torch and numba load
 here, and kernels compile or load from numba's cache): the measured rates replace the cost table's
-(sweeps.spec.costs) in the dry run's estimate (dryrun.py).
+(sweeps.plan.costs) in the dry run's estimate (dryrun.py).
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import numba
 import torch
 
 from sweeps.packs import make_runner
-from sweeps.spec import Experiment, Pack, make_config
+from sweeps.plan import Pack
+from sweeps.spec import Experiment, make_config
 from tasks import get_task
 
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}

@@ -1,9 +1,9 @@
 """`fade-sweep run --dry-run`: the plan (packs, run-steps, resources) and an estimated wall time from
-the cost model (sweeps/spec/costs.py: the learners' measured rates), in well under a second: no torch,
+the cost model (sweeps/plan/costs.py: the learners' measured rates), in well under a second: no torch,
 no numba, nothing compiled. `--calibrate` times each experiment's engine in process first
 (calibrate.py) and estimates with those rates instead.
 
-The plan is the one the run makes (`plan_packs` with the cost table of sweeps/spec/costs.py).
+The plan is the one the run makes (`plan_packs` with the cost table of sweeps/plan/costs.py).
 The estimate is the command's own start (imports, the store, the closing table), Ray's start,
 Tune's start (its trial actors import the trainable), then the makespan of the packs on the slots
 (`plan.makespan`: handed out longest first to the first free slot, as Tune starts them), a pack
@@ -33,9 +33,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sweeps.spec import CostModel, Experiment, Pack, PackResources, Sweep, plan_packs, plan_round
+from sweeps.plan import CostModel, Pack, plan_packs, plan_round
+from sweeps.spec import Experiment, PackResources, Sweep
 from sweeps.spec.engines import choose_engine
-from sweeps.spec.plan import makespan, pack_seconds
+from sweeps.plan.packing import makespan, pack_seconds
 from tasks import get_task
 
 COMMAND_SECONDS = 4.0  # the command's imports, the store's checks, Tune's experiment, the closing table

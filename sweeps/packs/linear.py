@@ -17,7 +17,7 @@ from fade_core.linear import LinearLearner, advance, get_linear_learner, hyperpa
 from sweeps.packs.outcome import PackOutcome
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
 from sweeps.packs.rowwise import row_means, trailing_sums
-from sweeps.spec import Pack
+from sweeps.plan import Pack
 from sweeps.spec.own import load_rule
 from tasks.stream import stacked
 

@@ -33,8 +33,8 @@ import torch
 
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE
 from sweeps.packs.outcome import ChunkProgress, PackOutcome
-from sweeps.spec import Pack
-from sweeps.spec.plan import DEFAULT_CHUNK_STEPS
+from sweeps.plan import Pack
+from sweeps.plan.packing import DEFAULT_CHUNK_STEPS
 from tasks import TaskSpec, get_task
 
 __all__ = ["DEFAULT_CHUNK_STEPS", "PackRunner", "bin_ends"]

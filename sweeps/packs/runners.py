@@ -7,7 +7,7 @@ import torch
 from sweeps.packs.linear import LinearPackRunner
 from sweeps.packs.neural import NeuralPackRunner
 from sweeps.packs.runner import DEFAULT_CHUNK_STEPS, PackRunner
-from sweeps.spec import Pack
+from sweeps.plan import Pack
 from sweeps.spec.engines import choose_engine
 from tasks import get_task
 

@@ -9,7 +9,7 @@ default there and its pack size (`DEFAULTS`), and the choice: a pack's engine is
 runners run for each pack). Its device follows from the resources: CUDA for a GPU-capable
 (neural) task when packs ask for GPUs, else the CPU (the trainable picks the same device from
 what Ray gives it). No environment variable changes which engine runs. Imports neither torch
-nor numba; what a pack costs is `costs.py`'s.
+nor numba; what a pack costs is `sweeps/plan/costs.py`'s.
 """
 
 from __future__ import annotations

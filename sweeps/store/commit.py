@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from sweeps.spec import Pack
+from sweeps.plan import Pack
 from sweeps.store.dataset import STAGE, run_keys
 from sweeps.store.holder import StoreLocked
 from sweeps.store.location import StoreLocation

@@ -16,7 +16,7 @@ carries every built-in hyperparameter column (null where the optimizer does not 
 task's settings, so files of different optimizers concatenate; a researcher's learner's files add
 its own hyperparameters (sweeps.spec.own), and are scanned apart and concatenated diagonally.
 
-Stages. A pack belongs to one stage (sweeps.spec.STAGES): `tuning` (the sweep's grid on its
+Stages. A pack belongs to one stage (sweeps.plan.STAGES): `tuning` (the sweep's grid on its
 seeds) or `confirmation` (selected configurations on fresh seeds, see records.ConfirmationRecord). Its manifest
 says which ("stage"; a manifest without it predates stages and is tuning) and its data files
 carry a `stage` column for outside readers (polars, DuckDB: filter `stage = 'tuning'`). The
@@ -37,7 +37,8 @@ import polars as pl
 from fade_core.hyperparameters import HYPERPARAMETERS
 from fade_core.linear import LINEAR_LEARNERS
 from fade_core.neural import NEURAL_LEARNERS
-from sweeps.spec import TUNING, Experiment, Pack, Sweep
+from sweeps.plan import TUNING, Pack
+from sweeps.spec import Experiment, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import Selection
 from sweeps.store.records import PARTITIONS, Manifest

@@ -271,7 +271,7 @@ class ConfirmationRecord(_Record):
     """confirmation.json: the confirmation stage, which re-runs each method's configuration selected
     by `stat` on `tuning_seeds` (`selected`, one per setting and method) on the fresh `seeds`.
 
-    A store holds two stages of runs (sweeps.spec.STAGES): the sweep's grid on its seeds (tuning)
+    A store holds two stages of runs (sweeps.plan.STAGES): the sweep's grid on its seeds (tuning)
     and this one. Every manifest names its stage and readers ask for one, so the tuning tables
     never see a confirmation row. The record only selects: the driver rebuilds each
     configuration from the recorded sweep by its id."""

@@ -9,7 +9,7 @@ commands) and the driver go through.
     store.scan("scores", stage="confirmation")        # the confirmation stage's rows; default tuning
     store.race                                        # a raced sweep's decisions (race.json); its pairs are the wanted ones
     store.verify(); store.status()                    # integrity check; status.json
-    with store.writing(sweep, dtype, resume): store.record_sweep(...); store.tidy(); store.write_pack(...)   # the driver
+    with store.writing(sweep, dtype, resume): store.record_sweep(...); store.tidy()   # a run: through writer.py
 
 Opening converts the target (a path, a URI, or a `StoreLocation`) once and touches nothing;
 each record is read on first use and kept: the manifests once per open, however many frames,
@@ -32,7 +32,8 @@ from contextlib import contextmanager
 from functools import cached_property
 from typing import TYPE_CHECKING, Literal
 
-from sweeps.spec import CONFIRMATION, STAGES, TUNING, Pack, Sweep, SweepError
+from sweeps.plan import CONFIRMATION, STAGES, TUNING, Pack
+from sweeps.spec import Sweep, SweepError
 from sweeps.store import manifests as committed
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import Damaged, DamagedFile, ManifestsRead, Selection, damaged_files, damaged_files_notice
@@ -325,7 +326,7 @@ class Store:
 
     @contextmanager
     def writing(self, sweep: Sweep | None = None, dtype: str = "float32", resume: bool = False) -> Iterator[Store]:
-        """The lock stage of a run (tune/stages.py): `refuse_if_locked`, then the writer lock held for the block
+        """The lock stage of a run (`SweepWriter`): `refuse_if_locked`, then the writer lock held for the block
         (a storage that cannot be written is refused as it is taken) and, `sweep` given, `check_run` under it.
         What this Store read before is read again under the lock."""
         self.refuse_if_locked()

@@ -28,7 +28,8 @@ from importlib import metadata
 
 import yaml
 
-from sweeps.spec import LOCATION_SETTINGS, TUNING, Sweep, SweepError, parse_sweep_text
+from sweeps.plan import TUNING
+from sweeps.spec import LOCATION_SETTINGS, Sweep, SweepError, parse_sweep_text
 from sweeps.spec.own import DeclaredLearner
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import read_manifests, runs_of

@@ -19,7 +19,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fade_core.hyperparameters import HYPERPARAMETERS
-from sweeps.spec import TUNING, SweepError
+from sweeps.plan import TUNING
+from sweeps.spec import SweepError
 from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import MANIFESTS, damage, manifest_entries, orphans, parse_manifest
 from sweeps.store.race import raced_pairs, read_race

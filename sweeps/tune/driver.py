@@ -1,59 +1,36 @@
-"""Run a sweep to completion on Ray Tune: the orchestration of its two stages.
-
-`run_sweep` runs the grid (the tuning stage): every (config, seed) of the sweep without a
-score. `confirm_sweep` runs the confirmation stage: each method's configuration selected on
-the tuning seeds, again on fresh seeds (records.ConfirmationRecord). Both go through the same
-steps, all through the one `Store` of the results folder: check the store, take the writer lock
-(a second writer, an unwritable storage and a resume that would change what stored runs mean
-are refused before Ray starts), connect, set aside damaged packs and
-remove orphans, continue interrupted packs from their checkpoints (resume.py), plan the rest
-(sweeps.spec.plan) and run every pack as one new Tune experiment (wiring.py). Notices go to
-`ExecutionOptions.notify`; nothing here prints. A raced sweep (`race:`) runs its tuning stage
-in rounds (racing.py), every method's rounds in that one experiment.
+"""The stages of a run that need Ray (sweeps/tune/stages.py runs them in order): where it runs (`connect_cluster`:
+Ray started or attached, the slots, the storage reachable from every node), which packs (`start`: interrupted packs
+continued from their checkpoints, resume.py, the rest planned, sweeps.plan.packing), and `execute`: every pack as one
+new Tune experiment (wiring.py), then the record stage again (`SweepWriter.finish`). A raced tuning stage (`race:`)
+starts and runs its rounds in that one experiment (`race`, racing.py). Notices go to `ExecutionOptions.notify`;
+nothing here prints.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
 import time
 from dataclasses import dataclass
 from typing import Callable
 
 from cluster.connect import connect
-from sweeps.analysis.confirm import selected_configs, unconfirmable
-from sweeps.analysis.queries import Analysis
-from sweeps.spec import (
-    CONFIRMATION,
-    TUNING,
-    CostModel,
-    Pack,
-    PackResources,
-    Sweep,
-    SweepError,
-    confirmation_seeds,
-    plan_confirmation,
-    plan_packs,
-)
-from sweeps.store.location import StoreLocation
-from sweeps.store.sweep_record import check_streams
-from sweeps.store.records import ConfirmationRecord, RecordError
+from sweeps.plan import CostModel, Pack
+from sweeps.spec import PackResources, Sweep
 from sweeps.store.store import Store
+from sweeps.store.writer import SweepWriter
 from sweeps.tune.grafana import dashboard_hint
 from sweeps.tune.options import ExecutionOptions, SweepInterrupted, SweepRun
 from sweeps.tune.progress import quiet_tune
 from sweeps.tune.racing import RaceRounds, RoundInterrupted, race_progress
 from sweeps.tune.reachable import check_storage
-from sweeps.tune.resume import StageStart, config_index, covered, finished_recorded, recorded_packs, resumable
+from sweeps.tune.resume import StageStart, covered, finished_recorded, recorded_packs, resumable
 from sweeps.tune.slots import parallel_slots
-from sweeps.tune.stages import check, finish, record
 from sweeps.tune.wiring import Planned, Signals, run_packs
 
-__all__ = ["ExecutionOptions", "SweepInterrupted", "SweepRun", "confirm_sweep", "run_sweep"]
+__all__ = ["Cluster", "Planner", "connect_cluster", "dashboard_notice", "execute", "race", "start"]
 
 
 @dataclass(frozen=True)
-class _Cluster:
+class Cluster:
     """Ray as this run found it."""
 
     started: float  # perf_counter when connecting began
@@ -75,7 +52,7 @@ class _Cluster:
         return Planned(self.slots + self.gpu_slots, plan["costs"], plan["gpu"])
 
 
-def _connect(store: Store, options: ExecutionOptions, resources: PackResources, sweep: Sweep) -> _Cluster:
+def connect_cluster(store: Store, options: ExecutionOptions, resources: PackResources, sweep: Sweep) -> Cluster:
     """Where it runs, checked before anything is written (a bad address, resources or storage: exit 2, no folder).
     The sweep's own learners' module files travel to the workers (Ray's runtime environment)."""
     quiet_tune()  # before Ray starts: its banners and hints do not apply to a sweep's output
@@ -90,7 +67,7 @@ def _connect(store: Store, options: ExecutionOptions, resources: PackResources, 
     gpu_slots = parallel_slots(resources) if resources.gpus > 0 else 0
     slots = parallel_slots(resources.for_task(runs_on_gpu=False))  # CPU packs at once: sizes the CPU packs
     check_storage(store.location)
-    return _Cluster(started, ray_start, dashboard_url, slots, gpu_slots)
+    return Cluster(started, ray_start, dashboard_url, slots, gpu_slots)
 
 
 def dashboard_notice(url: str) -> list[str]:
@@ -107,25 +84,27 @@ def dashboard_notice(url: str) -> list[str]:
 Planner = Callable[[set[tuple[str, int]]], list[Pack]]  # runs covered -> packs for the rest
 
 
-def _start(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...], resume: bool, finished: set,
-           plan: Planner, options: ExecutionOptions) -> StageStart:
-    """A stage's packs: its interrupted packs continued (`resume`), and what else it lacks planned."""
+def start(sweep: Sweep, store: Store, stage: str, seeds: tuple[int, ...] | None, resume: bool, finished: set,
+          plan: Planner, options: ExecutionOptions) -> StageStart:
+    """Which packs a stage runs: its interrupted packs continued (`resume`), and what else it lacks planned."""
     recorded = recorded_packs(store, sweep, stage, seeds, options.notify) if resume else {}
     resumed, resume_from = resumable(store, recorded, finished, options.dtype)
     return StageStart(resumed + plan(covered(finished, resumed)), resume_from, finished_recorded(recorded, finished))
 
 
-def _execute(sweep: Sweep, store: Store, start: StageStart, skipped: int, options: ExecutionOptions,
-             resources: PackResources, cluster: _Cluster, rounds: RaceRounds | None = None) -> SweepRun:
-    """Run the stage's packs as one Tune experiment (and, for a race, every round that follows them)."""
-    planned = cluster.planned(options, resources)
-    phase = None
+def execute(sweep: Sweep, writer: SweepWriter, start: StageStart, skipped: int, options: ExecutionOptions,
+            resources: PackResources, cluster: Cluster, rounds: RaceRounds | None = None) -> SweepRun:
+    """Run the stage's packs as one Tune experiment (and, for a race, every round that follows them), then
+    the record stage again (`SweepWriter.finish`): what the run did, with the store as readers now see it."""
+    store, planned, phase = writer.store, cluster.planned(options, resources), None
     with Signals():
         if start.packs:
             progress = None if rounds is None else race_progress(sweep, start, store, options, rounds)
             phase = run_packs(sweep, start.packs, start.resume_from, store, options, resources, start.earlier, planned,
                               rounds.after if rounds is not None else None, progress)
-    reader = finish(store, options.notice)  # the record stage again, at the end of the packs
+    finished = writer.finish(ran=bool(phase and phase.packs))
+    for line in finished.notices:
+        options.notice(line)
     started_over = len(start.resume_from) - len(phase.restored) if phase else 0
     if started_over > 0:  # the worker's reason is in its log (Ray keeps workers' output out of the driver's)
         options.notice(f"{started_over} interrupted pack{'s' if started_over > 1 else ''} could not continue from "
@@ -142,116 +121,17 @@ def _execute(sweep: Sweep, store: Store, start: StageStart, skipped: int, option
         nodes=phase.nodes if phase else frozenset(),
         dashboard_url=cluster.dashboard_url,
         resumed_packs=len(phase.restored) if phase else 0,
-        store=reader,
+        store=finished.store,
+        status=finished.status,
     )
 
 
-def _race(sweep: Sweep, store: Store, resume: bool, options: ExecutionOptions, resources: PackResources,
-          cluster: _Cluster) -> SweepRun:
-    """A raced tuning stage: every method's rounds in one Tune experiment (racing.py)."""
-    skipped = len(store.finished_runs() & sweep.pairs) if resume else 0
-    rounds = RaceRounds(sweep, store, cluster.plan_options(options, resources))
-    start = rounds.start(resume, options.dtype, options.notify)
+def race(sweep: Sweep, writer: SweepWriter, skipped: int, resume: bool, options: ExecutionOptions,
+         resources: PackResources, cluster: Cluster) -> SweepRun:
+    """A raced tuning stage, started and executed: every method's rounds in one Tune experiment (racing.py)."""
+    rounds = RaceRounds(sweep, writer.store, cluster.plan_options(options, resources))
+    begun = rounds.start(resume, options.dtype, options.notify)
     try:
-        return _execute(sweep, store, start, skipped, options, resources, cluster, rounds)
+        return execute(sweep, writer, begun, skipped, options, resources, cluster, rounds)
     except SweepInterrupted as err:
         raise RoundInterrupted(err, rounds) from None
-
-
-def _check(sweep: Sweep, options: ExecutionOptions) -> PackResources:
-    """The check stage of run_sweep and confirm_sweep: what the packs ask for (the options' resources, else the
-    sweep file's), and every refusal about the sweep itself (stages.check)."""
-    resources = options.resources or sweep.resources
-    check(sweep, resources, options.engine)
-    return resources
-
-
-def run_sweep(sweep: Sweep, storage: str | os.PathLike | StoreLocation | Store = "results", *, resume: bool = False,
-              options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
-    """Run every pending (config, seed) of `sweep` (the tuning stage); results land under <storage>/<name>
-    (`Store.of_sweep`), or in `storage` itself when it is the sweep's Store (the command line's, opened once).
-    The stages of stages.py in order: check, lock (held for the whole run, taken before Ray starts: every
-    refusal that needs no cluster comes first), plan, record, execute.
-
-    Raises SweepInterrupted (a KeyboardInterrupt) when stopped by SIGINT / SIGTERM before the end,
-    and StoreLocked (a SweepError) at once when another process is writing the same results folder."""
-    store = storage if isinstance(storage, Store) else Store.of_sweep(sweep, storage)
-    resources = _check(sweep, options)
-    with store.writing(sweep, options.dtype, resume):  # the lock stage
-        cluster = _connect(store, options, resources, sweep)
-        record(store, options.notice, store.record_sweep(sweep, options.dtype))  # checked again, under the lock
-        if sweep.race is not None:  # seeds in rounds, each method's handed out as its previous one is in
-            return _race(sweep, store, resume, options, resources, cluster)
-        finished = store.finished_runs() & sweep.pairs if resume else set()  # runs outside the sweep: ignored
-
-        def plan(done: set) -> list[Pack]:  # on GPUs a pack fills the device; on CPUs packs keep every slot busy
-            return plan_packs(sweep, done=done, **cluster.plan_options(options, resources))
-
-        start = _start(sweep, store, TUNING, sweep.seeds, resume, finished, plan, options)
-        return _execute(sweep, store, start, len(finished), options, resources, cluster)
-
-
-def confirmation_record(store: Store, seeds: int | tuple[int, ...], stat: str = "mean") -> ConfirmationRecord:
-    """What the confirmation stage of a finished grid runs: the configuration `stat` selects per
-    (setting, method) on the tuning seeds, on `seeds` fresh seeds (or the seeds listed).
-
-    SweepError (exit 2): no recorded sweep, stored runs of another version of a stream than this code draws
-    (sweep_record.check_streams), tuning runs missing, or listed seeds that are tuning seeds."""
-    sweep = store.sweep
-    if sweep is None:
-        raise SweepError(f"{store.location}: no recorded sweep (sweep.yaml); run the sweep first")
-    check_streams(store.location, store.record, (sweep,), {m.task for m in store.manifests})
-    lacking = store.missing_runs().height
-    if lacking:
-        raise SweepError(f"{store.location}: {lacking} tuning runs have no result; "
-                         f"finish the grid first (`{store.resume_command()}`)")
-    try:
-        fresh = confirmation_seeds(sweep.seeds, list(seeds) if isinstance(seeds, tuple) else seeds)
-    except ValueError as err:
-        raise SweepError(f"--seeds: {err}") from None
-    chosen = selected_configs(Analysis.of(store, stat).scores, stat)  # of a raced sweep: among the race's survivors
-    return ConfirmationRecord(stat=stat, seeds=fresh, tuning_seeds=sweep.seeds, selected=chosen.to_dicts())
-
-
-def confirm_sweep(results_dir: str | os.PathLike | StoreLocation | Store, seeds: int | tuple[int, ...], *, stat: str = "mean",
-                  options: ExecutionOptions = ExecutionOptions()) -> SweepRun:
-    """Run the confirmation stage of the store's finished grid (see `confirmation_record`): fresh-seed
-    runs of each method's selected configuration, into the same store, stage `confirmation`; the stages
-    of run_sweep, the lock taken first (the tuning runs are read under it).
-
-    Runs already stored are kept, interrupted packs continue from their checkpoints: calling it
-    again after an interrupt resumes. The store's dtype is used (options.dtype is ignored)."""
-    store = Store.open(results_dir)
-    with store.writing():  # the lock stage
-        confirmation = confirmation_record(store, seeds, stat)
-        for line in unconfirmable(Analysis.of(store, stat).scores, stat):  # a method the best table lists, said here too
-            options.notice(line)
-        sweep = store.sweep
-        options = dataclasses.replace(options, dtype=store.record.dtype if store.record is not None else options.dtype)
-        resources = _check(sweep, options)
-        cluster = _connect(store, options, resources, sweep)
-        record(store, options.notice, _record_confirmation(store, confirmation))
-        finished = store.finished_runs(CONFIRMATION) & confirmation.pairs()
-        index = config_index(sweep)
-        selected = [index[row.config_id] for row in confirmation.selected]
-
-        def plan(done: set) -> list[Pack]:
-            return plan_confirmation(selected, confirmation.seeds, done=done, **cluster.plan_options(options, resources))
-
-        start = _start(sweep, store, CONFIRMATION, confirmation.seeds, True, finished, plan, options)
-        return _execute(sweep, store, start, len(finished), options, resources, cluster)
-
-
-def _record_confirmation(store: Store, confirmation: ConfirmationRecord) -> list[str]:
-    """Record the confirmation stage (under the lock); what changed since an earlier one, said."""
-    try:
-        earlier = store.confirmation
-    except RecordError as err:  # damaged: recorded anew (the runs it named stay in the store)
-        earlier, notices = None, [f"{err}: recorded anew"]
-    else:
-        notices = []
-    if earlier is not None and (earlier.stat, earlier.seeds) != (confirmation.stat, confirmation.seeds):
-        notices.append(f"The confirmation stage changed (was {earlier.stat} on seeds {list(earlier.seeds)}); "
-                       "stored runs outside the new one are ignored")
-    store.record_confirmation(confirmation)
-    return notices

@@ -18,7 +18,8 @@ from typing import NamedTuple
 
 from ray.util.metrics import Gauge
 
-from sweeps.spec import Pack, Sweep
+from sweeps.plan import Pack
+from sweeps.spec import Sweep
 from sweeps.store import Store
 from sweeps.store.status import SweepStatus
 from tasks import get_task

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from sweeps.spec import PackResources
-from sweeps.spec.plan import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
+from sweeps.plan.packing import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import SweepStatus
 
@@ -80,6 +80,7 @@ class SweepRun:
     dashboard_url: str | None
     resumed_packs: int = 0  # packs that continued from a checkpoint of an interrupted run
     store: Store | None = None  # the results store, opened after the run: it sees every pack the run committed
+    status: SweepStatus | None = None  # status.json at the end, for the closing line (None: no packs, or a race's)
 
     @property
     def tune_overhead_fraction(self) -> float:

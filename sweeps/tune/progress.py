@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Callable
 
 from ray.tune import Callback
 
-from sweeps.spec import Pack
+from sweeps.plan import Pack
 from sweeps.store.location import StoreLocation
 from sweeps.store.status import HEARTBEAT_SECONDS, SweepStatus, TrialStatus
 from sweeps.tune.metrics import GaugeStart, SweepGauges, from_report

@@ -24,7 +24,8 @@ import polars as pl
 
 from sweeps.analysis.race import Replay, Standing, race_record, replay_method, replay_stored
 from sweeps.analysis.raced import SURVIVOR
-from sweeps.spec import TUNING, Experiment, Pack, Sweep, plan_round
+from sweeps.plan import TUNING, Pack, plan_round
+from sweeps.spec import Experiment, Sweep
 from sweeps.spec.race import FINISH_AT, given_every_seed, method_names
 from sweeps.store.race import set_aside_damaged
 from sweeps.store.records import RACE_FILE

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from sweeps.packs.checkpoint_files import CHECKPOINT_FILE, CHECKPOINT_META
-from sweeps.spec import TUNING, Config, Experiment, Pack, Sweep
+from sweeps.plan import TUNING, Pack
+from sweeps.spec import Config, Experiment, Sweep
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import (
     PACKS_FILE,

@@ -9,7 +9,7 @@ start once per run, not once per round.
 A trial's config is the pack as plain data (`pack_config`: its config ids, seeds and stage); the
 trainable rebuilds the pack from the sweep's own configurations (`pack_of`), so nothing but ids
 travels through Tune's experiment state. Packs are handed out longest first by the cost model, as
-the planner assumes (sweeps.spec.plan.makespan). Every pack is handed out once (`handed`); the
+the planner assumes (sweeps.plan.packing.makespan). Every pack is handed out once (`handed`); the
 packs record of the experiment (tune-*/packs.json, which a resume reads) names each before Tune sees it.
 """
 
@@ -21,7 +21,8 @@ from typing import Callable
 
 from ray.tune.search import ConcurrencyLimiter, Searcher
 
-from sweeps.spec import Config, Experiment, Pack
+from sweeps.plan import Pack
+from sweeps.spec import Config, Experiment
 
 Next = Callable[[Pack], list[Pack]]  # a pack's trial ended (written or not) -> the packs that follow it
 

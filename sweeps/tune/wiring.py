@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 from ray import tune
 
-from sweeps.spec import TUNING, CostModel, Pack, PackResources, Sweep
-from sweeps.spec.plan import pack_seconds
+from sweeps.plan import TUNING, CostModel, Pack
+from sweeps.spec import PackResources, Sweep
+from sweeps.plan.packing import pack_seconds
 from sweeps.store.location import StoreLocation
 from sweeps.store.records import PACKS_FILE, PacksRecord, write_record
 from sweeps.store.store import Store

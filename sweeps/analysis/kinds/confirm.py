@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sweeps.analysis.confirm import confirmation_table, confirmation_text, unconfirmable
 from sweeps.analysis.kinds import TableError, TableSource
-from sweeps.spec import CONFIRMATION, TUNING
+from sweeps.plan import CONFIRMATION, TUNING
 from sweeps.store import RecordError
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from sweeps.analysis.kinds import TableError, TableSource
 from sweeps.analysis.robustness import robustness_table, robustness_text
-from sweeps.spec import TUNING
+from sweeps.plan import TUNING
 
 
 def text(source: TableSource, fmt: str) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from sweeps.spec.config import Config, digest
-from sweeps.spec.costs import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS, CostModel
+from sweeps.plan.costs import DEFAULT_CHECKPOINT_EVERY, DEFAULT_CHUNK_STEPS, CostModel
 from sweeps.spec.engines import default_pack_runs
 from sweeps.spec.sweepfile import Experiment, Sweep
 from tasks import get_task
