@@ -95,22 +95,21 @@ else:
     # select: a tile of predicates alive at once, which ptxas spilled (FADE's clamps at 8 warps:
     # twice the spill bytes of the hand-written kernel). Same instructions, same result, bit for bit.
     @triton.jit
-    def _maximum(a, b):
+    def _select(a, b, F32: tl.constexpr, F64: tl.constexpr):
         if a.dtype == tl.float32:
-            return tl.inline_asm_elementwise("{ .reg .pred p; setp.gt.f32 p, $2, $1; selp.f32 $0, $2, $1, p; }",
-                                             "=r,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+            return tl.inline_asm_elementwise(F32, "=r,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
         else:
-            return tl.inline_asm_elementwise("{ .reg .pred p; setp.gt.f64 p, $2, $1; selp.f64 $0, $2, $1, p; }",
-                                             "=l,l,l", [a, b], dtype=tl.float64, is_pure=True, pack=1)
+            return tl.inline_asm_elementwise(F64, "=l,l,l", [a, b], dtype=tl.float64, is_pure=True, pack=1)
+
+    @triton.jit
+    def _maximum(a, b):
+        return _select(a, b, "{ .reg .pred p; setp.gt.f32 p, $2, $1; selp.f32 $0, $2, $1, p; }",
+                       "{ .reg .pred p; setp.gt.f64 p, $2, $1; selp.f64 $0, $2, $1, p; }")
 
     @triton.jit
     def _minimum(a, b):
-        if a.dtype == tl.float32:
-            return tl.inline_asm_elementwise("{ .reg .pred p; setp.lt.f32 p, $2, $1; selp.f32 $0, $2, $1, p; }",
-                                             "=r,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
-        else:
-            return tl.inline_asm_elementwise("{ .reg .pred p; setp.lt.f64 p, $2, $1; selp.f64 $0, $2, $1, p; }",
-                                             "=l,l,l", [a, b], dtype=tl.float64, is_pure=True, pack=1)
+        return _select(a, b, "{ .reg .pred p; setp.lt.f32 p, $2, $1; selp.f32 $0, $2, $1, p; }",
+                       "{ .reg .pred p; setp.lt.f64 p, $2, $1; selp.f64 $0, $2, $1, p; }")
 
 
 @triton.jit
