@@ -29,12 +29,13 @@ transposed as W1^T [H, O] = 256 x 32 (20 outputs padded to 32), 8,192 floats eac
                            every step (32 KB read + 32 KB written per layer per step: L2 for
                            small packs, HBM for large ones); 1 streams only W0's; 0 keeps
                            them all in registers and leaves the spilling to the compiler.
-What ptxas says (benchmarks/persistent_regs.py, sm_90a, no GPU needed; measured 2026-11-27): the
+What ptxas says (benchmarks/persistent_regs.py, sm_90a, no GPU needed; measured 2026-11-28): the
 plan above is optimistic. Triton lays the [H, 32] tiles out with the warps along H, so every
 32-long vector (x, its prefetch, y, the error, b1 and its state, the float64 squared-error sums)
 is replicated in 16 registers of every thread. sgd: 128 registers and ~400 B of spills per thread
 at 16 warps, 255 and ~430 B at 8; fade_sgd 128 + ~1.7 KB at 16 warps; adam (stream 2) 128 +
-~1.8 KB; fade_adam 64 + ~4.7 KB at 16 warps (stream 2). Spills go to local memory (L1, then L2):
+~2.1 KB (~1.8 KB when this kernel wrote Adam's moments as explicit fmas); fade_adam 64 + ~4.0 KB
+at 16 warps (stream 2). Spills go to local memory (L1, then L2):
 whether they are inside the step loop, and what they cost, only the GPU check's timings tell;
 holding W1 transposed the other way ([O, H]) gave the same counts.
 Knobs (`KernelConfig`): num_warps (4, 8, 16) and stream (0, 1, 2). Runs per program is one:

@@ -28,9 +28,11 @@ How the printed code keeps the rule's rounding (review's pitfalls):
   claimed bit for bit (triton_update and triton_fused_step do; persistent lets its products fuse);
 - `/` and sqrt are IEEE (`tl.div_rn`, `tl.sqrt_rn` in float32: Triton's own float32 `/` is
   approximate) unless EXACT is False (the persistent engine's knob); div_approx is Triton's `/`;
-- maximum(a, b) is `tl.where(b > a, b, a)`: a NaN value stays NaN and the bound wins only
-  strictly, as the C and numba printers write it, so a diverging run is labelled the same on
-  every engine; exp is libdevice's (numpy's in the interpreter).
+- maximum(a, b) is `_maximum`, where(b > a, b, a) (compiled: one PTX compare-and-select per
+  element, see there): a NaN value stays NaN and the bound wins only strictly, as the C and
+  numba printers write it, so a diverging run is labelled the same on every engine; exp is
+  libdevice's (numpy's in the interpreter).
+The statements are printed in PRINT_ORDER (registers, not bits: see there).
 """
 
 from __future__ import annotations
@@ -69,6 +71,14 @@ if INTERPRET:  # numpy has no libdevice and rounds a*b+c twice
         else:
             return tl.fma(a, b, c)
 
+    @triton.jit
+    def _maximum(a, b):
+        return tl.where(b > a, b, a)
+
+    @triton.jit
+    def _minimum(a, b):
+        return tl.where(b < a, b, a)
+
 else:
     from triton.language.extra.cuda import libdevice
 
@@ -79,6 +89,27 @@ else:
     @triton.jit
     def _fma(a, b, c):
         return tl.fma(a, b, c)
+
+    # where(b > a, b, a) as one compare-and-select per element. Triton lowers a tensor op by op, so
+    # `tl.where(b > a, ...)` on a tile first computes every element's comparison and then every
+    # select: a tile of predicates alive at once, which ptxas spilled (FADE's clamps at 8 warps:
+    # twice the spill bytes of the hand-written kernel). Same instructions, same result, bit for bit.
+    @triton.jit
+    def _select(a, b, F32: tl.constexpr, F64: tl.constexpr):
+        if a.dtype == tl.float32:
+            return tl.inline_asm_elementwise(F32, "=r,r,r", [a, b], dtype=tl.float32, is_pure=True, pack=1)
+        else:
+            return tl.inline_asm_elementwise(F64, "=l,l,l", [a, b], dtype=tl.float64, is_pure=True, pack=1)
+
+    @triton.jit
+    def _maximum(a, b):
+        return _select(a, b, "{ .reg .pred p; setp.gt.f32 p, $2, $1; selp.f32 $0, $2, $1, p; }",
+                       "{ .reg .pred p; setp.gt.f64 p, $2, $1; selp.f64 $0, $2, $1, p; }")
+
+    @triton.jit
+    def _minimum(a, b):
+        return _select(a, b, "{ .reg .pred p; setp.lt.f32 p, $2, $1; selp.f32 $0, $2, $1, p; }",
+                       "{ .reg .pred p; setp.lt.f64 p, $2, $1; selp.f64 $0, $2, $1, p; }")
 
 
 @triton.jit
@@ -99,9 +130,16 @@ def _root(a, EXACT: tl.constexpr):
         return tl.sqrt(a)
 
 
+# The outputs' statements are printed in this order (the bits do not depend on it; the registers
+# do): FADE's gamma and trace before w. The trace reads the old w and the decay; printed after
+# w's update (parts.update's order), the old w, the new w and the decay stay alive together
+# through the trace's arithmetic, a tile each, and ptxas spilled more than for the hand-written
+# kernel, which wrote the trace first.
+PRINT_ORDER = ("gamma", "trace", "w", "m", "v")
+
 _CALLS = {"neg": "-{0}", "exp": "_exp({0})", "sqrt": "_root({0}, EXACT)", "div": "_quotient({0}, {1}, EXACT)",
           "div_approx": "{0} / {1}", "fma": "_fma({0}, {1}, {2})", "where": "tl.where({0}, {1}, {2})",
-          "maximum": "tl.where({1} > {0}, {1}, {0})", "minimum": "tl.where({1} < {0}, {1}, {0})",
+          "maximum": "_maximum({0}, {1})", "minimum": "_minimum({0}, {1})",
           "lerp": "{0} + {2} * ({1} - {0})"}
 
 
@@ -122,7 +160,9 @@ def triton_source(learner: NeuralLearner, fade_on: bool, name: str = "rule") -> 
     on it if `fade_on`) as a Triton function of ARGUMENTS and EXACT (see the module's doc).
     RuleError (fade_core.expression) for a rule that reads an input no kernel has."""
     flags = learner.flags(fade_on)
-    outputs = _graph(flags)
+    graph = _graph(flags)
+    order = [parts.UPDATE_OUTPUTS.index(output) for output in PRINT_ORDER]
+    outputs = [graph[k] for k in order]
     literals = constants(outputs)
 
     def leaf(node: Node) -> str:
@@ -136,13 +176,14 @@ def triton_source(learner: NeuralLearner, fade_on: bool, name: str = "rule") -> 
     def render(node: Node, a: list[str]) -> str:
         return _CALLS[node.op].format(*a) if node.op in _CALLS else f"{a[0]} {INFIX[node.op]} {a[1]}"
 
-    lines, results = statements(outputs, leaf, render, lambda t, node, expression: f"    {t} = {expression}")
+    lines, printed = statements(outputs, leaf, render, lambda t, node, expression: f"    {t} = {expression}")
+    results = [printed[order.index(k)] for k in range(len(graph))]
     head = [f"    c{k} = tl.full([], {value!r}, DT)" for k, value in enumerate(literals)]
     return "\n".join([
         f'"""parts.update with {flags}, printed by fade_core/neural/triton_rule.py; do not edit."""',
         "import triton",
         "import triton.language as tl",
-        "from fade_core.neural.triton_rule import _exp, _fma, _quotient, _root",
+        "from fade_core.neural.triton_rule import _exp, _fma, _maximum, _minimum, _quotient, _root",
         "",
         "",
         "@triton.jit",
