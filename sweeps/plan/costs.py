@@ -144,11 +144,27 @@ class CostModel:
 
     def pack_seconds(self, experiment: Experiment, runs: int, device: str = "cpu", seeds: int = 1) -> float:
         """The wall seconds of one pack of `runs` runs of `experiment` on `seeds` seeds, on one slot of `device`."""
-        steps, o = experiment.settings.steps, self.overheads
+        return self.kernel_seconds(experiment, runs, device) + self.fixed_seconds(experiment, runs, seeds)
+
+    def kernel_seconds(self, experiment: Experiment, runs: int, device: str = "cpu") -> float:
+        """The seconds a pack's kernel spends on `runs` runs of `experiment`: what grows with its runs."""
         work = lanes(experiment, runs, device, self.dtype)
+        return experiment.settings.steps * work / self.run_steps_per_second(experiment, runs, device)
+
+    def fixed_seconds(self, experiment: Experiment, runs: int, seeds: int = 1) -> float:
+        """The seconds of a pack beyond its kernel: its start, its seeds' streams, its bins, chunk reports and
+        checkpoints (nearly the same for 2 runs as for 200)."""
+        steps, o = experiment.settings.steps, self.overheads
         loop = steps * seeds * o.per_seed_step + steps // max(1, experiment.settings.bin) * o.per_bin
-        return (o.pack_start + steps * work / self.run_steps_per_second(experiment, runs, device) + loop
-                + self.report_seconds(experiment, runs))
+        return o.pack_start + loop + self.report_seconds(experiment, runs)
+
+    def at_once(self, experiment: Experiment, alive: int, seeds_left: int, rounds_left: int) -> bool:
+        """Whether a raced method's `alive` configurations should get their `seeds_left` remaining seeds at once
+        rather than over its `rounds_left` rounds (sweeps.tune.racing): when their kernel seconds are no more
+        than the fixed seconds those rounds' packs would cost (one seed each, one after another). Then the most
+        a round-by-round race could spare (every one of those runs) is worth no more than the rounds cost."""
+        per_round = self.fixed_seconds(experiment, alive)
+        return self.kernel_seconds(experiment, alive * seeds_left) <= rounds_left * per_round
 
     def report_seconds(self, experiment: Experiment, runs: int) -> float:
         """The seconds of one pack's per-chunk reports and checkpoints: what a long stream in short chunks

@@ -28,19 +28,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 
 from sweeps.spec.yamlfile import SweepError
 
 DEFAULT_MIN_SEEDS = 3
 DEFAULT_ALPHA = 0.05
 DEFAULT_SEEDS_PER_ROUND = 1
-FINISH_AT = 2
-"""A method down to this many configurations in the race gives them every remaining seed at once: its later
-rounds are decided together once those runs are in (the same decisions: they are a function of the scores).
-A late round is a few runs on one new seed, whose pack costs far more in fixed costs (its start, drawing the
-seed's stream, its chunk reports and checkpoints) than in run-steps, and a method's rounds run one after
-another; the price is the seeds a configuration given them gets after a later round puts it out."""
 
 
 @dataclass(frozen=True)
@@ -78,13 +72,6 @@ def with_race(sweep, race: Race | None = None):
         raise SweepError("--race: a race needs at least 2 seeds (`seeds`); a paired test cannot compare one")
     race = race or Race(min(DEFAULT_MIN_SEEDS, len(sweep.seeds)))
     return dataclasses.replace(sweep, race=race, document={**sweep.document, "race": race.document(sweep.seeds)})
-
-
-def given_every_seed(configs: Iterable[str], survivors: Iterable[Iterable[str]], finish_at: int) -> set[str]:
-    """The configurations of one method given every seed of the race at once: those in its race whenever it
-    held `finish_at` or fewer, before its first round (`configs`, all of them) or after a round (`survivors`,
-    those in the race after each round decided, in order)."""
-    return set().union(*(held for held in map(set, [configs, *survivors]) if len(held) <= finish_at))
 
 
 def method_names(labels: list[str]) -> dict[str, str]:

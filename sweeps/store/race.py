@@ -3,8 +3,8 @@
 A raced sweep (sweeps.spec.race) does not run every configuration on every seed: a configuration
 out of the race holds the seeds of its last decision (race.json, records.RaceRecord), one still in
 it the seeds of the round under way (all the race's seeds once the race is finished). Readers
-count those pairs and the race's runs stored beyond them (a method's last configurations are given every
-seed at once: sweeps.spec.race.FINISH_AT) (the tables, `missing_runs`, `status`), and `verify` calls only
+count those pairs and the race's runs stored beyond them (a method's last configurations may be given
+every seed at once: sweeps.tune.racing) (the tables, `missing_runs`, `status`), and `verify` calls only
 the pairs asked for "missing": an eliminated configuration's unrun seeds are not missing runs. Plain Python (no polars): `verify`
 and `status` read it too.
 
@@ -78,8 +78,8 @@ def wanted_pairs(sweep: Sweep | None, record: Callable[[], RaceRecord | None],
                  finished: Callable[[], set[tuple[str, int]]]) -> frozenset[tuple[str, int]] | None:
     """The tuning pairs readers count: None when no sweep is recorded, the sweep's pairs, or for a race
     those it asks for so far (`record`: race.json as read) and every stored run (`finished`) of its
-    configurations on its seeds: a method down to a few configurations gave them every seed at once
-    (sweeps.spec.race.FINISH_AT), and a later round may still have put one out; its runs are real results.
+    configurations on its seeds: a method's last configurations may be given every seed at once
+    (sweeps.tune.racing), and a later round may still have put one out; its runs are real results.
     With race.json damaged: the first round's and every stored run of the sweep, all the race can have
     asked for."""
     if sweep is None:

@@ -9,10 +9,16 @@ starts by replaying what the store holds and decides exactly as an uninterrupted
 draw nothing at random and a run's score does not depend on its pack or on when it ran.
 
 A round's runs are cut into packs by the planner's cost model (`plan_round`) for the method's share
-of the slots (all of them once it races alone), so a few survivors on a new seed fill the slots. A
-method down to FINISH_AT configurations or fewer (sweeps.spec.race) gets all its remaining seeds at
-once, and `replay` decides its remaining rounds together once the runs are in: the same decisions, one
-pack's fixed costs instead of one per round.
+of the slots (all of them once it races alone), so a few survivors on a new seed fill the slots. After
+its first round, a method whose configurations still in the race would cost less kernel time on all
+their remaining seeds than its remaining rounds' packs cost in fixed time (`CostModel.at_once`), or that
+is down to one configuration, gets all its remaining seeds at once, and `replay` decides its remaining
+rounds together once the runs are in: the same decisions (a function of the scores, not of when the runs
+ran), one pack's fixed costs instead of one per round. Why: a late round is a few runs on one new seed,
+whose pack costs far more in fixed costs (its start, the seed's stream, its chunk reports and
+checkpoints) than in run-steps, and a method's rounds run one after another. The price: where a later
+round still puts one of them out, its seeds after that round are run-steps a round-by-round race would
+not have spent (stored, read and counted like any other run: sweeps.store.race).
 """
 
 from __future__ import annotations
@@ -23,10 +29,9 @@ from typing import Callable
 import polars as pl
 
 from sweeps.analysis.race import Replay, Standing, race_record, replay_method, replay_stored
-from sweeps.analysis.raced import SURVIVOR
-from sweeps.plan import TUNING, Pack, plan_round
+from sweeps.plan import TUNING, CostModel, Pack, plan_round
 from sweeps.spec import Experiment, Sweep
-from sweeps.spec.race import FINISH_AT, given_every_seed, method_names
+from sweeps.spec.race import method_names
 from sweeps.store.race import set_aside_damaged
 from sweeps.store.records import RACE_FILE
 from sweeps.store.store import Store
@@ -43,6 +48,7 @@ class _Method:
     experiment: Experiment
     played: Replay
     out: set[str] = field(default_factory=set)  # pack ids of the round under way not ended yet
+    given: set[str] = field(default_factory=set)  # configurations given every seed at once
 
 
 class RaceRounds:
@@ -99,7 +105,7 @@ class RaceRounds:
         `resumed` packs (which continue from checkpoints), deciding again where the store holds the round."""
         done = covered(self._finished_runs(reader), list(resumed))
         while not method.played.finished:
-            packs = plan_round(self.sweep, set(method.played.alive), self._seeds(method.played), done=done,
+            packs = plan_round(self.sweep, set(method.played.alive), self._seeds(method), done=done,
                                **self._share())
             if packs or resumed:
                 method.out = {p.pack_id for p in [*resumed, *packs]}
@@ -113,15 +119,24 @@ class RaceRounds:
         racing = sum(not m.played.finished for m in self._methods.values())
         return {**self._options, "cpus": max(1, round(self._options["cpus"] / max(1, racing)))}
 
-    def _seeds(self, played: Replay) -> tuple[int, ...]:
+    def _seeds(self, method: _Method) -> tuple[int, ...]:
         """The seeds a method's next packs give its configurations in the race: the next round's, or every seed
-        of the race where FINISH_AT configurations or fewer are left (their rounds are decided together once
-        their runs are in, as `replay` decides any round whose runs the store holds)."""
-        return self.sweep.race.seeds(self.sweep.seeds) if len(played.alive) <= FINISH_AT else played.next_seeds
+        of the race where they are better run at once (the module docstring; their rounds are decided together
+        once their runs are in, as `replay` decides any round whose runs the store holds)."""
+        played, every = method.played, self.sweep.race.seeds(self.sweep.seeds)
+        if played.finished or played.decided == 0:
+            return played.next_seeds
+        schedule = self.sweep.race.schedule(self.sweep.seeds)
+        costs = self._options.get("costs") or CostModel()
+        left = len(every) - schedule[min(played.decided, len(schedule)) - 1]
+        if len(played.alive) > 1 and not costs.at_once(method.experiment, len(played.alive), left,
+                                                        len(schedule) - played.decided):
+            return played.next_seeds
+        method.given |= set(played.alive)
+        return every
 
     def _wanted(self, method: _Method) -> set[tuple[str, int]]:
-        played = method.played
-        return set() if played.finished else {(c, s) for c in played.alive for s in self._seeds(played)}
+        return set() if method.played.finished else {(c, s) for c in method.played.alive for s in self._seeds(method)}
 
     def _finished_runs(self, reader: Store) -> set[tuple[str, int]]:
         return set(reader.finished_runs() & self.sweep.pairs)
@@ -145,11 +160,7 @@ class RaceRounds:
         top, first = len(self.sweep.race.seeds(self.sweep.seeds)), self.sweep.race.schedule(self.sweep.seeds)[0]
         total = 0
         for m in self._methods.values():
-            kept = m.played.decisions.filter(pl.col("race_status") == SURVIVOR).partition_by("round", as_dict=True)
-            every = given_every_seed([c.config_id for c in m.experiment.cells],
-                                     [kept[key]["config_id"] for key in sorted(kept)], FINISH_AT)
-            every |= set(m.played.alive)
-            held = _held(m.played)
+            every, held = m.given | set(m.played.alive), _held(m.played)
             total += m.experiment.settings.steps * sum(
                 top if c.config_id in every else held.get(c.config_id, first) for c in m.experiment.cells)
         return total
