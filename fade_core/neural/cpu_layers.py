@@ -194,13 +194,58 @@ def own_step(w, grad, m, v, j, alpha, oh, fc):
     return w
 
 
+# A researcher's base step (`own_step`) in rows of its own, as the built-in steps have them:
+# each slices the run's arrays to the row (own_step reads and writes its state at the row's
+# index i), so LLVM vectorises it like the rows above.
+@_dense
+def own_rank_one(p, m, v, w0, fan_in, fan_out, inp, delta, alpha, shrink, bound, oh, fc, back, delta_in):
+    """The base step `own_step` on the layer whose W starts at p[w0] (its state at m[w0], v[w0]
+    when it keeps any), after AdamW's decoupled decay `shrink` (1: none) and before clipping to
+    +-bound (inf: none), `parts.update`'s order; `back` as in `sgd_rank_one`."""
+    if back:
+        delta_in[:] = 0
+    for j in range(fan_out):
+        row = w0 + j * fan_in
+        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]  # (m, v empty without state)
+        dj = delta[j]
+        if back:
+            for i in range(fan_in):
+                delta_in[i] = fma(pr[i], dj, delta_in[i])
+        for i in range(fan_in):
+            w = own_step(decoupled_decay(pr[i], shrink), dj * inp[i], mr, vr, i, alpha, oh, fc)
+            pr[i] = clip_to(w, bound)
+
+
+@_dense
+def fade_own_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, oh, back, delta_in,
+                      decay):
+    """FADE then the base step `own_step` (FADE's step size alpha, as under SGD) on the layer whose
+    W starts at p[w0]; a row's passes as in `fade_sgd_rank_one`, `back` as in `sgd_rank_one`."""
+    if back:
+        delta_in[:] = 0
+    for j in range(fan_out):
+        row, e = w0 + j * fan_in, e0 + j * fan_in
+        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
+        gr, tr_ = gm[e : e + fan_in], tr[e : e + fan_in]
+        dj, fj = delta[j], factor[j]
+        for i in range(fan_in):
+            gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
+        if back:
+            for i in range(fan_in):
+                delta_in[i] = fma(pr[i], dj, delta_in[i])
+        for i in range(fan_in):
+            xi = inp[i]
+            tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha, fc)
+            pr[i] = own_step(w, dj * xi, mr, vr, i, alpha, oh, fc)
+
+
 @_dense
 def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, lam, shrink, theta, bound, fc,
                  first_step, ac, wd_mode, adam_base, clip_on, fade_on, back, delta_in, own, oh):
     """Any learner's parts on the layer whose W starts at p[w0] (`parts.update`'s order: FADE's
     decay, weight decay, base step, clipping), the parts chosen per call; `back` as in
     `sgd_rank_one`; `own`: the base step is `own_step` (oh: its hyperparameters and constants).
-    The rows above are the registered learners' faster special cases."""
+    The rows above are the faster special cases of the registered learners and of an own base step."""
     if back:
         delta_in[:] = 0
     for j in range(fan_out):
