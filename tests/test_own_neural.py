@@ -190,3 +190,27 @@ def test_a_comparison_is_a_value_in_where(tmp_path, monkeypatch):
         losses[engine] = sums.loss
     torch.testing.assert_close(losses["cpu"], losses["torch"], rtol=1e-12, atol=0)
     assert losses["cpu"][0] != losses["cpu"][1]
+
+
+def test_an_entry_point_offers_a_neural_learner(tmp_path, monkeypatch):
+    """An installed package's entry point names a dict of the `learners:` block's keys: the sweep uses the learner
+    without declaring it, and the store will record its base step as an importable module (no file beside the sweep)."""
+    from importlib import metadata
+
+    from sweeps.spec import load_sweep, own
+
+    package = tmp_path / "site"
+    package.mkdir()
+    offered = 'RMSPROP_FADE = {"base": "plugin_parts_for_test:rmsprop", "fade": "head", "clip": True}\n'
+    (package / "plugin_parts_for_test.py").write_text(PART + offered)
+    monkeypatch.syspath_prepend(str(package))
+    entry = metadata.EntryPoint("rmsprop_fade", "plugin_parts_for_test:RMSPROP_FADE", own.ENTRY_POINTS)
+    monkeypatch.setattr(own.metadata, "entry_points", lambda group: [entry] if group == own.ENTRY_POINTS else [])
+    sweep = {k: v for k, v in SWEEP.items() if k != "learners"}
+    loaded = load_sweep(write_sweep(tmp_path, "unused_module_for_test", "", {**sweep, "optimizers": {
+        **sweep["optimizers"], "rmsprop_fade": {**GRID, "kappa": 1.0}}}))
+    (learner,) = loaded.learners
+    assert (learner.family, learner.reference, learner.module_file) == ("neural", "plugin_parts_for_test:rmsprop", "")
+    assert dict(learner.parts) == {"fade": "head", "clip": True} and "def rmsprop" in learner.source
+    assert learner.hyperparameters == ("alpha", "rho", "eps", "kappa", "theta_lambda", "gamma0")
+    assert {e.optimizer: e.learner for e in loaded.experiments} == {"sgd": None, "rmsprop_fade": learner}
