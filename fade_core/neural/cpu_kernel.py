@@ -219,7 +219,7 @@ def run_segment(setup, hp, state, data, sums):
                 factor = head_factor if layer == layers - 1 and classification else ones[:fan_out]
                 if general_fade if fade_on else general:
                     any_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, la, shrink,
-                                 th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, own, oh)
+                                 th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, oh)
                 elif own and fade_on:
                     fade_own_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc, oh,
                                       back, d_in, row_buffer)
@@ -250,5 +250,5 @@ def run_segment(setup, hp, state, data, sums):
                             gm[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else gm,
                             tr[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else tr,
                             d_layer, factor, a, la, shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac,
-                            own, oh)
+                            oh)
                 z_off = below

@@ -186,6 +186,12 @@ def adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, 
         z[j] = dot(pr, next_inp, fan_in)
 
 
+# Whether the rows' base step is `own_step`: a compile-time constant, False here, True in cpu_own's
+# copies of the rows (rebound with own_step). As a run-time flag, the built-in kernel kept the
+# untaken call in update_bias's loop, and the built-in SGD ran 11% slower (benchmarks/ab_neural.py).
+OWN_STEP = False
+
+
 @_dense
 def own_step(w, grad, m, v, j, alpha, oh, fc):
     """A researcher's base step on parameter j -> its new w, its state written to m[j] (and v[j]);
@@ -241,10 +247,10 @@ def fade_own_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, fact
 
 @_dense
 def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, lam, shrink, theta, bound, fc,
-                 first_step, ac, wd_mode, adam_base, clip_on, fade_on, back, delta_in, own, oh):
+                 first_step, ac, wd_mode, adam_base, clip_on, fade_on, back, delta_in, oh):
     """Any learner's parts on the layer whose W starts at p[w0] (`parts.update`'s order: FADE's
     decay, weight decay, base step, clipping), the parts chosen per call; `back` as in
-    `sgd_rank_one`; `own`: the base step is `own_step` (oh: its hyperparameters and constants).
+    `sgd_rank_one`; with OWN_STEP, the base step is `own_step` (oh: its hyperparameters and constants).
     The rows above are the faster special cases of the registered learners and of an own base step."""
     if back:
         delta_in[:] = 0
@@ -264,7 +270,7 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
                 grad = coupled_decay(grad, w, lam)
             elif wd_mode == WD_DECOUPLED:
                 w = decoupled_decay(w, shrink)
-            if own:
+            if OWN_STEP:
                 w = own_step(w, grad, m, v, row + i, alpha, oh, fc)
             elif adam_base:
                 m[row + i], v[row + i], w = adam(m[row + i], v[row + i], w, grad, ac)
@@ -277,9 +283,9 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
 
 @_dense
 def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, wd_mode, adam_base, clip, bound, fade_on,
-                first_step, ac, own, oh):
+                first_step, ac, oh):
     """Any learner on a bias (gradient delta[j], FADE curvature factor[j]): FADE decay (if on),
-    weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step (`own`: as
+    weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step (OWN_STEP: as
     in `any_rank_one`), clipping;
     in the parameters' dtype (the decayed FADE value is stored before the base step: a float64
     value here would make numba type w, and with it the whole step, float64 in float32 runs).
@@ -294,7 +300,7 @@ def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, w
             grad = coupled_decay(grad, w, lam)
         elif wd_mode == WD_DECOUPLED:
             w = decoupled_decay(w, shrink)
-        if own:
+        if OWN_STEP:
             w = own_step(w, grad, m, v, j, alpha, oh, fc)
         elif adam_base:
             m[j], v[j], w = adam(m[j], v[j], w, grad, ac)
