@@ -28,10 +28,12 @@ SWEEP = {"name": "rms", "task": "nonlinear_tracking", "task_settings": SETTINGS,
 
 
 def _plain_score(seed: int, alpha: float, rho: float, eps: float, theta_lambda: float, gamma0: float,
-                 wd: float = 0.0, kappa: float = math.inf, arch: Architecture = STUDENT, data=None) -> float:
-    """One run, step by step in float64: autograd gradients, FADE on the head as algorithms.md §2 writes it,
-    then RMSprop (v = rho v + (1 - rho) g^2; w -= alpha g / (sqrt(v) + eps)), L2 in the gradient (wd) and
-    clipping to kappa / sqrt(fan_in); the score is the mean squared error of the last score_window steps."""
+                 wd: float = 0.0, kappa: float = math.inf, arch: Architecture = STUDENT, data=None, fade: bool = True,
+                 decoupled: bool = False) -> float:
+    """One run, step by step in float64: autograd gradients, FADE on the head as algorithms.md §2 writes it
+    (`fade`), then RMSprop (v = rho v + (1 - rho) g^2; w -= alpha g / (sqrt(v) + eps)), L2 in the gradient (wd;
+    `decoupled`: w *= 1 - alpha wd before the step, as AdamW) and clipping to kappa / sqrt(fan_in); the score is
+    the mean squared error of the last score_window steps."""
     steps = SETTINGS["steps"]
     if data is None:
         chunk = make_stream("nonlinear_tracking", SETTINGS, seed).chunk(0, steps)
@@ -58,14 +60,17 @@ def _plain_score(seed: int, alpha: float, rho: float, eps: float, theta_lambda: 
         with torch.no_grad():
             for index, param in enumerate(params):
                 grad = param.grad
-                if id(param) in head:
+                if id(param) in head and fade:
                     q = torch.ones_like(param) if index % 2 else (inputs[-1] ** 2).expand_as(param)
                     g = trace[id(param)]
                     gamma[id(param)] = (gamma[id(param)] - theta_lambda * grad * g).clamp(-15, 0)
                     decay = gamma[id(param)].exp()
                     trace[id(param)] = g * (1 - decay - alpha * q).clamp(min=0) - decay * param
                     param.mul_(1 - decay)
-                grad = grad + wd * param
+                if decoupled:
+                    param.mul_(1 - alpha * wd)
+                else:
+                    grad = grad + wd * param
                 square[id(param)] = rho * square[id(param)] + (1 - rho) * grad * grad
                 param.sub_(alpha * grad / (square[id(param)].sqrt() + eps))
                 bound = kappa / math.sqrt(linears[index // 2].in_features)
@@ -100,15 +105,18 @@ def test_resume_and_confirm_take_the_recorded_base_step(finished, capsys):
     resume_and_confirm(root, sweep, results, MODULE, PART, changed, capsys, SWEEP)
 
 
-def test_engines_run_the_base_step_with_every_built_in_part(tmp_path, monkeypatch):
+@pytest.mark.parametrize("parts", [{"weight_decay": "coupled", "clip": True, "fade": "head"},
+                                   {"weight_decay": "decoupled", "clip": True, "fade": "none"}])
+def test_engines_run_the_base_step_with_every_built_in_part(parts, tmp_path, monkeypatch):
     """The CPU kernel and the torch ops against the plain loop: FADE, L2 in the gradient and clipping around
-    the researcher's RMSprop, two configurations sharing a pack, float64."""
+    the researcher's RMSprop (the CPU kernel's general row), or decoupled decay and clipping (its own-step rows),
+    two configurations sharing a pack, float64."""
     from fade_core.neural import StepSums, make_runs, own_learner
 
     (tmp_path / "engine_parts_for_test.py").write_text(PART)
     monkeypatch.syspath_prepend(str(tmp_path))
     rule = __import__("engine_parts_for_test").rmsprop
-    learner = own_learner("rms_all", rule, weight_decay="coupled", clip=True, fade="head")
+    learner = own_learner("rms_all", rule, **parts)  # (one name, other parts: another learner)
     arch, steps, window = Architecture((6, 16, 3)), 120, SETTINGS["score_window"]
     gen = torch.Generator().manual_seed(5)
     x = torch.randn(steps, 1, 6, generator=gen, dtype=torch.float64)
@@ -116,7 +124,8 @@ def test_engines_run_the_base_step_with_every_built_in_part(tmp_path, monkeypatc
     configs = [dict(alpha=0.01, rho=0.9, eps=1e-3, theta_lambda=1.0, gamma0=-3.0, wd=0.01, kappa=0.5),
                dict(alpha=0.003, rho=0.5, eps=1e-6, theta_lambda=0.5, gamma0=-4.6, wd=0.1, kappa=2.0)]
     hp = {name: [c["wd" if name == "lambda" else name] for c in configs] for name in learner.hyperparameters}
-    plain = [_plain_score(seed, **c, arch=arch, data=(x[:, 0], y[:, 0])) for seed, c in zip((1, 2), configs)]
+    plain = [_plain_score(seed, **c, arch=arch, data=(x[:, 0], y[:, 0]), fade=parts["fade"] == "head",
+                          decoupled=parts["weight_decay"] == "decoupled") for seed, c in zip((1, 2), configs)]
     for engine in ("cpu", "torch"):
         runs = make_runs(learner, arch, [1, 2], hp, "squared_error", dtype=torch.float64, engine=engine)
         sums = StepSums.zeros(2, arch, "squared_error", "cpu")
@@ -190,3 +199,27 @@ def test_a_comparison_is_a_value_in_where(tmp_path, monkeypatch):
         losses[engine] = sums.loss
     torch.testing.assert_close(losses["cpu"], losses["torch"], rtol=1e-12, atol=0)
     assert losses["cpu"][0] != losses["cpu"][1]
+
+
+def test_an_entry_point_offers_a_neural_learner(tmp_path, monkeypatch):
+    """An installed package's entry point names a dict of the `learners:` block's keys: the sweep uses the learner
+    without declaring it, and the store will record its base step as an importable module (no file beside the sweep)."""
+    from importlib import metadata
+
+    from sweeps.spec import load_sweep, own
+
+    package = tmp_path / "site"
+    package.mkdir()
+    offered = 'RMSPROP_FADE = {"base": "plugin_parts_for_test:rmsprop", "fade": "head", "clip": True}\n'
+    (package / "plugin_parts_for_test.py").write_text(PART + offered)
+    monkeypatch.syspath_prepend(str(package))
+    entry = metadata.EntryPoint("rmsprop_fade", "plugin_parts_for_test:RMSPROP_FADE", own.ENTRY_POINTS)
+    monkeypatch.setattr(own.metadata, "entry_points", lambda group: [entry] if group == own.ENTRY_POINTS else [])
+    sweep = {k: v for k, v in SWEEP.items() if k != "learners"}
+    loaded = load_sweep(write_sweep(tmp_path, "unused_module_for_test", "", {**sweep, "optimizers": {
+        **sweep["optimizers"], "rmsprop_fade": {**GRID, "kappa": 1.0}}}))
+    (learner,) = loaded.learners
+    assert (learner.family, learner.reference, learner.module_file) == ("neural", "plugin_parts_for_test:rmsprop", "")
+    assert dict(learner.parts) == {"fade": "head", "clip": True} and "def rmsprop" in learner.source
+    assert learner.hyperparameters == ("alpha", "rho", "eps", "kappa", "theta_lambda", "gamma0")
+    assert {e.optimizer: e.learner for e in loaded.experiments} == {"sgd": None, "rmsprop_fade": learner}

@@ -37,7 +37,9 @@ from fade_core.neural.cpu_layers import (
     affine,
     any_rank_one,
     fade_adam_rank_one,
+    fade_own_rank_one,
     fade_sgd_rank_one,
+    own_rank_one,
     sgd_l2_rank_one,
     sgd_rank_one,
     sgd_rank_one_then_affine,
@@ -141,9 +143,9 @@ def run_segment(setup, hp, state, data, sums):
         fused_sgd = not (fade_start == 0 or adam_base or clip or wd_mode != WD_NONE or own)
         fused_adam = adam_base and fade_start > 0 and wd_mode != WD_COUPLED and not own
         # Parts no special row below combines (FADE with weight decay or clipping, SGD with
-        # decoupled decay or clipped coupled decay, Adam with coupled decay, an own base step):
+        # decoupled decay or clipped coupled decay, Adam or an own base step with coupled decay):
         # `any_rank_one`.
-        general = (wd_mode == WD_COUPLED and (adam_base or clip)) or (wd_mode == WD_DECOUPLED and not adam_base) or own
+        general = (wd_mode == WD_COUPLED and (adam_base or clip or own)) or (wd_mode == WD_DECOUPLED and not (adam_base or own))
         general_fade = general or wd_mode != WD_NONE or clip
         fused = fused_sgd or fused_adam
         zero_in = np.zeros(n_in, dtype=params.dtype)
@@ -217,7 +219,12 @@ def run_segment(setup, hp, state, data, sums):
                 factor = head_factor if layer == layers - 1 and classification else ones[:fan_out]
                 if general_fade if fade_on else general:
                     any_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, la, shrink,
-                                 th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, own, oh)
+                                 th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, oh)
+                elif own and fade_on:
+                    fade_own_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc, oh,
+                                      back, d_in, row_buffer)
+                elif own:
+                    own_rank_one(p, m, v, w0, fan_in, fan_out, inp, d_layer, a, shrink, bounds[layer], oh, fc, back, d_in)
                 elif fade_on and not adam_base:
                     fade_sgd_rank_one(p, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
                                       back, d_in, row_buffer)
@@ -243,5 +250,5 @@ def run_segment(setup, hp, state, data, sums):
                             gm[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else gm,
                             tr[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else tr,
                             d_layer, factor, a, la, shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac,
-                            own, oh)
+                            oh)
                 z_off = below

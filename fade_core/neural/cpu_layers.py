@@ -186,6 +186,12 @@ def adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, 
         z[j] = dot(pr, next_inp, fan_in)
 
 
+# Whether the rows' base step is `own_step`: a compile-time constant, False here, True in cpu_own's
+# copies of the rows (rebound with own_step). As a run-time flag, the built-in kernel kept the
+# untaken call in update_bias's loop, and the built-in SGD ran 11% slower (benchmarks/ab_neural.py).
+OWN_STEP = False
+
+
 @_dense
 def own_step(w, grad, m, v, j, alpha, oh, fc):
     """A researcher's base step on parameter j -> its new w, its state written to m[j] (and v[j]);
@@ -194,13 +200,58 @@ def own_step(w, grad, m, v, j, alpha, oh, fc):
     return w
 
 
+# A researcher's base step (`own_step`) in rows of its own, as the built-in steps have them:
+# each slices the run's arrays to the row (own_step reads and writes its state at the row's
+# index i), so LLVM vectorises it like the rows above.
+@_dense
+def own_rank_one(p, m, v, w0, fan_in, fan_out, inp, delta, alpha, shrink, bound, oh, fc, back, delta_in):
+    """The base step `own_step` on the layer whose W starts at p[w0] (its state at m[w0], v[w0]
+    when it keeps any), after AdamW's decoupled decay `shrink` (1: none) and before clipping to
+    +-bound (inf: none), `parts.update`'s order; `back` as in `sgd_rank_one`."""
+    if back:
+        delta_in[:] = 0
+    for j in range(fan_out):
+        row = w0 + j * fan_in
+        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]  # (m, v empty without state)
+        dj = delta[j]
+        if back:
+            for i in range(fan_in):
+                delta_in[i] = fma(pr[i], dj, delta_in[i])
+        for i in range(fan_in):
+            w = own_step(decoupled_decay(pr[i], shrink), dj * inp[i], mr, vr, i, alpha, oh, fc)
+            pr[i] = clip_to(w, bound)
+
+
+@_dense
+def fade_own_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, oh, back, delta_in,
+                      decay):
+    """FADE then the base step `own_step` (FADE's step size alpha, as under SGD) on the layer whose
+    W starts at p[w0]; a row's passes as in `fade_sgd_rank_one`, `back` as in `sgd_rank_one`."""
+    if back:
+        delta_in[:] = 0
+    for j in range(fan_out):
+        row, e = w0 + j * fan_in, e0 + j * fan_in
+        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
+        gr, tr_ = gm[e : e + fan_in], tr[e : e + fan_in]
+        dj, fj = delta[j], factor[j]
+        for i in range(fan_in):
+            gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
+        if back:
+            for i in range(fan_in):
+                delta_in[i] = fma(pr[i], dj, delta_in[i])
+        for i in range(fan_in):
+            xi = inp[i]
+            tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha, fc)
+            pr[i] = own_step(w, dj * xi, mr, vr, i, alpha, oh, fc)
+
+
 @_dense
 def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, lam, shrink, theta, bound, fc,
-                 first_step, ac, wd_mode, adam_base, clip_on, fade_on, back, delta_in, own, oh):
+                 first_step, ac, wd_mode, adam_base, clip_on, fade_on, back, delta_in, oh):
     """Any learner's parts on the layer whose W starts at p[w0] (`parts.update`'s order: FADE's
     decay, weight decay, base step, clipping), the parts chosen per call; `back` as in
-    `sgd_rank_one`; `own`: the base step is `own_step` (oh: its hyperparameters and constants).
-    The rows above are the registered learners' faster special cases."""
+    `sgd_rank_one`; with OWN_STEP, the base step is `own_step` (oh: its hyperparameters and constants).
+    The rows above are the faster special cases of the registered learners and of an own base step."""
     if back:
         delta_in[:] = 0
     for j in range(fan_out):
@@ -219,7 +270,7 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
                 grad = coupled_decay(grad, w, lam)
             elif wd_mode == WD_DECOUPLED:
                 w = decoupled_decay(w, shrink)
-            if own:
+            if OWN_STEP:
                 w = own_step(w, grad, m, v, row + i, alpha, oh, fc)
             elif adam_base:
                 m[row + i], v[row + i], w = adam(m[row + i], v[row + i], w, grad, ac)
@@ -232,9 +283,9 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
 
 @_dense
 def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, wd_mode, adam_base, clip, bound, fade_on,
-                first_step, ac, own, oh):
+                first_step, ac, oh):
     """Any learner on a bias (gradient delta[j], FADE curvature factor[j]): FADE decay (if on),
-    weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step (`own`: as
+    weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step (OWN_STEP: as
     in `any_rank_one`), clipping;
     in the parameters' dtype (the decayed FADE value is stored before the base step: a float64
     value here would make numba type w, and with it the whole step, float64 in float32 runs).
@@ -249,7 +300,7 @@ def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, w
             grad = coupled_decay(grad, w, lam)
         elif wd_mode == WD_DECOUPLED:
             w = decoupled_decay(w, shrink)
-        if own:
+        if OWN_STEP:
             w = own_step(w, grad, m, v, j, alpha, oh, fc)
         elif adam_base:
             m[j], v[j], w = adam(m[j], v[j], w, grad, ac)

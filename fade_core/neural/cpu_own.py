@@ -5,9 +5,12 @@ shape of `cpu_layers.own_step`: (w, grad, m, v, j, alpha, oh, fc) -> the new w, 
 written to m[j] (and v[j]), reading its hyperparameters and then its constants from the run's
 row `oh` (`own_columns`: values in the parameters' dtype, made once per segment, never a
 float64 literal in a float32 rule). The kernel itself is the built-in one: `segment(own)` is
-`cpu_kernel.run_segment` with `own_step` rebound in its copies of `any_rank_one` and
-`update_bias` (fade_core.rulebind.bind: the same code, other globals), compiled once per base
-step and cached by numba under a digest of the printed step and the kernel's sources.
+`cpu_kernel.run_segment` with `own_step` rebound, and `cpu_layers.OWN_STEP` set, in its copies of
+the rows that call it (OWN_ROWS: `own_rank_one` and `fade_own_rank_one`, the built-in learners'
+fast rows with the own step in place of theirs; `any_rank_one`, for coupled weight decay or FADE
+with weight decay or clipping; `update_bias`) (fade_core.rulebind.bind: the same code, other
+globals), compiled once per base step and cached by numba under a digest of the printed step and
+the kernel's sources.
 """
 
 from __future__ import annotations
@@ -52,6 +55,9 @@ def own_columns(own: OwnBase, hp: Mapping[str, np.ndarray], runs: int, dtype: np
     return np.ascontiguousarray(np.stack(columns, axis=1) if columns else np.zeros((runs, 0), dtype=dtype))
 
 
+OWN_ROWS = ("own_rank_one", "fade_own_rank_one", "any_rank_one", "update_bias")  # cpu_layers' callers of own_step
+
+
 @functools.cache
 def segment(own: OwnBase) -> Callable:
     """`cpu_kernel.run_segment` with `own` as its base step (compiled on its first call)."""
@@ -61,8 +67,8 @@ def segment(own: OwnBase) -> Callable:
     digest = hashlib.sha256((text + sources).encode()).hexdigest()[:12]  # (the printed step's, not own.digest)
     dense = numba.njit(fastmath=FASTMATH, error_model=ERRORS, cache=True)
     layers = {}
-    for name in ("any_rank_one", "update_bias"):
-        function = bind(getattr(cpu_layers, name).py_func, {"own_step": step})
+    for name in OWN_ROWS:
+        function = bind(getattr(cpu_layers, name).py_func, {"own_step": step, "OWN_STEP": True})
         function.__qualname__ = f"{name}_{own.name}_{digest}"  # its cache file's name
         layers[name] = dense(function)
     run = bind(cpu_kernel.run_segment.py_func, layers)

@@ -110,8 +110,11 @@ class NeuralLearner(Learner):
 
     @property
     def key(self) -> str:
-        """Its name; with a researcher's base step, name@digest of the step's source (fade_core.learners)."""
-        return f"{self.name}@{self.own_base.digest}" if self.own_base else self.name
+        """Its name; with a researcher's base step, name@digest of the step's source and the parts around it
+        (fade_core.learners: one learner per key; the same name and step with other parts is another learner)."""
+        if not self.own_base:
+            return self.name
+        return f"{self.name}@{self.own_base.digest}:{self.weight_decay},{self.clip},{self.fade}"
 
     @property
     def own_base(self) -> Any:

@@ -5,8 +5,9 @@
       rmsprop_fade: {base: my_rules:rmsprop, fade: head}   # neural: the built-in parts around a base step
 
 The module is a `module.py` beside the sweep file, else an importable module; an installed
-package may also offer rules under the entry-point group `fade_sweep.learners` (entry name ->
-module:function), for any optimizer name a sweep uses that it does not declare. A declared
+package may also offer learners under the entry-point group `fade_sweep.learners`, for any optimizer
+name a sweep uses that it does not declare: entry name -> module:function of a linear rule, or of a
+dict that declares a neural learner as the block does ({"base": "pkg.parts:rmsprop", "fade": "head"}). A declared
 learner need not be used. Only `load_declared` and `load_rule` import user code: the run and
 confirm commands, before Ray, and the trainables. A store keeps a `DeclaredLearner` as plain
 data (name, family, hyperparameters and their ranges, the rule's source text and sha256) in
@@ -24,7 +25,7 @@ import sys
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from fade_core.hyperparameters import HYPERPARAMETERS, Hyperparameter
 from fade_core.linear import LINEAR_LEARNERS, LinearLearner
@@ -224,5 +225,16 @@ def load_declared(document: Any, folder: Path | None) -> tuple[DeclaredLearner, 
     wanted = _used_optimizers(document) - set(block) - set(LINEAR_LEARNERS) - set(NEURAL_LEARNERS)
     for entry in metadata.entry_points(group=ENTRY_POINTS):
         if entry.name in wanted:
-            declared.append(declare(entry.name, entry.value, None, f"entry point {entry.name} ({ENTRY_POINTS})"))
+            where = f"entry point {entry.name} ({ENTRY_POINTS})"
+            declared.append(declare(entry.name, _entry_value(entry, where), None, where))
     return tuple(declared)
+
+
+def _entry_value(entry: metadata.EntryPoint, where: str) -> str | dict:
+    """What an entry point offers, as a `learners:` block would give it: a linear rule's module:function
+    (the entry point names the rule), or a neural learner's mapping {base: module:function, weight_decay,
+    clip, fade} (the entry point names such a dict in its package)."""
+    if not REFERENCE.match(entry.value):
+        return entry.value  # (declare says what is wrong with it)
+    target = _function(entry.value, "", where)
+    return dict(target) if isinstance(target, Mapping) else entry.value
