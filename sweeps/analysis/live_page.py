@@ -23,10 +23,14 @@ def live_page(uri: str, every: float) -> tuple[bytes, float]:
 
 
 def prepare_helper() -> None:
-    """The helper process, as it starts (while the first pack runs): it yields to the packs' processes on a
-    full machine (nice 10, where allowed) and imports what a page needs, so the first page is quick once
-    the first pack lands rather than paying polars' and plotly's imports then."""
+    """The helper process, as it starts (while the first pack runs): it leaves Ctrl-C to the driver (which
+    ends it: a helper killed by the terminal's SIGINT broke the driver's interrupt), yields to the packs'
+    processes on a full machine (nice 10, where allowed) and imports what a page needs, so the first page
+    is quick once the first pack lands rather than paying polars' and plotly's imports then."""
     import os
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         os.nice(10)
     except (AttributeError, OSError):
