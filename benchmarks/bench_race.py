@@ -1,4 +1,4 @@
-"""A raced sweep against its full grid, whole commands, and (with --base) the race of another checkout: wall
+"""A raced sweep against its full grid, whole commands, and (with --base) another checkout's: wall
 time, where its seconds go, run-steps, and whether the race selects what the full grid selects.
 
     python benchmarks/bench_race.py [--steps 2000000] [--repeats 2] [--base /tmp/race-base] [--num-cpus 2]
@@ -7,8 +7,8 @@ time, where its seconds go, run-steps, and whether the race selects what the ful
 The sweep is a held-out linear grid (not a preset: 4 methods, 80 configurations, 10 seeds, noise 1.0),
 cut to `--steps` steps. Each variant is `fade-sweep run` in a fresh subprocess into a fresh store (no
 report), the variants alternated, `--repeats` times: "full" (this checkout, no race), "race" (this
-checkout, --race) and, with `--base DIR`, "base race" (the checkout at DIR, e.g. `git worktree add
-/tmp/race-base main`, --race). For each: the command's wall time; from its Done line, Ray's start and
+checkout, --race) and, with `--base DIR`, "base full" and "base race" (the checkout at DIR, e.g. `git worktree add
+/tmp/race-base main`; a base race's wall ratio is against the base full grid). For each: the command's wall time; from its Done line, Ray's start and
 the packs' time (the rest of the wall is the command's own: imports, the store's checks, Tune's start
 and end, the closing table); packs and run-steps; and per method the configuration the best table
 selects, against the full grid's. With `--stream-cache-mb MB`, "full MB" and "race MB" too, with that stream
@@ -78,7 +78,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=2_000_000)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--num-cpus", type=int, default=2)
-    parser.add_argument("--base", type=Path, help="another checkout whose --race runs alternate with this one's")
+    parser.add_argument("--base", type=Path, help="another checkout whose runs alternate with this one's")
     parser.add_argument("--stream-cache-mb", help="also full and race with this FADE_STREAM_CACHE_MB (a worker's stream "
                         "cache: where a sweep's streams do not fit, every pack draws its seeds' streams again)")
     args = parser.parse_args()
@@ -87,7 +87,7 @@ def main() -> None:
     common = [str(path), "--num-cpus", str(args.num_cpus)]
     variants = [("full", ROOT, common, None), ("race", ROOT, [*common, "--race"], None)]
     if args.base:
-        variants.append(("base race", args.base.resolve(), [*common, "--race"], None))
+        variants += [("base full", args.base.resolve(), common, None), ("base race", args.base.resolve(), [*common, "--race"], None)]
     if args.stream_cache_mb:
         mb = args.stream_cache_mb
         variants += [(f"full {mb}MB", ROOT, common, mb), (f"race {mb}MB", ROOT, [*common, "--race"], mb)]
@@ -107,7 +107,8 @@ def main() -> None:
         wall = min(s["wall"] for s in samples)
         same = all({k: s["best"][k] for k in configs} == configs for s in samples)
         best_same = all(s["best"]["<best method>"] == reference["<best method>"] for s in samples)
-        mine = results.get(f"full {name.split()[-1]}", full) if name.endswith("MB") else full  # the full grid alike
+        alike = f"full {name.split()[-1]}" if name.endswith("MB") else "base full" if name.startswith("base") else "full"
+        mine = results.get(alike, full)  # the full grid run alike
         print(f"  {name:>10}: wall ratio {wall / min(s['wall'] for s in mine):.2f} (best wall {wall:.1f} s), "
               f"run-step fraction {samples[0]['run_steps'] / full[0]['run_steps']:.2f}, "
               f"same configuration per method: {'yes' if same else 'NO'}, same best method: "

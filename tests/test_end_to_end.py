@@ -215,3 +215,55 @@ def test_a_damaged_record_is_skipped_by_readers_and_healed_by_resume(finished, t
         assert captured.err == "", captured.err
     assert main(["table", str(results_dir)]) == 0
     assert capsys.readouterr().out == before_table
+
+
+@ray.remote(num_cpus=1)
+def _read_through_the_board(prefix: str, seeds: list[int], steps: int, chunk: int) -> tuple[list, str]:
+    """A worker's reads of a pack's streams, chunk by chunk, through its node's board: the segments it drew and a
+    digest of what it read."""
+    import hashlib
+
+    from sweeps.tune.stream_share import attach
+    from tasks import LinearTrackingStream, make_stream
+    from tasks.stream import stacked
+    from tasks.stream_cache import SHARED_SEGMENTS
+
+    drawn, draw = [], LinearTrackingStream.draw_blocks
+    LinearTrackingStream.draw_blocks = lambda self, first, last: drawn.append((self.seed, first)) or draw(self, first, last)
+    SHARED_SEGMENTS.clear()
+    try:
+        attach(prefix)
+        streams = [make_stream("linear_tracking", {"noise": 1.0, "steps": steps, "bin": 1}, seed) for seed in seeds]
+        digest = hashlib.sha256()
+        for start in range(0, steps, chunk):
+            for part in stacked(streams, start, min(chunk, steps - start)):
+                digest.update(part.tobytes())
+        return drawn, digest.hexdigest()
+    finally:
+        LinearTrackingStream.draw_blocks, SHARED_SEGMENTS.node = draw, None
+        SHARED_SEGMENTS.clear()
+
+
+def test_a_node_s_workers_draw_each_segment_once_between_them(local_ray):
+    """Two workers reading the same seeds at once (two packs of a sweep): each segment is drawn by one of them and
+    both read exactly the streams a worker alone reads."""
+    import hashlib
+
+    from sweeps.tune.stream_share import end_boards, node_boards
+    from tasks import make_stream
+    from tasks.stream import SEGMENT_STEPS, stacked
+
+    steps, seeds, chunk = 2 * SEGMENT_STEPS + 3000, [0, 1, 2, 3], 50_000
+    prefix, boards = node_boards()
+    try:
+        (drawn_a, digest_a), (drawn_b, digest_b) = ray.get(
+            [_read_through_the_board.remote(prefix, seeds, steps, chunk) for _ in range(2)])
+    finally:
+        end_boards(boards)
+    assert sorted(drawn_a + drawn_b) == [(seed, first) for seed in seeds for first in (0, 32, 64)]
+    alone = [make_stream("linear_tracking", {"noise": 1.0, "steps": steps, "bin": 1}, seed) for seed in seeds]
+    digest = hashlib.sha256()
+    for start in range(0, steps, chunk):
+        for part in stacked(alone, start, min(chunk, steps - start)):
+            digest.update(part.tobytes())
+    assert digest_a == digest_b == digest.hexdigest()

@@ -169,8 +169,8 @@ def test_a_dry_run_adds_the_compile_time_of_kernels_numba_s_cache_lacks(tmp_path
 
 def test_streams_a_worker_cannot_keep_are_drawn_by_every_pack(monkeypatch):
     """A 2M-step linear stream of one seed is 336 MB: ten seeds do not fit a worker's cache of 512 MiB, so each pack
-    draws its own seeds' streams (their seconds in its time, none per slot); with a cache that holds them all a slot
-    draws each stream once and its packs read them."""
+    draws its own seeds' streams (their seconds in its time, none per slot); with a cache that holds them all the
+    node's two slots draw each stream once between them and their packs read them."""
     from sweeps.packs.dryrun import STREAM_RATES, estimate, streams_fit
     from sweeps.spec import PackResources, parse_sweep
 
@@ -183,7 +183,7 @@ def test_streams_a_worker_cannot_keep_are_drawn_by_every_pack(monkeypatch):
     monkeypatch.setenv("FADE_STREAM_CACHE_MB", "8192")
     kept = estimate(sweep, 2, PackResources(1, 0), None, "float32")
     draw = 10 * 2_000_000 / STREAM_RATES["linear_tracking"]  # the ten seeds' streams, once
-    assert streams_fit(sweep) and not kept.streams_per_pack and kept.stream_seconds == pytest.approx(draw)
+    assert streams_fit(sweep) and not kept.streams_per_pack and kept.stream_seconds == pytest.approx(draw / 2)
     # every seed is in one pack (seeds apart): the packs draw the ten seeds once between them
     assert sum(r.seconds for r in apart.rows) - sum(r.seconds for r in kept.rows) == pytest.approx(draw)
 
@@ -191,13 +191,13 @@ def test_streams_a_worker_cannot_keep_are_drawn_by_every_pack(monkeypatch):
 def test_the_stream_cache_takes_a_third_of_the_memory_over_the_cpus_by_default(monkeypatch):
     """Unset, a worker's stream cache is a third of the machine's memory over its CPUs (a worker per CPU), at least
     512 MiB: ten 2M-step linear seeds (3.4 GB) fit a worker of a 24 GiB, 2-CPU machine; a variable set wins."""
-    import tasks.stream as stream
+    import tasks.stream_cache as stream
 
     monkeypatch.delenv("FADE_STREAM_CACHE_MB", raising=False)
     monkeypatch.setattr(stream.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(stream, "_memory_bytes", lambda: 24 * 2**30)
+    monkeypatch.setattr(stream, "memory_bytes", lambda: 24 * 2**30)
     assert stream.stream_cache_budget() == 4 * 2**30 > 10 * 2_000_000 * 21 * 8
-    monkeypatch.setattr(stream, "_memory_bytes", lambda: 0)  # the system does not say
+    monkeypatch.setattr(stream, "memory_bytes", lambda: 0)  # the system does not say
     assert stream.stream_cache_budget() == 512 * 2**20
     monkeypatch.setenv("FADE_STREAM_CACHE_MB", "64")
     assert stream.stream_cache_budget() == 64 * 2**20

@@ -45,16 +45,17 @@ def test_confirm_keeps_the_defaults_of_flags_it_lacks():
 
 def test_every_trial_gets_the_options_whole(monkeypatch, tmp_path):
     """The Tune wiring hands the trainable one options object (with the sweep's configurations by id, the store's
-    URI, the writer and where interrupted packs continue), never options copied field by field."""
+    URI, the writer, where interrupted packs continue and the nodes' stream boards), never options copied field by
+    field."""
     from sweeps.tune import wiring
 
     handed = {}
     monkeypatch.setattr(wiring.tune, "with_parameters", lambda trainable, **kwargs: handed.update(kwargs) or trainable)
     options = ExecutionOptions(chunk_steps=123, engine="reference")
     location = StoreLocation.parse(tmp_path / "store")
-    wiring._trainable({}, location, "token", options, PackResources(), {"p": "tune-x/ckpt"})
+    wiring._trainable({}, location, "token", options, PackResources(), {"p": "tune-x/ckpt"}, "boards-1")
     assert handed == {"index": {}, "store_uri": location.uri, "writer": "token", "resume_from": {"p": "tune-x/ckpt"},
-                      "options": options}
+                      "options": options, "boards": "boards-1"}
     assert handed["options"] is options
 
 

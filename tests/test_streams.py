@@ -21,7 +21,8 @@ from tasks import (
     PartialEmnistSettings,
     make_stream,
 )
-from tasks.stream import SHARED_BLOCKS, BlockCache, stacked
+from tasks.stream import SEGMENT_STEPS, stacked
+from tasks.stream_cache import SHARED_SEGMENTS, SegmentCache
 from tests.emnist_fixture import write_idx_dataset
 
 
@@ -86,21 +87,97 @@ def test_a_chunk_is_a_copy_not_the_cached_block(case, emnist_dir):
 
 
 @pytest.mark.parametrize("case", STREAMS)
-def test_a_block_is_drawn_once_per_process_and_shared_by_the_streams_of_its_seed(case, emnist_dir, monkeypatch):
-    SHARED_BLOCKS.clear()
+def test_a_segment_is_drawn_once_per_process_and_shared_by_the_streams_of_its_seed(case, emnist_dir, monkeypatch):
+    SHARED_SEGMENTS.clear()
     stream = _stream(case, emnist_dir)
     drawn = []
     draw = type(stream)._block
     monkeypatch.setattr(type(stream), "_block", lambda self, b: drawn.append((self.seed, b)) or draw(self, b))
-    first = stream.chunk(4000, 200)  # blocks 0 and 1
+    first = stream.chunk(4000, 200)  # in blocks 0 and 1 of the one segment of 10,000 steps: blocks 0, 1 and 2
     again = _stream(case, emnist_dir).chunk(4000, 200)  # another pack's stream of the seed: from the cache
     other_seed = _stream(case, emnist_dir, seed=1).chunk(4000, 200)
-    assert drawn == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert drawn == [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)]
     assert torch.equal(first.x, again.x) and torch.equal(first.y, again.y)
     assert not torch.equal(first.y, other_seed.y)
-    SHARED_BLOCKS.clear()
+    SHARED_SEGMENTS.clear()
     drawn.clear()
-    assert torch.equal(_stream(case, emnist_dir).chunk(4000, 200).x, first.x) and len(drawn) == 2  # drawn anew, same
+    assert torch.equal(_stream(case, emnist_dir).chunk(4000, 200).x, first.x) and len(drawn) == 3  # drawn anew, same
+
+
+def test_a_chunk_across_segments_equals_its_blocks_joined():
+    """A long stream is kept in segments of SEGMENT_STEPS: a chunk over a segment's end is the blocks' steps."""
+    stream = make_stream("linear_tracking", {"noise": 1.0, "steps": 2 * SEGMENT_STEPS + 5000, "bin": 1}, 4)
+    start, n = SEGMENT_STEPS - 700, 2000
+    got = stream.chunk(start, n)
+    blocks = make_stream("linear_tracking", {"noise": 1.0, "steps": 2 * SEGMENT_STEPS + 5000, "bin": 1}, 4)
+    first = start // 4096
+    x, y = blocks.draw_blocks(first, (start + n) // 4096 + 1)
+    at = start - first * 4096
+    assert torch.equal(got.x, torch.from_numpy(x[at : at + n])) and torch.equal(got.y, torch.from_numpy(y[at : at + n]))
+    assert list(stream.segments(start, n)) == [0, 1] and list(stream.segments(2 * SEGMENT_STEPS, 5000)) == [2]
+
+
+class FakeBoard:
+    """A node's board as `tasks.stream_cache.NodeSegments` promises it, in one process: `others` are segments
+    another worker is drawing, which it publishes when a claim waits for them."""
+
+    def __init__(self, others):
+        self.published, self.drawing, self.others, self.asked = {}, set(), dict(others), []
+
+    def claim(self, key, wait):
+        self.asked.append((key, wait))
+        if key in self.published:
+            return self.published[key]
+        if key in self.others:
+            if not wait:
+                return "busy"
+            self.published[key] = self.others.pop(key)()  # the other worker publishes it
+            return self.published[key]
+        self.drawing.add(key)
+        return "draw"
+
+    def publish(self, key, segment):
+        self.drawing.discard(key)
+        self.published[key] = tuple(a.copy() for a in segment)
+        return self.published[key]
+
+    def release(self, key):
+        self.drawing.discard(key)
+
+
+def test_a_node_s_workers_divide_the_segments_a_chunk_starts_and_read_each_other_s(monkeypatch):
+    """Seeds 0 and 2 are being drawn by another worker: this one draws 1 and 3 first, then reads 0 and 2 from the
+    board; every value is the stream's own."""
+    settings = {"noise": 1.0, "steps": 10_000}  # one segment of three blocks
+    streams = [make_stream("linear_tracking", settings, seed) for seed in range(4)]
+    names = [stream._wanted(0)[2] for stream in streams]
+    fresh = [make_stream("linear_tracking", settings, seed).draw_blocks(0, 3) for seed in range(4)]
+    board = FakeBoard({names[s]: (lambda s=s: fresh[s]) for s in (0, 2)})
+    cache = SegmentCache(budget_bytes=2**30)
+    cache.node = board
+    drawn = []
+    draw = LinearTrackingStream._block
+    monkeypatch.setattr(LinearTrackingStream, "_block", lambda self, b: drawn.append(self.seed) or draw(self, b))
+    cache.gather([stream._wanted(0) for stream in streams])
+    assert drawn == [1, 1, 1, 3, 3, 3]
+    assert board.asked == [(names[0], False), (names[1], False), (names[2], False), (names[3], False),
+                           (names[0], True), (names[2], True)]
+    for seed, stream in enumerate(streams):
+        assert all(np.array_equal(a, b) for a, b in zip(cache.get(*stream._wanted(0)), fresh[seed]))
+    assert drawn == [1, 1, 1, 3, 3, 3] and not board.drawing  # nothing drawn twice, every claim published
+
+
+def test_a_failed_draw_gives_its_claim_back():
+    board = FakeBoard({})
+    cache = SegmentCache(budget_bytes=2**30)
+    cache.node = board
+
+    def fails():
+        raise OSError("disk gone")
+
+    with pytest.raises(OSError, match="disk gone"):
+        cache.get("g", 0, "g:0", fails)
+    assert not board.drawing  # released: the next claim draws it
 
 
 @pytest.mark.parametrize("case", STREAMS)
@@ -130,25 +207,25 @@ def test_stacked_refuses_streams_of_different_tasks(emnist_dir):
         stacked([_stream("linear", emnist_dir), _stream("emnist", emnist_dir)], 0, 10)
 
 
-def test_block_cache_keeps_a_too_large_group_s_first_blocks_and_evicts_old_groups():
-    block = (np.zeros(10), np.zeros(6))  # 128 bytes
-    cache = BlockCache(budget_bytes=2 * 128)
+def test_segment_cache_keeps_a_too_large_group_s_first_segments_and_evicts_old_groups():
+    segment = (np.zeros(10), np.zeros(6))  # 128 bytes
+    cache = SegmentCache(budget_bytes=2 * 128)
     made = []
 
     def get(group, key):
-        return cache.get(group, key, lambda: made.append((group, key)) or tuple(a.copy() for a in block))
+        return cache.get(group, key, f"{group}:{key}", lambda: made.append((group, key)) or tuple(a.copy() for a in segment))
 
-    for _ in range(2):  # a group read start to end twice: the first two blocks hit the second time
+    for _ in range(2):  # a group read start to end twice: the first two segments hit the second time
         for key in range(4):
             get("a", key)
     assert made == [("a", k) for k in range(4)] + [("a", 2), ("a", 3)] and cache.used == 256
-    assert not get("a", 0)[0].flags.writeable  # a stored block is read-only
+    assert not get("a", 0)[0].flags.writeable  # a stored segment is read-only
     get("b", 0)  # a new group evicts the least recently used other groups
     made.clear()
     get("b", 0), get("a", 0)
     assert made == [("a", 0)] and cache.used == 128 + 128
-    off = BlockCache(budget_bytes=0)
-    assert off.get("a", 0, lambda: block) is block and off.used == 0
+    off = SegmentCache(budget_bytes=0)
+    assert off.get("a", 0, "a:0", lambda: segment) is segment and off.used == 0
 
 
 @pytest.mark.parametrize("case", STREAMS)

@@ -130,7 +130,7 @@ def _first_round(sweep):
 
 def _check_stream_cache() -> None:
     """A bad FADE_STREAM_CACHE_MB is one line now, not an error in every trial."""
-    from tasks.stream import stream_cache_budget
+    from tasks.stream_cache import stream_cache_budget
 
     try:
         stream_cache_budget()

@@ -15,12 +15,12 @@ import torch
 from sweeps.packs import make_runner
 from sweeps.plan import Pack
 from sweeps.spec import Experiment, make_config
-from tasks import get_task
+from tasks import BLOCK, get_task
 
 CALIBRATION_STEPS = {"linear": 5_000, "neural": 200}
 CALIBRATION_RUNS = {"linear": 200, "neural": 50}
 STREAM_CALIBRATION_STEPS = 20_000  # steps of one stream drawn to time a task's streams
-UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, so the draw is not served from the BlockCache
+UNCACHED_SEED = 2**31 - 1  # a seed no sweep uses, (drawn afresh, never from a cache)
 
 
 def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype, device: str = "cpu",
@@ -56,13 +56,13 @@ def calibrate(experiment: Experiment, seeds: tuple[int, ...], dtype: torch.dtype
 def stream_seconds(experiment: Experiment, seeds: int) -> float:
     """Seconds to draw `seeds` streams of this experiment's task settings, whole length, on one thread.
 
-    A pack draws each of its seeds' streams once for all its configs, and a worker's BlockCache
-    keeps them for the packs that follow, so each slot draws each stream about once: a cost per
-    slot, not per run (a 1-config pack of 10 linear seeds spends more on its streams than on its
-    runs). Timed on STREAM_CALIBRATION_STEPS steps of a seed no sweep uses (nothing cached)."""
+    A pack draws each of its seeds' streams once for all its configs, and the segment cache keeps
+    them for the packs that follow (tasks/stream_cache.py), so each stream is drawn about once: a
+    cost per stream, not per run (a 1-config pack of 10 linear seeds spends more on its streams than
+    on its runs). Timed on the blocks of STREAM_CALIBRATION_STEPS steps of a seed no sweep uses."""
     steps = experiment.settings.steps
-    n = min(steps, STREAM_CALIBRATION_STEPS)
+    blocks = -(-min(steps, STREAM_CALIBRATION_STEPS) // BLOCK)
     stream = get_task(experiment.task).make_stream(experiment.settings, UNCACHED_SEED)
     start = time.perf_counter()
-    stream.chunk(0, n)
-    return seeds * steps * (time.perf_counter() - start) / n
+    stream.draw_blocks(0, blocks)
+    return seeds * steps * (time.perf_counter() - start) / (blocks * BLOCK)

@@ -51,7 +51,7 @@ SLOT_START_SECONDS = 3.0
 # first 4 s more, then 2.3 s per learner; the slots compile different learners side by side)
 COMPILE_FIRST_SECONDS = 4.0
 COMPILE_LEARNER_SECONDS = 2.3
-# steps of one seed's stream drawn per second, one thread, the first time (not from a worker's BlockCache), by process
+# steps of one seed's stream drawn per second, one thread, the first time (not from a cache), by process
 # time on the 2-core machine under load (2026-11-27, 6 seeds each): linear 1.7-2.1M (21 normal draws a step),
 # nonlinear 54-65K (its target network's forward pass: as dear as a fade_adam run); EMNIST's permuted images: a guess.
 # (The 33M and 42M this table held were re-reads from the cache.)
@@ -124,7 +124,7 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
         by_experiment[pack.experiment].append(pack)
     rows = []
     seconds: dict[str, list[float]] = {"cpu": [], "cuda": []}  # per pack, overheads included
-    streams: dict[str, dict[tuple[str, str], float]] = {"cpu": {}, "cuda": {}}  # per slot: each stream drawn once
+    streams: dict[str, dict[tuple[str, str], float]] = {"cpu": {}, "cuda": {}}  # each stream drawn once
     cached = streams_fit(sweep)  # else every pack draws its seeds' streams again
     uncalibrated = False
     reports = 0.0
@@ -151,8 +151,10 @@ def estimate(sweep: Sweep, slots: int, resources: PackResources, runs_per_pack: 
                             "GPU" if kind == "cuda" else "CPU", sum(mine)))
     ray = RAY_START_SECONDS if embedded else 0.0
     # the pool that ends last gives the wall time, and the parts the estimate lists are its own (they add up)
-    spans = [(makespan(seconds[d], n), sum(streams[d].values())) for d, n in (("cpu", slots), ("cuda", gpu_slots or 1))
-             if seconds[d]]
+    # A node's slots divide its draws (tasks/stream_cache.py): an embedded Ray is one node; a cluster's nodes each
+    # draw every stream, counted whole.
+    spans = [(makespan(seconds[d], n), sum(streams[d].values()) / (n if embedded else 1))
+             for d, n in (("cpu", slots), ("cuda", gpu_slots or 1)) if seconds[d]]
     packs_span, stream = max(spans, key=sum, default=(0.0, 0.0))
     stream = stream if cached else 0.0  # else in the packs' seconds
     cold = cold_kernels(by_experiment, dtype, engine) if seconds["cpu"] else ()
@@ -198,10 +200,10 @@ def _calibrated(experiment: Experiment, seeds: tuple[int, ...], dtype: str, on_g
 
 
 def streams_fit(sweep: Sweep) -> bool:
-    """Whether a worker's BlockCache (FADE_STREAM_CACHE_MB) holds every stream of the sweep: then a slot draws each
-    once and its later packs read them from the cache; else each pack draws its seeds' streams again (a 2M-step
+    """Whether a worker's segment cache (FADE_STREAM_CACHE_MB) holds every stream of the sweep: then each is drawn
+    once and later packs read it from the cache; else each pack draws its seeds' streams again (a 2M-step
     linear stream of one seed is 336 MB: 512 MiB holds one, the default on a 24 GiB, 2-CPU machine ten)."""
-    from tasks.stream import stream_cache_budget
+    from tasks.stream_cache import stream_cache_budget
 
     drawn = {(e.task, repr(e.settings)): e for e in sweep.experiments}
     size = sum(len(sweep.seeds) * e.settings.steps * STREAM_BYTES.get(e.task, DEFAULT_STREAM_BYTES) for e in drawn.values())
@@ -209,8 +211,8 @@ def streams_fit(sweep: Sweep) -> bool:
 
 
 def _stream_seconds(experiment: Experiment, seeds: int, calibrate: bool) -> float:
-    """Seconds a slot spends drawing the experiment's streams, each seed's once (a worker's BlockCache keeps
-    them for the packs that follow): timed here with `calibrate`, else at `STREAM_RATES`."""
+    """Seconds of drawing the experiment's streams, each seed's once (the segment cache keeps them for the packs
+    that follow): timed here with `calibrate`, else at `STREAM_RATES`."""
     if calibrate:
         from sweeps.packs.calibrate import stream_seconds
 

@@ -190,7 +190,7 @@ def _split(group: _Group, pieces: int, stage: str) -> list[Pack]:
     first, or configs apart first when that is more even (5 seeds do not cut evenly in 4). A pack
     draws each of its seeds' streams once for all its configs: cutting seeds apart draws no stream
     twice, cutting configs apart draws their seeds' streams once per pack (a nonlinear stream costs
-    about what a fade_adam run of the same steps does; a worker's BlockCache keeps what fits)."""
+    about what a fade_adam run of the same steps does; a worker's segment cache keeps what fits)."""
     configs, seeds = group.configs, group.seeds
     by_seeds = min(len(seeds), pieces), None
     by_configs = None, min(len(configs), pieces)

@@ -28,6 +28,7 @@ from sweeps.store.records import CheckpointRecord, write_record
 from sweeps.store.store import Store
 from sweeps.tune.metrics import as_report, config_totals
 from sweeps.tune.searcher import pack_of
+from sweeps.tune.stream_share import attach
 
 # A report is a round trip to the driver (the trial's thread waits for it): a chunk of a small pack (a race's
 # later rounds) takes a fraction of that, so progress goes to Tune at most this often (and with each checkpoint).
@@ -57,6 +58,7 @@ def pack_trainable(
     writer: str | None,
     resume_from: dict[str, str],
     options: ExecutionOptions,
+    boards: str | None,
 ) -> None:
     """Run the pack `config` names (searcher.pack_config; rebuilt from `index`, the sweep's configurations by id:
     searcher.pack_of) from its last checkpoint, if any, and write its results
@@ -64,7 +66,9 @@ def pack_trainable(
 
     The last checkpoint is this trial's own (a retry), else the one `resume_from` names for
     the pack (a checkpoint directory of an earlier, interrupted experiment of the sweep).
-    `options.engine`: every pack's engine (None: its experiment's, else the default for its task and device)."""
+    `options.engine`: every pack's engine (None: its experiment's, else the default for its task and device);
+    `boards`: the name of the nodes' stream boards, through which this node's workers draw each stream once
+    (stream_share.py; None: alone)."""
     # The pack engine (torch, numba) is imported here, on the worker: the driver imports this
     # module only to hand Tune the function, and starts sooner without it (2-3 s).
     import numba
@@ -74,6 +78,7 @@ def pack_trainable(
     from sweeps.packs.neural import use_tf32
 
     pack = pack_of(config, index)
+    attach(boards)
     store = Store.open(store_uri)  # a local path or an object-store URI (credentials: this worker's chain)
     if store.pack_written(pack):
         # Finished before an interruption that Tune's experiment state did not record yet.

@@ -30,18 +30,19 @@ from sweeps.tune.options import ExecutionOptions, SweepInterrupted
 from sweeps.tune.progress import SweepProgress
 from sweeps.tune.resume import TUNE_PREFIX, config_index, packs_record
 from sweeps.tune.searcher import Next, PackSearcher, search
+from sweeps.tune.stream_share import end_boards, node_boards
 from sweeps.tune.trainable import pack_trainable
 from tasks import get_task
 
 
 def _trainable(index: dict, results_dir: StoreLocation, writer: str | None, options: ExecutionOptions,
-               resources: PackResources, resume_from: dict[str, str]):
+               resources: PackResources, resume_from: dict[str, str], boards: str):
     """The trainable with what every trial shares, put in Ray's object store once: the sweep's configurations
     by id (a trial's config names its pack by ids: searcher.pack_config), the store (as its URI: workers
     rebuild the location, credentials from their own chain), the writer's token, where interrupted packs
-    continue from, and the run's options, whole."""
+    continue from, the run's options, whole, and the name of the nodes' stream boards (stream_share.py)."""
     trainable = tune.with_parameters(pack_trainable, index=index, store_uri=results_dir.uri, writer=writer,
-                                     resume_from=resume_from, options=options)
+                                     resume_from=resume_from, options=options, boards=boards)
     return tune.with_resources(trainable, pack_placement(index, resources))
 
 
@@ -183,15 +184,18 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
 
     searcher = PackSearcher(packs, lambda p: pack_seconds(p, plan.costs, plan.device(p)), handed, after)
     grid = None
+    prefix, boards = node_boards()  # each node's workers draw a stream once between them
     try:
         tuner = tune.Tuner(
-            _trainable(config_index(sweep), results_dir, store.writer, options, resources, resume_from),
+            _trainable(config_index(sweep), results_dir, store.writer, options, resources, resume_from, prefix),
             tune_config=tune.TuneConfig(search_alg=search(searcher, plan.slots), num_samples=-1, reuse_actors=True),
             run_config=_run_config(name, results_dir, options, [progress, *live]),
         )
         grid = tuner.fit()
     except KeyboardInterrupt:  # a second Ctrl-C: Tune's own handler gave up waiting
         pass
+    finally:
+        end_boards(boards)
     for report in live:  # no live page after this: what the command writes next (the final report) stays
         report.close()
     done = store.reopened().finished_runs(stage)  # what the trials committed
