@@ -146,8 +146,10 @@ def contract(outputs: Sequence[Node]) -> tuple[Node, ...]:
     (Triton's fp_fusion, NVRTC's --fmad) would fuse it: lerp(a, b, w) as fma(w, b - a, a), and
     x + p * q or p * q + x as fma(p, q, x) where the product has no other use (the right-hand
     product first when both are: beta2 * v + v_weight * g * g keeps beta2 * v). Subtractions are
-    left as they are. For a printer whose target contracts anyway: the fmas are then in the
-    printed order, not the compiler's choice (see triton_rule.contract's use)."""
+    left as they are. For a printer whose target contracts anyway (triton_rule's `fused`, for the
+    persistent engine): which products fuse is then the printed graph's choice, not the compiler's,
+    and the registers follow it. Not for a bit-exact print: an fma rounds once where the rule
+    rounds twice."""
     uses: dict[int, int] = {}
     for node in ssa(outputs):
         for arg in node.args:

@@ -27,11 +27,11 @@ How the printed code keeps the rule's rounding (review's pitfalls):
   a + w * (b - a) as written, so the kernels must launch with fp_fusion off where a result is
   claimed bit for bit (triton_update and triton_fused_step do). The persistent engine lets its
   products fuse and asks for the rule `fused` (`expression.contract`): its multiply-adds printed
-  as the fmas the compiler would make of them anyway, but in the printed order. Left to the
-  compiler (fp_fusion), Adam's moments compiled to the same kind of fmas with more spills
-  (adam at 8 warps 2860 B against 2772 for explicit fmas; LLVM fuses beta2 * v, not the
-  gradient's product). In Triton's interpreter, which contracts nothing, `fused` changes the
-  rounding: each fma's product is rounded once;
+  as the fmas the compiler would make of some of them anyway, but chosen by the print. Left to
+  the compiler, Adam's moments spilled more (ptxas, adam, bytes per thread at 8 / 16 warps:
+  2860 / 2900 with m, v printed first but no fmas; 2772 / 2704 with fmas in the old order;
+  2772 / 1804 with both, the hand-written kernel's figures). In Triton's interpreter, which
+  contracts nothing, `fused` changes the rounding: each fma's product is rounded once;
 - `/` and sqrt are IEEE (`tl.div_rn`, `tl.sqrt_rn` in float32: Triton's own float32 `/` is
   approximate) unless EXACT is False (the persistent engine's knob); div_approx is Triton's `/`;
 - maximum(a, b) is `_maximum`, where(b > a, b, a) (compiled: one PTX compare-and-select per
@@ -100,6 +100,9 @@ else:
     # `tl.where(b > a, ...)` on a tile first computes every element's comparison and then every
     # select: a tile of predicates alive at once, which ptxas spilled (FADE's clamps at 8 warps:
     # twice the spill bytes of the hand-written kernel). Same instructions, same result, bit for bit.
+    # The hand-written kernel's tl.maximum/minimum (PTX max.NaN, one instruction) spilled 4-40 B
+    # less at 8 warps for sgd_wclip, adam_wclip and fade_sgd_all, more elsewhere (fade_adam at 8,
+    # the clip learners at 16 warps), and differs from where() in a zero tie's sign and a NaN's payload.
     @triton.jit
     def _select(a, b, F32: tl.constexpr, F64: tl.constexpr):
         if a.dtype == tl.float32:
