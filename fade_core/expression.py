@@ -141,6 +141,38 @@ def substitute(outputs: Sequence[Node], values: Mapping[str, Node]) -> tuple[Nod
     return tuple(done.get(id(out), out) for out in outputs)
 
 
+def contract(outputs: Sequence[Node]) -> tuple[Node, ...]:
+    """`outputs` with every multiply-add written as an explicit fma, as a compiler that contracts
+    (Triton's fp_fusion, NVRTC's --fmad) would fuse it: lerp(a, b, w) as fma(w, b - a, a), and
+    x + p * q or p * q + x as fma(p, q, x) where the product has no other use (the right-hand
+    product first when both are: beta2 * v + v_weight * g * g keeps beta2 * v). Subtractions are
+    left as they are. For a printer whose target contracts anyway (triton_rule's `fused`, for the
+    persistent engine): which products fuse is then the printed graph's choice, not the compiler's,
+    and the registers follow it. Not for a bit-exact print: an fma rounds once where the rule
+    rounds twice."""
+    uses: dict[int, int] = {}
+    for node in ssa(outputs):
+        for arg in node.args:
+            uses[id(arg)] = uses.get(id(arg), 0) + 1
+
+    def product(node: Node) -> bool:
+        return node.op == "mul" and uses[id(node)] == 1
+
+    done: dict[int, Node] = {}
+    for node in ssa(outputs):
+        args = tuple(done.get(id(arg), arg) for arg in node.args)
+        if node.op == "lerp":
+            a, b, weight = args
+            done[id(node)] = Node("fma", (weight, Node("sub", (b, a)), a))
+        elif node.op == "add" and product(node.args[1]):
+            done[id(node)] = Node("fma", (*args[1].args, args[0]))
+        elif node.op == "add" and product(node.args[0]):
+            done[id(node)] = Node("fma", (*args[0].args, args[1]))
+        elif args != node.args:
+            done[id(node)] = Node(node.op, args, node.value)
+    return tuple(done.get(id(out), out) for out in outputs)
+
+
 def constants(outputs: Iterable[Node]) -> list[float]:
     """The distinct constants of the graph, in the order `ssa` meets them."""
     values: list[float] = []

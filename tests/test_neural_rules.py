@@ -130,3 +130,47 @@ def test_tracer_refuses_a_branch_on_a_value_and_reads_signatures():
     assert parameters(with_flag) == ("w", "grad")
     (node,) = trace(with_flag, ("w", "grad"), {"clip_on": True})
     assert node.op == "sub" and [a.value for a in node.args] == ["w", "grad"]
+
+
+def _evaluate(outputs, values: dict) -> list:
+    """A graph of fade_core.expression evaluated on float64 arrays, fma and lerp as plain
+    Python's (a * b + c, a + w * (b - a): rounded twice), maximum/minimum as rulebind's."""
+    from fade_core.expression import ssa
+
+    ops = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "neg": np.negative,
+           "gt": np.greater, "lt": np.less, "ge": np.greater_equal, "le": np.less_equal, "exp": np.exp,
+           "sqrt": np.sqrt, "div_approx": np.divide, "where": np.where, "fma": lambda a, b, c: a * b + c,
+           "maximum": lambda a, b: np.where(b > a, b, a), "minimum": lambda a, b: np.where(b < a, b, a),
+           "lerp": lambda a, b, w: a + w * (b - a)}
+    got: dict[int, object] = {}
+    for node in ssa(outputs):
+        got[id(node)] = (values[node.value] if node.op == "var" else node.value if node.op == "const"
+                         else ops[node.op](*(got[id(arg)] for arg in node.args)))
+    return [got[id(out)] for out in outputs]
+
+
+@pytest.mark.parametrize("learner", LEARNERS, ids=lambda learner: learner.name)
+def test_contract_writes_each_multiply_add_as_one_fma_on_the_same_operands(learner):
+    """expression.contract (the persistent engine's fused rule): lerp and every add of a product
+    used once become fmas; with fma rounded twice the contracted graph gives the original's bits
+    (each operand where it was), and no product used elsewhere is fused (computed twice)."""
+    from fade_core.expression import contract, ssa
+    from fade_core.neural import parts
+
+    flags = learner.flags(learner.fade != "none")
+    graph = trace(parts.update, UPDATE_INPUTS, flags)
+    fused = contract(graph)
+    rng = np.random.default_rng(0)
+    values = {n: rng.standard_normal(64) for n in UPDATE_INPUTS}
+    values |= {n: np.abs(values[n]) for n in UPDATE_INPUTS if n not in ("w", "grad", "m", "trace", "gamma")}
+    values |= {"gamma": -np.abs(values["gamma"]), "first_step": values["step"] > 0}
+    for want, got in zip(_evaluate(graph, values), _evaluate(fused, values)):
+        np.testing.assert_array_equal(got, want)
+    before, after = [[node.op for node in ssa(g)] for g in (graph, fused)]
+    assert "lerp" not in after and after.count("mul") == before.count("mul") - (after.count("fma") - before.count("fma")
+                                                                                 - before.count("lerp"))
+    uses = [arg for node in ssa(fused) for arg in node.args]
+    assert not any(node.op in ("add", "lerp") and any(a.op == "mul" and uses.count(a) == 1 for a in node.args)
+                   for node in ssa(fused))
+    if learner.base == "adam":  # m by lerp, v = beta2 * v + (v_weight * grad) * grad: the gradient's product fused
+        assert after.count("fma") >= before.count("fma") + 2

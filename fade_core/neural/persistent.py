@@ -34,7 +34,7 @@ plan above is optimistic. Triton lays the [H, 32] tiles out with the warps along
 32-long vector (x, its prefetch, y, the error, b1 and its state, the float64 squared-error sums)
 is replicated in 16 registers of every thread. sgd: 128 registers and ~400 B of spills per thread
 at 16 warps, 255 and ~430 B at 8; fade_sgd 128 + ~1.7 KB at 16 warps; adam (stream 2) 128 +
-~2.1 KB (~1.8 KB when this kernel wrote Adam's moments as explicit fmas); fade_adam 64 + ~4.0 KB
+~1.8 KB (with the rule printed `fused`: see triton_rule; ~2.1 KB without); fade_adam 64 + ~3.9 KB
 at 16 warps (stream 2). Spills go to local memory (L1, then L2):
 whether they are inside the step loop, and what they cost, only the GPU check's timings tell;
 holding W1 transposed the other way ([O, H]) gave the same counts.
@@ -49,8 +49,9 @@ function per layer (RULE0, RULE1: FADE's part on the head's parameters or on all
 the tiles (exp from libdevice, IEEE division and square root unless `exact` is off, Adam's
 bias corrections in float64 as torch_ops computes them, here per step on the device before
 the launch); the kernel itself is layout, the step loop and the state it keeps or streams.
-`fp_fusion` (on by default, for the products) lets the compiler contract the rule's a*b+c
-too, and the forward and backward products are sums in a different order than torch's bmm,
+`fp_fusion` (on by default, for the products) has the rule printed with its multiply-adds as
+fmas (triton_rule's `fused`: the contraction the compiler would do, in the printed order, for
+fewer spills), and the forward and backward products are sums in a different order than torch's bmm,
 so the two agree to float32 rounding, not bitwise.
 Every run's arithmetic reads only its own program's data: a run's numbers do not depend on
 its pack size, position, wave or segment length (bitwise), and a run whose numbers overflow
@@ -85,7 +86,7 @@ class KernelConfig:
 
     num_warps: int = 8
     stream: int = 2
-    fp_fusion: bool = True  # let the compiler contract a*b+c into FMAs (the products' speed)
+    fp_fusion: bool = True  # contract a*b+c into FMAs (the products' speed); the rule is then printed fused (triton_rule)
     exact: bool = True  # Adam's divisions and square roots rounded as torch's (False: the fast approximate ones)
     maxnreg: int | None = None  # registers per thread ptxas may use (None: its choice; it took 64 for adam at 16 warps)
 
@@ -114,7 +115,7 @@ def kernel_flags(learner: NeuralLearner, config: KernelConfig, sizes: Sequence[i
     """The kernel's compile-time arguments for `learner` on a network of `sizes` (in, hidden, out):
     the rule of each layer (FADE's part on the head's parameters, or on all) and the layout."""
     fade = _FADE_MODES[learner.fade]
-    return dict(RULE0=rule_for(learner, fade == 2), RULE1=rule_for(learner, fade >= 1), ADAM=learner.base == "adam",
+    return dict(RULE0=rule_for(learner, fade == 2, config.fp_fusion), RULE1=rule_for(learner, fade >= 1, config.fp_fusion), ADAM=learner.base == "adam",
                 FADE=fade, STREAM=config.stream if learner.base == "adam" else 0, EXACT=config.exact,
                 BI=triton.next_power_of_2(sizes[0]), BH=triton.next_power_of_2(sizes[1]),
                 BO=triton.next_power_of_2(sizes[2]))

@@ -25,7 +25,13 @@ How the printed code keeps the rule's rounding (review's pitfalls):
   float32 in Triton whatever the run's dtype;
 - fma is `_fma` (tl.fma; in the interpreter a float64 product rounded once), lerp is
   a + w * (b - a) as written, so the kernels must launch with fp_fusion off where a result is
-  claimed bit for bit (triton_update and triton_fused_step do; persistent lets its products fuse);
+  claimed bit for bit (triton_update and triton_fused_step do). The persistent engine lets its
+  products fuse and asks for the rule `fused` (`expression.contract`): its multiply-adds printed
+  as the fmas the compiler would make of some of them anyway, but chosen by the print. Left to
+  the compiler, Adam's moments spilled more (ptxas, adam, bytes per thread at 8 / 16 warps:
+  2860 / 2900 with m, v printed first but no fmas; 2772 / 2704 with fmas in the old order;
+  2772 / 1804 with both, the hand-written kernel's figures). In Triton's interpreter, which
+  contracts nothing, `fused` changes the rounding: each fma's product is rounded once;
 - `/` and sqrt are IEEE (`tl.div_rn`, `tl.sqrt_rn` in float32: Triton's own float32 `/` is
   approximate) unless EXACT is False (the persistent engine's knob); div_approx is Triton's `/`;
 - maximum(a, b) is `_maximum`, where(b > a, b, a) (compiled: one PTX compare-and-select per
@@ -45,7 +51,7 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from fade_core.expression import INFIX, Node, RuleError, constants, statements, substitute, trace
+from fade_core.expression import INFIX, Node, RuleError, constants, contract, statements, substitute, trace
 from fade_core.neural import parts
 from fade_core.neural.rules import NeuralLearner
 from fade_core.rulebind import parameters
@@ -94,6 +100,9 @@ else:
     # `tl.where(b > a, ...)` on a tile first computes every element's comparison and then every
     # select: a tile of predicates alive at once, which ptxas spilled (FADE's clamps at 8 warps:
     # twice the spill bytes of the hand-written kernel). Same instructions, same result, bit for bit.
+    # The hand-written kernel's tl.maximum/minimum (PTX max.NaN, one instruction) spilled 4-40 B
+    # less at 8 warps for sgd_wclip, adam_wclip and fade_sgd_all, more elsewhere (fade_adam at 8,
+    # the clip learners at 16 warps), and differs from where() in a zero tie's sign and a NaN's payload.
     @triton.jit
     def _select(a, b, F32: tl.constexpr, F64: tl.constexpr):
         if a.dtype == tl.float32:
@@ -134,8 +143,10 @@ def _root(a, EXACT: tl.constexpr):
 # do): FADE's gamma and trace before w. The trace reads the old w and the decay; printed after
 # w's update (parts.update's order), the old w, the new w and the decay stay alive together
 # through the trace's arithmetic, a tile each, and ptxas spilled more than for the hand-written
-# kernel, which wrote the trace first.
-PRINT_ORDER = ("gamma", "trace", "w", "m", "v")
+# kernel, which wrote the trace first. Adam's m and v before w, too: printed from w's graph,
+# step * m came first and stayed alive, a tile, through v's update (adam at 16 warps: 2116 B
+# of spills against the hand-written kernel's 1804, which wrote m, v, then the step).
+PRINT_ORDER = ("gamma", "trace", "m", "v", "w")
 
 _CALLS = {"neg": "-{0}", "exp": "_exp({0})", "sqrt": "_root({0}, EXACT)", "div": "_quotient({0}, {1}, EXACT)",
           "div_approx": "{0} / {1}", "fma": "_fma({0}, {1}, {2})", "where": "tl.where({0}, {1}, {2})",
@@ -155,12 +166,13 @@ def _graph(flags: dict[str, object]) -> tuple[Node, ...]:
     return substitute(outputs, derived)
 
 
-def triton_source(learner: NeuralLearner, fade_on: bool, name: str = "rule") -> str:
+def triton_source(learner: NeuralLearner, fade_on: bool, name: str = "rule", fused: bool = False) -> str:
     """The text of a module defining `name`, one parameter's update for `learner` (FADE's part
-    on it if `fade_on`) as a Triton function of ARGUMENTS and EXACT (see the module's doc).
-    RuleError (fade_core.expression) for a rule that reads an input no kernel has."""
+    on it if `fade_on`) as a Triton function of ARGUMENTS and EXACT (see the module's doc);
+    `fused`: its multiply-adds printed as fmas (`expression.contract`), for a kernel launched with
+    fp_fusion on. RuleError (fade_core.expression) for a rule that reads an input no kernel has."""
     flags = learner.flags(fade_on)
-    graph = _graph(flags)
+    graph = contract(_graph(flags)) if fused else _graph(flags)
     order = [parts.UPDATE_OUTPUTS.index(output) for output in PRINT_ORDER]
     outputs = [graph[k] for k in order]
     literals = constants(outputs)
@@ -199,13 +211,13 @@ _LOADED: dict[tuple, object] = {}
 _THIS_FILE = Path(__file__).read_bytes()
 
 
-def rule_for(learner: NeuralLearner, fade_on: bool):
-    """The Triton function of `triton_source(learner, fade_on)`, printed to CACHE once and
-    imported (one per process and rule): a kernel's `tl.constexpr` argument."""
-    key = tuple(sorted(learner.flags(fade_on).items()))
+def rule_for(learner: NeuralLearner, fade_on: bool, fused: bool = False):
+    """The Triton function of `triton_source(learner, fade_on, fused=fused)`, printed to CACHE once
+    and imported (one per process and rule): a kernel's `tl.constexpr` argument."""
+    key = (*sorted(learner.flags(fade_on).items()), fused)
     if key in _LOADED:
         return _LOADED[key]
-    text = triton_source(learner, fade_on, "rule")
+    text = triton_source(learner, fade_on, "rule", fused)
     digest = hashlib.sha256(text.encode() + _THIS_FILE).hexdigest()[:16]
     name = f"rule_{digest}"
     text = text.replace("def rule(", f"def {name}(", 1)
