@@ -86,15 +86,18 @@ class CounterStream(ABC):
         return range(start // SEGMENT_STEPS, max(start, start + n - 1) // SEGMENT_STEPS + 1)
 
     def draw_blocks(self, first: int, last: int) -> Segment:
-        """Blocks [first, last) drawn afresh and joined: x and y of steps [first * BLOCK, last * BLOCK)."""
-        blocks = [self._block(b) for b in range(first, last)]
-        return blocks[0] if len(blocks) == 1 else tuple(np.concatenate(parts) for parts in zip(*blocks))
+        """Blocks [first, last) drawn afresh, each its x and y. Never joined: a kept segment's 22 MB in one array
+        cost more in the kernel's page faults than drawing it (huge pages compacted on this 2-core VM)."""
+        return tuple(self._block(b) for b in range(first, last))
 
-    def _spans(self, start: int, n: int) -> Iterator[tuple[Segment, int, int]]:
-        """(segment, first, last): the pieces of steps [start, start + n), in order, as steps
-        [first, last) of kept segments."""
+    def _spans(self, start: int, n: int) -> Iterator[tuple[tuple[np.ndarray, ...], int, int]]:
+        """(block, first, last): the pieces of steps [start, start + n), in order, as steps
+        [first, last) of the blocks of kept segments."""
+        last = max(start, start + n - 1) // BLOCK
         for g in self.segments(start, n):
-            yield self._segment(g), max(start - g * SEGMENT_STEPS, 0), min(start + n - g * SEGMENT_STEPS, SEGMENT_STEPS)
+            segment = self._segment(g)
+            for b in range(max(start // BLOCK, g * SEGMENT_BLOCKS), min(last + 1, (g + 1) * SEGMENT_BLOCKS)):
+                yield segment[b - g * SEGMENT_BLOCKS], max(start - b * BLOCK, 0), min(start + n - b * BLOCK, BLOCK)
 
     def inputs(self, x: torch.Tensor, device: torch.device | str, dtype: torch.dtype) -> torch.Tensor:
         """The network's inputs for a chunk's `x` (here `x` itself, moved and cast)."""
@@ -136,8 +139,8 @@ def stacked(streams: Sequence[CounterStream], start: int, n: int, dtype: np.dtyp
     x, y = (np.empty((n, len(streams), *a.shape[1:]), dtype or a.dtype) for a in first)
     for s, pieces in enumerate(spans):
         at = 0
-        for (segment_x, segment_y), lo, hi in pieces:
-            x[at : at + hi - lo, s] = segment_x[lo:hi]
-            y[at : at + hi - lo, s] = segment_y[lo:hi]
+        for (block_x, block_y), lo, hi in pieces:
+            x[at : at + hi - lo, s] = block_x[lo:hi]
+            y[at : at + hi - lo, s] = block_y[lo:hi]
             at += hi - lo
     return x, y

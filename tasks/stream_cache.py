@@ -23,7 +23,7 @@ STREAM_CACHE_MB = "FADE_STREAM_CACHE_MB"  # environment variable: the process-wi
 MIN_STREAM_CACHE_MB = 512  # the budget where the machine's memory cannot be read, and the least default
 MEMORY_SHARE = 1 / 3  # of the machine's memory, shared by the workers a pack per CPU makes, is the default budget
 
-Segment = tuple[np.ndarray, ...]  # a segment's x and y, read-only
+Segment = tuple[tuple[np.ndarray, ...], ...]  # a segment's blocks, each its x and y; kept read-only
 Claim = Union[Segment, Literal["draw", "busy"]]
 
 
@@ -106,7 +106,7 @@ class SegmentCache:
             return segments.get(key)
 
     def _keep(self, group: Hashable, key: Hashable, segment: Segment) -> Segment:
-        size = sum(a.nbytes for a in segment)
+        size = segment_bytes(segment)
         with self._lock:
             if self.budget is None:
                 self.budget = stream_cache_budget()
@@ -115,19 +115,24 @@ class SegmentCache:
             while self.used + size > self.budget and len(self._groups) > 1:
                 self._evict(next(iter(self._groups)))
             if key not in segments and self.used + size <= self.budget:
-                for array in segment:
-                    array.flags.writeable = False
+                for block in segment:
+                    for array in block:
+                        array.flags.writeable = False
                 segments[key] = segment
                 self.used += size
             return segments.get(key, segment)
 
     def _evict(self, group: Hashable) -> None:
-        self.used -= sum(a.nbytes for segment in self._groups.pop(group).values() for a in segment)
+        self.used -= sum(segment_bytes(segment) for segment in self._groups.pop(group).values())
 
     def clear(self) -> None:
         with self._lock:
             self._groups.clear()
             self.used = 0
+
+
+def segment_bytes(segment: Segment) -> int:
+    return sum(array.nbytes for block in segment for array in block)
 
 
 def stream_cache_budget() -> int:

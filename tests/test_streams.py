@@ -111,7 +111,7 @@ def test_a_chunk_across_segments_equals_its_blocks_joined():
     got = stream.chunk(start, n)
     blocks = make_stream("linear_tracking", {"noise": 1.0, "steps": 2 * SEGMENT_STEPS + 5000, "bin": 1}, 4)
     first = start // 4096
-    x, y = blocks.draw_blocks(first, (start + n) // 4096 + 1)
+    x, y = (np.concatenate(parts) for parts in zip(*blocks.draw_blocks(first, (start + n) // 4096 + 1)))
     at = start - first * 4096
     assert torch.equal(got.x, torch.from_numpy(x[at : at + n])) and torch.equal(got.y, torch.from_numpy(y[at : at + n]))
     assert list(stream.segments(start, n)) == [0, 1] and list(stream.segments(2 * SEGMENT_STEPS, 5000)) == [2]
@@ -138,7 +138,7 @@ class FakeBoard:
 
     def publish(self, key, segment):
         self.drawing.discard(key)
-        self.published[key] = tuple(a.copy() for a in segment)
+        self.published[key] = tuple(tuple(a.copy() for a in block) for block in segment)
         return self.published[key]
 
     def release(self, key):
@@ -163,7 +163,8 @@ def test_a_node_s_workers_divide_the_segments_a_chunk_starts_and_read_each_other
     assert board.asked == [(names[0], False), (names[1], False), (names[2], False), (names[3], False),
                            (names[0], True), (names[2], True)]
     for seed, stream in enumerate(streams):
-        assert all(np.array_equal(a, b) for a, b in zip(cache.get(*stream._wanted(0)), fresh[seed]))
+        kept = cache.get(*stream._wanted(0))
+        assert len(kept) == 3 and all(np.array_equal(a, b) for k, f in zip(kept, fresh[seed]) for a, b in zip(k, f))
     assert drawn == [1, 1, 1, 3, 3, 3] and not board.drawing  # nothing drawn twice, every claim published
 
 
@@ -208,18 +209,18 @@ def test_stacked_refuses_streams_of_different_tasks(emnist_dir):
 
 
 def test_segment_cache_keeps_a_too_large_group_s_first_segments_and_evicts_old_groups():
-    segment = (np.zeros(10), np.zeros(6))  # 128 bytes
+    segment = ((np.zeros(10), np.zeros(6)),)  # one block, 128 bytes
     cache = SegmentCache(budget_bytes=2 * 128)
     made = []
 
     def get(group, key):
-        return cache.get(group, key, f"{group}:{key}", lambda: made.append((group, key)) or tuple(a.copy() for a in segment))
+        return cache.get(group, key, f"{group}:{key}", lambda: made.append((group, key)) or tuple(tuple(a.copy() for a in b) for b in segment))
 
     for _ in range(2):  # a group read start to end twice: the first two segments hit the second time
         for key in range(4):
             get("a", key)
     assert made == [("a", k) for k in range(4)] + [("a", 2), ("a", 3)] and cache.used == 256
-    assert not get("a", 0)[0].flags.writeable  # a stored segment is read-only
+    assert not get("a", 0)[0][0].flags.writeable  # a stored segment is read-only
     get("b", 0)  # a new group evicts the least recently used other groups
     made.clear()
     get("b", 0), get("a", 0)

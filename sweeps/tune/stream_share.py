@@ -24,7 +24,7 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from tasks.stream_cache import SHARED_SEGMENTS, Claim, Segment
+from tasks.stream_cache import SHARED_SEGMENTS, Claim, Segment, segment_bytes
 
 STALE_SECONDS = 60.0  # a claim not published by then goes to the next asker (its drawer died or hangs)
 OBJECT_STORE_SHARE = 0.75  # of a node's object store, the most its board keeps published (more spills to disk)
@@ -112,7 +112,7 @@ class BoardShare:
         if not self.alive:
             return segment
         ref = ray.put(segment)
-        self._call("publish", key, [ref], sum(a.nbytes for a in segment))
+        self._call("publish", key, [ref], segment_bytes(segment))
         return ray.get(ref)  # the shared copy: this process's drawn arrays can go
 
     def release(self, key: str) -> None:
