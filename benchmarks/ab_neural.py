@@ -51,7 +51,12 @@ def worker(tree: str) -> None:
     if Path(fade_core.__file__).resolve().parents[1] != Path(tree).resolve():
         fail(f"fade_core came from {fade_core.__file__}, not {tree}")
     from sweeps.packs import make_runner
-    from sweeps.spec import Pack, make_config, parse_sweep
+    from sweeps.spec import make_config, parse_sweep
+
+    try:
+        from sweeps.plan import Pack
+    except ImportError:  # a tree from before sweeps.plan (Pack was in sweeps.spec)
+        from sweeps.spec import Pack
 
     numba.set_num_threads(1)
     torch.set_num_threads(1)

@@ -7,10 +7,10 @@ shape), their compiled "cpu" kernels timed alternately in one process (CPU time,
     python benchmarks/bench_own_neural.py                 # float32, 20 runs of 2 seeds, 400 steps
     python benchmarks/bench_own_neural.py --runs 40 --steps 1000 --dtype float64
 
-An own step runs in weight rows of its own (`cpu_layers.own_rank_one`, `fade_own_rank_one`: the
-built-in SGD's rows with the step in place of SGD's; before them, in the general `any_rank_one`,
-it took 4.7-10x the built-in's time). The built-in `fade_sgd` fuses its first layer's update with
-the next step's forward product, which an own step does not.
+An own step runs in weight rows of its own (`cpu_layers.own_rank_one`, and `fade_sgd_rank_one`'s
+copy with OWN_STEP: the built-in SGD's rows with the step in place of SGD's; before them, in the
+general `any_rank_one`, it took 4.7-10x the built-in's time). The built-in `fade_sgd` fuses its
+first layer's update with the next step's forward product, which an own step does not.
 """
 
 from __future__ import annotations

@@ -174,3 +174,44 @@ def test_contract_writes_each_multiply_add_as_one_fma_on_the_same_operands(learn
                    for node in ssa(fused))
     if learner.base == "adam":  # m by lerp, v = beta2 * v + (v_weight * grad) * grad: the gradient's product fused
         assert after.count("fma") >= before.count("fma") + 2
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_cpu_printer_moves_a_negated_fma_factor_without_changing_bits(dtype):
+    """cpu_elements prints FADE's fma(-alpha_eff, q, 1 - decay) as fma(alpha_eff, -q, 1 - decay)
+    (one register for alpha in the FADE-SGD rows): the printed fade_apply gives the bits of the
+    rule's own form, computed here with the same FMA, on random values and signed zeros."""
+    import numba
+
+    from fade_core.neural import cpu_elements
+    from fade_core.neural.cpu_arith import fma
+
+    printed = cpu_elements.numba_source("fade_apply", cpu_elements._GRAPHS["fade_apply"],
+                                        ("decay", "trace", "w", "q", "alpha_eff", "fc"), {})
+    assert "fma(alpha_eff, t0, " in printed and "t0 = -q" in printed
+
+    @numba.njit
+    def rule_form(decay, trace_, w, q, alpha, fc):  # parts.fade_apply as written, fc as cpu_elements' constants
+        one, zero = fc[2], fc[1]
+        return fma(trace_, max(fma(-alpha, q, one - decay), zero), -(decay * w)), w * (one - decay)
+
+    @numba.njit
+    def both(decay, trace_, w, q, alpha, like):
+        fc = cpu_elements.fade_constants(like)
+        out = np.empty((decay.shape[0], 4), dtype=like.dtype)
+        for i in range(decay.shape[0]):
+            out[i, 0], out[i, 1] = cpu_elements.fade_apply(decay[i], trace_[i], w[i], q[i], alpha[i], fc)
+            out[i, 2], out[i, 3] = rule_form(decay[i], trace_[i], w[i], q[i], alpha[i], fc)
+        return out
+
+    rng = np.random.default_rng(0)
+    n = 4096
+    values = [rng.uniform(0, 1, n), rng.normal(0, 1, n), rng.normal(0, 1, n), rng.exponential(1, n), rng.exponential(0.1, n)]
+    for v in values[1:]:
+        v[::17] = 0.0
+        v[::23] = -0.0
+    decay, trace_, w, q, alpha = (v.astype(dtype) for v in values)
+    out = both(decay, trace_, w, q, alpha, np.zeros(1, dtype=dtype))
+    assert cpu_elements.CONSTANTS[1:3] == (0.0, 1.0)
+    np.testing.assert_array_equal(out[:, :2].view(np.uint32 if dtype is np.float32 else np.uint64),
+                                  out[:, 2:].view(np.uint32 if dtype is np.float32 else np.uint64))

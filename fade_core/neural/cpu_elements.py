@@ -3,7 +3,8 @@ numba scalar functions, which cpu_layers' row loops call.
 
 Each element rule of `fade_core/neural/parts.py` is traced once (fade_core/expression.py)
 and printed as Python for numba, one assignment per operation in the rule's order: `fma` as
-cpu_arith's (an FMA by construction), `exp` as cpu_exp's vectorisable polynomial,
+cpu_arith's (an FMA by construction; a negated first factor moved to the second,
+`negation_on_second_factor`), `exp` as cpu_exp's vectorisable polynomial,
 maximum/minimum as Python's max/min with the value first (a NaN value stays NaN), and every
 literal read from a tuple of constants in the parameters' dtype (`fade_constants`), never
 written as a literal: a float64 literal in a float32 run would make numba widen the whole
@@ -29,7 +30,7 @@ from numba.extending import overload
 from numba.np.numpy_support import as_dtype
 from numba.np.unsafe.ndarray import to_fixed_tuple
 
-from fade_core.expression import INFIX, Node, constants, statements, trace
+from fade_core.expression import INFIX, Node, constants, ssa, statements, trace
 from fade_core.neural import parts
 from fade_core.neural.cpu_arith import fma
 from fade_core.neural.cpu_exp import ERRORS, FASTMATH, exp_constants, exp_small
@@ -58,6 +59,22 @@ CONSTANTS: tuple[float, ...] = tuple(dict.fromkeys(v for g in _GRAPHS.values() f
 _EXP_AT = len(CONSTANTS)
 
 
+def negation_on_second_factor(outputs: Sequence[Node]) -> tuple[Node, ...]:
+    """The graph with each fma(-x, y, z) as fma(x, -y, z): the same product exactly (a negation
+    is exact), so the same bits. LLVM hoists a negated loop invariant out of a row loop into a
+    register of its own, where a negation computed in the loop is folded into the FMA
+    (vfnmadd): FADE's fma(-alpha, q, 1 - decay) beside SGD's alpha * grad held both alpha and
+    -alpha, one vector register more in the FADE-SGD rows, whose per-row code then spilled."""
+    done: dict[int, Node] = {}
+    for node in ssa(outputs):
+        args = tuple(done.get(id(arg), arg) for arg in node.args)
+        if node.op == "fma" and args[0].op == "neg":
+            done[id(node)] = Node("fma", (args[0].args[0], Node("neg", (args[1],)), args[2]))
+        elif any(new is not arg for new, arg in zip(args, node.args)):
+            done[id(node)] = Node(node.op, args, node.value)
+    return tuple(done.get(id(out), out) for out in outputs)
+
+
 def numba_source(name: str, outputs: Sequence[Node], arguments: Sequence[str], inputs: Mapping[str, str],
                  constant: Callable[[float], str] | None = None, stores: Sequence[str] = ()) -> str:
     """The graph `outputs` as a Python function `name(*arguments)` for numba: an input reads
@@ -81,7 +98,8 @@ def numba_source(name: str, outputs: Sequence[Node], arguments: Sequence[str], i
             return f"{a[0]} + {a[2]} * ({a[1]} - {a[0]})"
         return calls[op].format(*a)
 
-    lines, results = statements(outputs, leaf, render, lambda t, node, expression: f"    {t} = {expression}")
+    lines, results = statements(negation_on_second_factor(outputs), leaf, render,
+                                lambda t, node, expression: f"    {t} = {expression}")
     kept = len(results) - len(stores)
     lines += [f"    {lvalue} = {result}" for lvalue, result in zip(stores, results[kept:])]
     return "\n".join([f"def {name}({', '.join(arguments)}):", *lines, f"    return {', '.join(results[:kept])}", ""])

@@ -37,7 +37,6 @@ from fade_core.neural.cpu_layers import (
     affine,
     any_rank_one,
     fade_adam_rank_one,
-    fade_own_rank_one,
     fade_sgd_rank_one,
     own_rank_one,
     sgd_l2_rank_one,
@@ -220,14 +219,11 @@ def run_segment(setup, hp, state, data, sums):
                 if general_fade if fade_on else general:
                     any_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, la, shrink,
                                  th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, oh)
-                elif own and fade_on:
-                    fade_own_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc, oh,
-                                      back, d_in, row_buffer)
+                elif fade_on and (own or not adam_base):  # (own: cpu_own's copy, whose base step is own_step)
+                    fade_sgd_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
+                                      oh, back, d_in, row_buffer)
                 elif own:
                     own_rank_one(p, m, v, w0, fan_in, fan_out, inp, d_layer, a, shrink, bounds[layer], oh, fc, back, d_in)
-                elif fade_on and not adam_base:
-                    fade_sgd_rank_one(p, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
-                                      back, d_in, row_buffer)
                 elif fade_on:
                     fade_adam_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th,
                                        fc, first, ac, back, d_in, row_buffer)

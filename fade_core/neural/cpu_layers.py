@@ -88,6 +88,20 @@ def sgd_l2_rank_one(p, w0, fan_in, fan_out, inp, delta, alpha, lam, back, delta_
                 w[i] = sgd(w[i], coupled_decay(dj * inp[i], w[i], lam), alpha)
 
 
+# Whether the rows' base step is `own_step`: a compile-time constant, False here, True in cpu_own's
+# copies of the rows (rebound with own_step). As a run-time flag, the built-in kernel kept the
+# untaken call in update_bias's loop, and the built-in SGD ran 11% slower (benchmarks/ab_neural.py).
+OWN_STEP = False
+
+
+@_dense
+def own_step(w, grad, m, v, j, alpha, oh, fc):
+    """A researcher's base step on parameter j -> its new w, its state written to m[j] (and v[j]);
+    oh: its hyperparameters, then its constants. A placeholder here, never called: cpu_own
+    rebinds the name to the printed rule in its copies of the functions that call it."""
+    return w
+
+
 # Weight rows (gradient dj * inp[i], FADE curvature inp[i]^2 * factor), one kernel per
 # combination the learners use: each stores to few arrays, so LLVM vectorises it (a
 # generic row with every branch and five stored arrays ran 4x slower).
@@ -104,9 +118,12 @@ def sgd_rank_one_then_affine(p, w0, fan_in, fan_out, inp, delta, alpha, next_inp
 
 
 @_dense
-def fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, back, delta_in, decay):
+def fade_sgd_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, oh, back, delta_in,
+                      decay):
     """FADE then SGD on the layer whose W starts at p[w0] (its gamma and trace at gm[e0],
-    tr[e0]); `back` as in `sgd_rank_one`. A row in two passes, `fade_decay` then the rest
+    tr[e0]); `back` as in `sgd_rank_one`. With OWN_STEP (cpu_own's copies) the base step is
+    `own_step` instead, with FADE's step size alpha as under SGD (its state at m[w0], v[w0]; oh
+    as in `own_step`). A row in two passes, `fade_decay` then the rest
     (decay: a row's buffer): one loop over both had each weight's whole dependency chain
     (meta-update, clamp, exp, decay) in one iteration, longer than the out-of-order core
     could overlap across iterations; the same arithmetic, so the same bits."""
@@ -115,6 +132,7 @@ def fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, al
     for j in range(fan_out):
         row, e = w0 + j * fan_in, e0 + j * fan_in
         pr, gr, tr_ = p[row : row + fan_in], gm[e : e + fan_in], tr[e : e + fan_in]
+        mr, vr = (m[row : row + fan_in], v[row : row + fan_in]) if OWN_STEP else (m, v)  # (the base step's state)
         dj, fj = delta[j], factor[j]
         for i in range(fan_in):
             gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
@@ -124,7 +142,7 @@ def fade_sgd_rank_one(p, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, al
         for i in range(fan_in):
             xi = inp[i]
             tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha, fc)
-            pr[i] = sgd(w, dj * xi, alpha)
+            pr[i] = own_step(w, dj * xi, mr, vr, i, alpha, oh, fc) if OWN_STEP else sgd(w, dj * xi, alpha)
 
 
 @_dense
@@ -186,23 +204,9 @@ def adam_rank_one_then_affine(p, m, v, w0, fan_in, fan_out, inp, delta, shrink, 
         z[j] = dot(pr, next_inp, fan_in)
 
 
-# Whether the rows' base step is `own_step`: a compile-time constant, False here, True in cpu_own's
-# copies of the rows (rebound with own_step). As a run-time flag, the built-in kernel kept the
-# untaken call in update_bias's loop, and the built-in SGD ran 11% slower (benchmarks/ab_neural.py).
-OWN_STEP = False
-
-
-@_dense
-def own_step(w, grad, m, v, j, alpha, oh, fc):
-    """A researcher's base step on parameter j -> its new w, its state written to m[j] (and v[j]);
-    oh: its hyperparameters, then its constants. A placeholder here, never called: cpu_own
-    rebinds the name to the printed rule in its copies of the functions that call it."""
-    return w
-
-
-# A researcher's base step (`own_step`) in rows of its own, as the built-in steps have them:
-# each slices the run's arrays to the row (own_step reads and writes its state at the row's
-# index i), so LLVM vectorises it like the rows above.
+# A researcher's base step (`own_step`) in rows of its own, as the built-in steps have them
+# (under FADE: `fade_sgd_rank_one`'s OWN_STEP copy): each slices the run's arrays to the row
+# (own_step reads and writes its state at the row's index i), so LLVM vectorises it like the rows above.
 @_dense
 def own_rank_one(p, m, v, w0, fan_in, fan_out, inp, delta, alpha, shrink, bound, oh, fc, back, delta_in):
     """The base step `own_step` on the layer whose W starts at p[w0] (its state at m[w0], v[w0]
@@ -220,29 +224,6 @@ def own_rank_one(p, m, v, w0, fan_in, fan_out, inp, delta, alpha, shrink, bound,
         for i in range(fan_in):
             w = own_step(decoupled_decay(pr[i], shrink), dj * inp[i], mr, vr, i, alpha, oh, fc)
             pr[i] = clip_to(w, bound)
-
-
-@_dense
-def fade_own_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, alpha, theta, fc, oh, back, delta_in,
-                      decay):
-    """FADE then the base step `own_step` (FADE's step size alpha, as under SGD) on the layer whose
-    W starts at p[w0]; a row's passes as in `fade_sgd_rank_one`, `back` as in `sgd_rank_one`."""
-    if back:
-        delta_in[:] = 0
-    for j in range(fan_out):
-        row, e = w0 + j * fan_in, e0 + j * fan_in
-        pr, mr, vr = p[row : row + fan_in], m[row : row + fan_in], v[row : row + fan_in]
-        gr, tr_ = gm[e : e + fan_in], tr[e : e + fan_in]
-        dj, fj = delta[j], factor[j]
-        for i in range(fan_in):
-            gr[i], decay[i] = fade_decay(gr[i], tr_[i], dj * inp[i], theta, fc)
-        if back:
-            for i in range(fan_in):
-                delta_in[i] = fma(pr[i], dj, delta_in[i])
-        for i in range(fan_in):
-            xi = inp[i]
-            tr_[i], w = fade_apply(decay[i], tr_[i], pr[i], xi * xi * fj, alpha, fc)
-            pr[i] = own_step(w, dj * xi, mr, vr, i, alpha, oh, fc)
 
 
 @_dense

@@ -6,7 +6,7 @@ written to m[j] (and v[j]), reading its hyperparameters and then its constants f
 row `oh` (`own_columns`: values in the parameters' dtype, made once per segment, never a
 float64 literal in a float32 rule). The kernel itself is the built-in one: `segment(own)` is
 `cpu_kernel.run_segment` with `own_step` rebound, and `cpu_layers.OWN_STEP` set, in its copies of
-the rows that call it (OWN_ROWS: `own_rank_one` and `fade_own_rank_one`, the built-in learners'
+the rows that call it (OWN_ROWS: `own_rank_one` and `fade_sgd_rank_one`, the built-in learners'
 fast rows with the own step in place of theirs; `any_rank_one`, for coupled weight decay or FADE
 with weight decay or clipping; `update_bias`) (fade_core.rulebind.bind: the same code, other
 globals), compiled once per base step and cached by numba under a digest of the printed step and
@@ -55,7 +55,7 @@ def own_columns(own: OwnBase, hp: Mapping[str, np.ndarray], runs: int, dtype: np
     return np.ascontiguousarray(np.stack(columns, axis=1) if columns else np.zeros((runs, 0), dtype=dtype))
 
 
-OWN_ROWS = ("own_rank_one", "fade_own_rank_one", "any_rank_one", "update_bias")  # cpu_layers' callers of own_step
+OWN_ROWS = ("own_rank_one", "fade_sgd_rank_one", "any_rank_one", "update_bias")  # cpu_layers' callers of own_step
 
 
 @functools.cache
