@@ -30,7 +30,7 @@ LEARNERS = ("sgd", "sgd_wd", "adam", "adamw", "sgd_wclip", "adam_wclip", "fade_s
 TASKS = {"nonlinear": "nonlinear_tracking", "emnist": "emnist_label_permuted"}
 SIZES = {"nonlinear": (60, 1000), "emnist": (10, 200)}  # runs, steps: a few CPU-seconds per call
 HP = {"alpha": [0.01, 0.001], "lambda": [1e-3], "kappa": [2.0], "theta_lambda": [0.5], "gamma0": [-4.6]}
-DATA = ROOT.parent.parent / "shared" / "data" / "emnist"
+DATA = ROOT.parent / "shared" / "data" / "emnist"  # the shared folder beside the checkout
 
 
 def fail(message: str) -> None:

@@ -40,7 +40,7 @@ from sweeps.plan.packing import makespan, pack_seconds
 from tasks import get_task
 
 COMMAND_SECONDS = 4.0  # the command's imports, the store's checks, Tune's experiment, the closing table
-RAY_START_SECONDS = 3.5  # starting the embedded Ray and its dashboard (quiet: 3.4 s in the Done line)
+RAY_START_SECONDS = 6.0  # starting the embedded Ray and its dashboard (quiet: 3.4 s in the Done line on 2026-11-27, 5.7-7.3 s on 11-28)
 # Tune's experiment to its first trial: the trial actors start and import the trainable's module (ray.tune and the
 # store: 1.5 CPU s, 2026-11-27), the slots' actors side by side
 TUNE_START_SECONDS = 2.0
