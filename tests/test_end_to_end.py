@@ -267,3 +267,33 @@ def test_a_node_s_workers_draw_each_segment_once_between_them(local_ray):
         for part in stacked(alone, start, min(chunk, steps - start)):
             digest.update(part.tobytes())
     assert digest_a == digest_b == digest.hexdigest()
+
+
+def test_a_sweep_read_through_the_boards_stores_the_numbers_of_one_read_alone(finished, tmp_path, monkeypatch):
+    """The tiny sweep's streams are too cheap for boards (stream_share.MIN_DRAW_SECONDS); forced through them, it
+    stores exactly the scores of the run that read them alone."""
+    from sweeps.tune import stream_share
+
+    started = []
+    node_boards = stream_share.node_boards
+    monkeypatch.setattr(stream_share, "MIN_DRAW_SECONDS", 0.0)
+    monkeypatch.setattr("sweeps.tune.wiring.node_boards", lambda *a: started.append(a) or node_boards(*a))
+    sweep, alone = finished
+    assert main(["run", str(sweep), "--storage", str(tmp_path), "--chunk-steps", "700"]) == 0
+    assert started and started[0][1] == 2  # the two slots of this Ray
+    columns = ["config_id", "seed", "score"]
+    shared = Store.open(tmp_path / "tiny").scan("scores").select(columns).sort(columns[:2]).collect()
+    assert shared.equals(Store.open(alone).scan("scores").select(columns).sort(columns[:2]).collect())
+
+
+def test_boards_start_only_where_there_is_something_to_share():
+    from sweeps.packs.dryrun import STREAM_RATES, draw_seconds
+    from sweeps.plan import plan_packs
+    from sweeps.spec import parse_sweep
+    from sweeps.tune.stream_share import MIN_DRAW_SECONDS, node_boards
+
+    long = parse_sweep({**SWEEP, "task_settings": {**SWEEP["task_settings"], "steps": 2_000_000, "bin": 200_000}}, "test")
+    packs = plan_packs(long, 2, set(), None)
+    assert draw_seconds(packs) == pytest.approx(SEEDS * 2_000_000 / STREAM_RATES["linear_tracking"])  # once a seed
+    assert draw_seconds(plan_packs(parse_sweep(SWEEP, "test"), 2, set(), None)) < MIN_DRAW_SECONDS
+    assert node_boards(MIN_DRAW_SECONDS / 2, 2) == (None, []) and node_boards(draw_seconds(packs), 1) == (None, [])

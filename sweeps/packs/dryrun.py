@@ -210,6 +210,12 @@ def streams_fit(sweep: Sweep) -> bool:
     return size <= stream_cache_budget()
 
 
+def draw_seconds(packs: Iterable[Pack]) -> float:
+    """Seconds of drawing every stream the packs read once (each task, settings and seed), at `STREAM_RATES`."""
+    streams = {(p.experiment.task, repr(p.experiment.settings), seed): p.experiment for p in packs for seed in p.seeds}
+    return sum(_stream_seconds(experiment, 1, False) for experiment in streams.values())
+
+
 def _stream_seconds(experiment: Experiment, seeds: int, calibrate: bool) -> float:
     """Seconds of drawing the experiment's streams, each seed's once (the segment cache keeps them for the packs
     that follow): timed here with `calibrate`, else at `STREAM_RATES`."""

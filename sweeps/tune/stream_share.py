@@ -16,6 +16,7 @@ does not answer (it died, or a segment's owner did) a worker draws alone, as wit
 from __future__ import annotations
 
 import asyncio
+import math
 import time
 import uuid
 from collections import OrderedDict
@@ -27,6 +28,9 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from tasks.stream_cache import SHARED_SEGMENTS, Claim, Segment, segment_bytes
 
 STALE_SECONDS = 60.0  # a claim not published by then goes to the next asker (its drawer died or hangs)
+# A board costs an actor (a process's start, about a CPU second): started only where drawing the experiment's streams
+# once takes longer (at the dry run's rates), and there are slots to share them.
+MIN_DRAW_SECONDS = 2.0
 OBJECT_STORE_SHARE = 0.75  # of a node's object store, the most its board keeps published (more spills to disk)
 
 
@@ -126,10 +130,13 @@ class BoardShare:
                 self.alive = False
 
 
-def node_boards() -> tuple[str, list]:
+def node_boards(draw_seconds: float = math.inf, slots: int = 2) -> tuple[str | None, list]:
     """A board on every alive node, named PREFIX-NODE_ID with a fresh prefix; returns the prefix the trials
     attach with and the boards' handles (the caller ends them: `end_boards`). Each keeps at most
-    OBJECT_STORE_SHARE of its node's object store."""
+    OBJECT_STORE_SHARE of its node's object store. None and no boards where nothing would be shared: one slot,
+    or streams drawn in under MIN_DRAW_SECONDS (`draw_seconds`: drawing each once)."""
+    if slots < 2 or draw_seconds < MIN_DRAW_SECONDS:
+        return None, []
     prefix = f"fade-stream-segments-{uuid.uuid4().hex[:12]}"
     boards = []
     for node in ray.nodes():
@@ -147,14 +154,16 @@ def end_boards(boards: list) -> None:
 
 
 def attach(prefix: str | None) -> None:
-    """Read this worker's streams through its node's board named by `prefix` (none: alone). Once per process
+    """Read this worker's streams through its node's board named by `prefix` (None: alone). Once per process
     and prefix: a reused trial actor keeps its attachment."""
     current = SHARED_SEGMENTS.node
-    if prefix is None or (isinstance(current, BoardShare) and current.prefix == prefix and current.alive):
+    if isinstance(current, BoardShare) and current.prefix == prefix and current.alive:
+        return
+    SHARED_SEGMENTS.node = None
+    if prefix is None:
         return
     try:
         board = ray.get_actor(f"{prefix}-{ray.get_runtime_context().get_node_id()}")
     except ValueError:  # a node that joined after the experiment started has no board
-        SHARED_SEGMENTS.node = None
         return
     SHARED_SEGMENTS.node = BoardShare(board, prefix)

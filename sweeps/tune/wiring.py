@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from ray import tune
 
 from sweeps.plan import TUNING, CostModel, Pack
+from sweeps.packs.dryrun import draw_seconds
 from sweeps.spec import PackResources, Sweep
 from sweeps.plan.packing import pack_seconds
 from sweeps.store.location import StoreLocation
@@ -36,7 +37,7 @@ from tasks import get_task
 
 
 def _trainable(index: dict, results_dir: StoreLocation, writer: str | None, options: ExecutionOptions,
-               resources: PackResources, resume_from: dict[str, str], boards: str):
+               resources: PackResources, resume_from: dict[str, str], boards: str | None):
     """The trainable with what every trial shares, put in Ray's object store once: the sweep's configurations
     by id (a trial's config names its pack by ids: searcher.pack_config), the store (as its URI: workers
     rebuild the location, credentials from their own chain), the writer's token, where interrupted packs
@@ -184,7 +185,7 @@ def run_packs(sweep: Sweep, packs: list[Pack], resume_from: dict[str, str], stor
 
     searcher = PackSearcher(packs, lambda p: pack_seconds(p, plan.costs, plan.device(p)), handed, after)
     grid = None
-    prefix, boards = node_boards()  # each node's workers draw a stream once between them
+    prefix, boards = node_boards(draw_seconds(packs), plan.slots)  # each node's workers draw a stream once between them
     try:
         tuner = tune.Tuner(
             _trainable(config_index(sweep), results_dir, store.writer, options, resources, resume_from, prefix),
