@@ -27,9 +27,11 @@ IMAGE_FILE = Path(__file__).with_name("gpu_image_packages.txt")
 # Never carried: a profiler binary Ray runs on request only (ray[default] names it; 6 MB).
 NOT_CARRIED = frozenset({"py-spy"})
 # Dropped from the unpacked site by gpu_bundle.sh, so not provided on the device: Ray's Java jars,
-# RLlib, Serve (a sweep uses Tune alone), console scripts, and Jupyter's data files (plotly's
-# JupyterLab extension; the report is offline HTML).
-PRUNED = ("ray/jars", "ray/rllib", "ray/serve", "bin", "share")
+# RLlib, Serve and Ray's LLM library (a sweep uses Tune alone), console scripts, and Jupyter's files
+# (plotly's JupyterLab extension and FigureWidget bundle; the report is offline HTML). With them the
+# bundle was over a device transfer once polars split out its 132 MB runtime.
+PRUNED = ("ray/jars", "ray/rllib", "ray/serve", "ray/llm", "bin", "share", "plotly/labextension",
+          "plotly/package_data/widgetbundle.js")
 
 
 def norm(name: str) -> str:

@@ -43,10 +43,13 @@ $py -m pip download -q --isolated --no-deps --only-binary=:all: --python-version
   "${platforms[@]}" --index-url https://pypi.org/simple -d "$work/wheels" $wanted
 $py -m pip install -q --isolated --no-deps --no-index --no-compile --only-binary=:all: --python-version "$pyver" \
   --implementation cp "${platforms[@]}" --target "$work/site" "$work"/wheels/*.whl
-# What a sweep never loads (gpu_bundle.py's PRUNED: Ray's Java jars, RLlib, Serve; console scripts).
+# What a sweep never loads (gpu_bundle.py's PRUNED: Ray's Java jars, RLlib, Serve, LLM; console scripts; Jupyter files).
 prune=$($py -c "import sys; sys.path.insert(0, 'benchmarks'); import gpu_bundle; print(' '.join(gpu_bundle.PRUNED))")
 for p in $prune; do rm -rf "${work:?}/site/$p"; done
 find "$work/site" -name __pycache__ -prune -exec rm -rf {} +
+# The dashboard's JavaScript source maps (6.7 MB, for debugging its page) and the packages' own tests.
+find "$work/site" -name '*.js.map' -delete
+find "$work/site" -type d -name tests -prune -exec rm -rf {} +
 # Debug symbols are a third of Ray's and polars' binaries (about 75 MB); the dynamic ones stay.
 find "$work/site" -type f \( -name '*.so*' -o -perm -u+x \) -print0 | while IFS= read -r -d '' f; do
   if [[ $(head -c4 "$f" | od -An -c | tr -d ' ') == 177ELF ]]; then strip --strip-unneeded "$f"; fi

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The round's GPU check: ONE device call whose whole run, cold compiles included, stays inside
-# GPU_CHECK_BUDGET seconds (default 295: five minutes), so two fit 15 minutes of device time with the
+# GPU_CHECK_BUDGET seconds (default 385), so a rerun of the parts that failed fits 15 minutes of device time with the
 # machine's starts. Parts, in order of value, each under its own budget (env GPU_CHECK_<PART>_S), cut
 # to what is left of the whole; each step under its own limit, cut to what is left of its part:
 #
@@ -14,6 +14,10 @@
 #                            the tests compiled come from the disk cache)
 #   emnist    (115 s, issue 40)  benchmarks/gpu_check_emnist.sh, sourced when present: its steps use
 #                            `step`, `note`, `need_ray` below under this part's budget
+#   triton     (90 s, issue 38)
+#     triton.tests     90 s  the Triton engines (triton, triton_step, persistent) and the CUDA path of the packs
+#                            compiled on the chip against the torch ops and the plain per-run loop, 8 processes
+#                            (the tests that run in Triton's interpreter on a CPU; Ray's bundle for test_cuda.py)
 #
 # A summary line is written (to stdout and $OUT/summary.txt) as each step ends, so a part cut by its
 # budget leaves its finished rows. Every step runs under ONE `timeout` (no script nested in another),
@@ -22,7 +26,7 @@
 # NAME<TAB>VALUE lines (benchmarks/gpu_figures.py; also $OUT/figures.tsv). Logs: $OUT/gpu_check_logs.tar.gz.
 #
 #   bash benchmarks/gpu_bundle.sh                 # here, once: .gpu_bundle/ (Ray, polars, pydantic, plotly)
-#   device: run(command="bash benchmarks/gpu_check.sh", carry=[".gpu_bundle"], timeout_s=330)
+#   device: run(command="bash benchmarks/gpu_check.sh", carry=[".gpu_bundle"], timeout_s=420)
 #   bash benchmarks/gpu_check.sh nonlinear.tests nonlinear.bench   # some steps or parts (no bundle needed)
 #   bash benchmarks/gpu_check.sh --dry-run        # the plan: every step's command and limit, nothing run
 #
@@ -32,15 +36,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 py=${PYTHON:-python3}
-parts_all="nonlinear emnist"
-steps_all="nonlinear.tests nonlinear.bench nonlinear.sweep emnist.compile emnist.tests emnist.bench emnist.sweep"
+parts_all="nonlinear emnist triton"
+steps_all="nonlinear.tests nonlinear.bench nonlinear.sweep emnist.compile emnist.tests emnist.bench emnist.sweep triton.tests"
 dry=0
 wanted=()
 for arg in "$@"; do
   case $arg in
     --dry-run) dry=1 ;;
     nonlinear | emnist | nonlinear.tests | nonlinear.bench | nonlinear.sweep) wanted+=("$arg") ;;
-    emnist.compile | emnist.tests | emnist.bench | emnist.sweep) wanted+=("$arg") ;;
+    emnist.compile | emnist.tests | emnist.bench | emnist.sweep | triton | triton.tests) wanted+=("$arg") ;;
     *) echo "gpu_check.sh: unknown part or step '$arg'; choose from: $parts_all $steps_all (and --dry-run)" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +54,7 @@ logs=$(mktemp -d /tmp/gpu_check_logs.XXXX)
 work=$(mktemp -d /tmp/gpu_check_work.XXXX)
 mkdir -p "$out"
 : >"$out/summary.txt"
-budget=${GPU_CHECK_BUDGET:-295}
+budget=${GPU_CHECK_BUDGET:-385}
 start=$(date +%s)
 deadline=$((start + budget - 5))  # (5 s for the summary, the figures and the logs' archive)
 part_deadline=$deadline
@@ -222,5 +226,17 @@ if wants emnist.compile || wants emnist.tests || wants emnist.bench || wants emn
     source "$emnist"
   else
     note emnist "not present ($emnist): issue 40's steps"
+  fi
+fi
+
+# -- triton (issue 38): the engines whose element code is printed from the rules, compiled on the chip -------
+if wants triton.tests; then
+  part triton 90
+  if gpu_step triton.tests && need_ray; then
+    step triton.tests 90 $py -m pytest -q -p no:cacheprovider -n 8 tests/test_triton.py tests/test_triton_step.py \
+      tests/test_persistent.py tests/test_triton_oracle.py tests/test_cuda.py
+    rc=$?
+    note triton.tests "$(verdict triton.tests $rc "$(grep -E '[0-9]+ (passed|failed|error)' "$logs/triton.tests.log" | tail -1)")"
+    while read -r line; do note "  failed" "$line"; done < <(grep -E '^(FAILED|ERROR)' "$logs/triton.tests.log" | head -8)
   fi
 fi

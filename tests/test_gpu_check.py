@@ -52,14 +52,15 @@ def test_a_dry_run_plans_every_step_inside_its_parts_budget(tmp_path):
     rows = _rows(summary)
     plans = [(name, text) for name, text in rows if text.startswith("would run")]
     emnist = ["emnist.compile", "emnist.tests", "emnist.bench"] + ["emnist.sweep"] * 3
-    assert [name for name, _ in plans] == ["nonlinear.tests", "nonlinear.bench"] + ["nonlinear.sweep"] * 3 + emnist
+    assert [name for name, _ in plans] == ["nonlinear.tests", "nonlinear.bench"] + ["nonlinear.sweep"] * 3 + emnist + ["triton.tests"]
     assert "tests/test_cuda_engine.py" in plans[0][1] and "--engine cuda --runs 240,4000,1000" in plans[1][1]
     assert "--gpus-per-pack 1 --engine cuda" in plans[3][1] and "compare_stores.py" in plans[4][1]
     limits = [int(re.match(r"would run \((\d+) s\)", text).group(1)) for _, text in plans]
     assert all(limit <= 100 for limit in limits[:5]) and limits[:2] == [65, 70]  # each cut to the part's budget
-    assert sum(limits[5:]) <= 115 and "tests/test_emnist_kernel.py" in plans[6][1]  # the EMNIST part's own budget
+    assert sum(limits[5:11]) <= 115 and "tests/test_emnist_kernel.py" in plans[6][1]  # the EMNIST part's own budget
     assert "bench_gpu_packs.py --engine cuda" in plans[7][1] and "--layouts 2000x1,100x1" in plans[7][1]
     assert "--gpus-per-pack 1 --engine cuda" in plans[9][1] and "emnist-check" in plans[10][1]
+    assert limits[11] == 90 and "-n 8 tests/test_triton.py" in plans[11][1] and "tests/test_persistent.py" in plans[11][1]
     assert all(line.endswith("\tnot measured") for line in summary[-len(FIGURES + EMNIST_FIGURES):])
 
 
@@ -85,9 +86,9 @@ step emnist.slow 100 bash -c 'sleep 60 & echo $! > {pid_file}; wait'; note emnis
 def test_an_unknown_part_is_one_line_and_exit_2(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT), "benchmark"], capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
-    assert done.stderr.strip() == ("gpu_check.sh: unknown part or step 'benchmark'; choose from: nonlinear emnist "
+    assert done.stderr.strip() == ("gpu_check.sh: unknown part or step 'benchmark'; choose from: nonlinear emnist triton "
                                    "nonlinear.tests nonlinear.bench nonlinear.sweep emnist.compile emnist.tests emnist.bench "
-                                   "emnist.sweep (and --dry-run)")
+                                   "emnist.sweep triton.tests (and --dry-run)")
 
 
 def test_the_figures_come_from_the_rows_and_say_not_measured_without_them(tmp_path):
