@@ -4,20 +4,20 @@
 # machine's starts. Parts, in order of value, each under its own budget (env GPU_CHECK_<PART>_S), cut
 # to what is left of the whole; each step under its own limit, cut to what is left of its part:
 #
-#   nonlinear (175 s, issue 39)
+#   nonlinear (220 s, issue 39)
 #     nonlinear.tests  65 s  the cuda engine against the torch engine, all 9 learners; pack, position and
 #                            segment invariance; divergence kept to its run (tests/test_cuda_engine.py)
 #     nonlinear.bench  70 s  the cuda engine beside the JAX peer at 240/4,000/1,000 runs: fade_sgd, adam,
 #                            fade_adam, sgd (peer_jax.py --engine cuda; a row per pack size as it ends)
-#     nonlinear.sweep  39 s  gpu_sweep_nonlinear.yaml through Ray Tune on CPUs (engine torch) and on the GPU
+#     nonlinear.sweep  85 s  gpu_sweep_nonlinear.yaml through Ray Tune on CPUs (engine torch) and on the GPU
 #                            (--gpus-per-pack 1 --engine cuda), compared store against store (the kernels
 #                            the tests compiled come from the disk cache)
-#   emnist    (115 s, issue 40)  benchmarks/gpu_check_emnist.sh, sourced when present: its steps use
+#   emnist    (160 s, issue 40)  benchmarks/gpu_check_emnist.sh, sourced when present: its steps use
 #                            `step`, `note`, `need_ray` below under this part's budget
-#   triton     (90 s, issue 38)
-#     triton.tests     90 s  the Triton engines (triton, triton_step, persistent) and the CUDA path of the packs
+#   triton    (120 s, issue 38)
+#     triton.tests    120 s  the Triton engines (triton, triton_step, persistent) and the CUDA path of the packs
 #                            compiled on the chip against the torch ops and the plain per-run loop, 8 processes
-#                            (the tests that run in Triton's interpreter on a CPU; Ray's bundle for test_cuda.py)
+#                            (the tests that run in Triton's interpreter on a CPU), each test's verdict logged as it ends
 #
 # A summary line is written (to stdout and $OUT/summary.txt) as each step ends, so a part cut by its
 # budget leaves its finished rows. Every step runs under ONE `timeout` (no script nested in another),
@@ -54,7 +54,7 @@ logs=$(mktemp -d /tmp/gpu_check_logs.XXXX)
 work=$(mktemp -d /tmp/gpu_check_work.XXXX)
 mkdir -p "$out"
 : >"$out/summary.txt"
-budget=${GPU_CHECK_BUDGET:-385}
+budget=${GPU_CHECK_BUDGET:-500}
 start=$(date +%s)
 deadline=$((start + budget - 5))  # (5 s for the summary, the figures and the logs' archive)
 part_deadline=$deadline
@@ -171,6 +171,9 @@ sys.exit(0 if torch.cuda.is_available() else 3)" >"$logs/versions.log" 2>&1
   note machine "$(tail -1 "$logs/versions.log" | cut -c1-200)"
 fi
 
+# Every part's GPU steps import the sweep layer (pydantic, and Ray for the sweeps): unpack the bundle first.
+[[ -z $cuda_reason ]] && need_ray
+
 # gpu_step STEP: whether a GPU step runs (asked for, a GPU here); a note says why not.
 gpu_step() {
   wants "$1" || return 1
@@ -183,7 +186,7 @@ gpu_step() {
 
 # -- nonlinear (issue 39) ----------------------------------------------------------------------------
 if wants nonlinear.tests || wants nonlinear.bench || wants nonlinear.sweep; then
-  part nonlinear 175
+  part nonlinear 220
   if gpu_step nonlinear.tests; then
     step nonlinear.tests 65 $py -m pytest -q -p no:cacheprovider tests/test_cuda_engine.py -k "(torch_ops or position or diverging) and not emulated"
     rc=$?
@@ -201,10 +204,10 @@ if wants nonlinear.tests || wants nonlinear.bench || wants nonlinear.sweep; then
   fi
   if gpu_step nonlinear.sweep && need_ray; then
     sweep=benchmarks/gpu_sweep_nonlinear.yaml
-    step nonlinear.sweep-cpu 17 $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" --engine torch --no-report --table-format csv
+    step nonlinear.sweep-cpu 40 $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" --engine torch --no-report --table-format csv
     rc=$?
     note nonlinear.sweep "$(verdict nonlinear.sweep-cpu $rc "CPUs, engine torch: $(grep -E '^Done' "$logs/nonlinear.sweep-cpu.log" | tail -1 | cut -c1-80)")"
-    step nonlinear.sweep-gpu 17 $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" --gpus-per-pack 1 --engine cuda \
+    step nonlinear.sweep-gpu 40 $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" --gpus-per-pack 1 --engine cuda \
       --no-report --table-format csv
     rc=$?
     note nonlinear.sweep "$(verdict nonlinear.sweep-gpu $rc "GPU, engine cuda: $(grep -E '^Done' "$logs/nonlinear.sweep-gpu.log" | tail -1 | cut -c1-80)")"
@@ -219,7 +222,7 @@ fi
 
 # -- emnist (issue 40): its steps, sourced into this script under its part's budget -----------------
 if wants emnist.compile || wants emnist.tests || wants emnist.bench || wants emnist.sweep; then
-  part emnist 115
+  part emnist 160
   emnist=${GPU_CHECK_EMNIST:-benchmarks/gpu_check_emnist.sh}
   if [[ -f $emnist ]]; then
     # shellcheck source=/dev/null
@@ -231,12 +234,12 @@ fi
 
 # -- triton (issue 38): the engines whose element code is printed from the rules, compiled on the chip -------
 if wants triton.tests; then
-  part triton 90
+  part triton 120
   if gpu_step triton.tests && need_ray; then
-    step triton.tests 90 $py -m pytest -q -p no:cacheprovider -n 8 tests/test_triton.py tests/test_triton_step.py \
+    step triton.tests 120 $py -m pytest -v -p no:cacheprovider -n 8 tests/test_triton.py tests/test_triton_step.py \
       tests/test_persistent.py tests/test_triton_oracle.py tests/test_cuda.py
     rc=$?
     note triton.tests "$(verdict triton.tests $rc "$(grep -E '[0-9]+ (passed|failed|error)' "$logs/triton.tests.log" | tail -1)")"
-    while read -r line; do note "  failed" "$line"; done < <(grep -E '^(FAILED|ERROR)' "$logs/triton.tests.log" | head -8)
+    while read -r line; do note "  failed" "$line"; done < <(grep -oE '(FAILED|ERROR) tests/[^ ]+' "$logs/triton.tests.log" | sort -u | head -8)
   fi
 fi

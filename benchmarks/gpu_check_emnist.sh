@@ -1,6 +1,6 @@
 # shellcheck shell=bash disable=SC2154,SC2034
 # (sourced: dry, py, logs, work are gpu_check.sh's; emnist_same is read by its finish)
-# The GPU check's EMNIST part (issue 40), sourced by benchmarks/gpu_check.sh under its part's budget (115 s):
+# The GPU check's EMNIST part (issue 40), sourced by benchmarks/gpu_check.sh under its part's budget (160 s):
 # it uses that script's `step`, `verdict`, `note`, `gpu_step`, `need_ray`, `$py`, `$logs`, `$work`, `$dry`.
 #
 #   emnist.compile  10 s  every learner's EMNIST kernel compiled by NVRTC for the GPU in hand, in parallel, into
@@ -9,7 +9,7 @@
 #                         run's independence of its pack and segments (tests/test_emnist_kernel.py)
 #   emnist.bench    38 s  bench_gpu_packs.py --engine cuda, one pack of 2,000 and one of 100 runs (a warm wave, a timed one), fade_sgd, adam,
 #                         fade_adam, each beside the JAX peer at the same runs (a row per layout as it ends)
-#   emnist.sweep    38 s  gpu_sweep_emnist.yaml (emnist-demo's learners and grid, 2,000 steps) through Ray Tune on
+#   emnist.sweep    84 s  gpu_sweep_emnist.yaml (emnist-demo's learners and grid, 2,000 steps) through Ray Tune on
 #                         CPUs (engine torch) and on the GPU (--gpus-per-pack 1 --engine cuda), compared store
 #                         against store (compare_stores.py: the same (config, seed) pairs, scores within 2e-3)
 #
@@ -57,11 +57,11 @@ fi
 
 if gpu_step emnist.sweep && [[ -n $emnist_data || $dry == 1 ]] && need_ray; then
   sweep=benchmarks/gpu_sweep_emnist.yaml
-  step emnist.sweep-cpu 17 env FADE_EMNIST_DIR="$emnist_data" $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" \
+  step emnist.sweep-cpu 40 env FADE_EMNIST_DIR="$emnist_data" $py -m sweeps.cli run "$sweep" --storage "$work/store-cpu" \
     --engine torch --no-report --table-format csv
   rc=$?
   note emnist.sweep "$(verdict emnist.sweep-cpu $rc "CPUs, engine torch: $(grep -E '^Done' "$logs/emnist.sweep-cpu.log" | tail -1 | cut -c1-80)")"
-  step emnist.sweep-gpu 17 env FADE_EMNIST_DIR="$emnist_data" $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" \
+  step emnist.sweep-gpu 40 env FADE_EMNIST_DIR="$emnist_data" $py -m sweeps.cli run "$sweep" --storage "$work/store-gpu" \
     --gpus-per-pack 1 --engine cuda --no-report --table-format csv
   rc=$?
   note emnist.sweep "$(verdict emnist.sweep-gpu $rc "GPU, engine cuda: $(grep -E '^Done' "$logs/emnist.sweep-gpu.log" | tail -1 | cut -c1-80)")"
