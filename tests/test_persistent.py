@@ -107,7 +107,7 @@ def test_float64_runs_match_the_torch_ops_to_float64_rounding(learner):
         torch.testing.assert_close(got[key], want, rtol=1e-9, atol=1e-12, msg=key)
 
 
-@pytest.mark.parametrize("learner", ["fade_adam", "fade_sgd_all", "adamw", "sgd_wclip"])
+@pytest.mark.parametrize("learner", ["adam", "fade_adam", "fade_sgd_all", "adamw", "sgd_wclip"])
 def test_a_run_does_not_depend_on_its_pack_position_or_segments(learner):
     """Bitwise: run 2 of a four-run pack in one segment equals run 2 alone (position 0, pack of
     one) stepped in three uneven segments, and, on a GPU, run 2 at the end of a pack of 1,000
