@@ -50,7 +50,7 @@ def test_which_engines_run_a_task_follows_from_the_engines():
     EMNIST's network too; none of the linear engines runs a neural task, nor the neural ones a linear task."""
     assert engines_for("linear_tracking", "cpu") == ("cpu", "reference")
     assert engines_for("nonlinear_tracking", "cpu") == ("cpu", "torch")
-    assert engines_for("nonlinear_tracking", "cuda") == ("triton", "torch", "triton_step", "persistent", "cuda")
+    assert engines_for("nonlinear_tracking", "cuda") == ("cuda", "torch", "triton", "triton_step", "persistent")
     assert engines_for("emnist_label_permuted", "cuda") == ("triton", "torch", "triton_step", "cuda")
     assert engines_for("emnist_label_permuted") == ("cpu", "triton", "torch", "triton_step", "cuda")
 
@@ -76,7 +76,7 @@ def test_the_engines_are_explicit_objects_each_with_its_code():
 @pytest.mark.parametrize("engine, task, device, words", [
     ("nope", "linear_tracking", "cpu", "engine 'nope' is unknown; engines are reference, cpu, torch, triton, triton_step, persistent, cuda"),
     ("triton", "linear_tracking", "cpu", "engine 'triton' does not run linear_tracking on cpu; choose one of cpu, reference"),
-    ("cpu", "nonlinear_tracking", "cuda", "engine 'cpu' does not run nonlinear_tracking on cuda; choose one of triton, torch"),
+    ("cpu", "nonlinear_tracking", "cuda", "engine 'cpu' does not run nonlinear_tracking on cuda; choose one of cuda, torch"),
     ("persistent", "emnist_label_permuted", None, "engine 'persistent' does not run emnist_label_permuted; choose one of"),
 ])
 def test_an_engine_that_cannot_run_is_one_line_naming_the_choices(engine, task, device, words):

@@ -36,6 +36,10 @@ DEFAULTS: dict[tuple[str, str], Default] = {
     ("linear_tracking", "cpu"): Default("cpu", 2000),
     **{(task, device): default for task in ("nonlinear_tracking", "emnist_label_permuted", "emnist_partial_permuted")
        for device, default in _NEURAL.items()},
+    # Measured on an H200 (benchmarks/CUDA_ENGINE.md, 2026-11-28): 6.2-11x the JAX peer, its sweep equal to the
+    # CPU's; fastest at the largest pack measured (4,000 runs: 9.3e7 fade_sgd run-steps/s against 8.4e7 at 1,000).
+    # EMNIST keeps triton: there the cuda engine's Adam runs at 0.64x the peer (benchmarks/EMNIST_KERNEL.md).
+    ("nonlinear_tracking", "cuda"): Default("cuda", 4000),
 }
 
 
