@@ -36,6 +36,16 @@ def test_scores_compared_within_tolerance_and_divergence_compared_exactly(tmp_pa
     assert (done.returncode, says in done.stdout) == (code, True), done.stdout + done.stderr
 
 
+@pytest.mark.parametrize("other, code", [([0.2, 0.205, 0.3, 0.3], 0), ([0.2, 0.2, 0.3, 0.312], 1)])
+def test_accuracy_scores_are_compared_within_a_hundredth_of_the_predictions(tmp_path, other, code):
+    """--accuracy: 0.2 against 0.205 is 2.5% relative (beyond RTOL) but half a hundredth: the same."""
+    stores = [write_known_store(tmp_path / name, SWEEP, {("sgd", (0.1,)): s[:2], ("sgd", (0.01,)): s[2:]})
+              for name, s in (("a", [0.2, 0.2, 0.3, 0.3]), ("b", other))]
+    assert _compare(*stores).returncode == 1  # relative, by default
+    done = _compare(*stores, "--accuracy")
+    assert done.returncode == code and "accuracy tolerance 0.01 absolute" in done.stdout, done.stdout + done.stderr
+
+
 def test_bad_arguments_are_one_line_exit_2(tmp_path):
     for args in ([], [tmp_path], [tmp_path / "none", tmp_path]):
         done = _compare(*args)
