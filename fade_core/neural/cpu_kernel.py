@@ -30,6 +30,7 @@ import numpy as np
 from fade_core.neural.cpu_elements import ERRORS, FASTMATH, adam_constants, clip_bound, fade_constants, null_adam
 from fade_core.neural.cpu_elements import shrink as shrink_factor
 from fade_core.neural.cpu_layers import (
+    OWN_STEP,
     activate,
     activation_backward,
     adam_rank_one,
@@ -128,7 +129,8 @@ def run_segment(setup, hp, state, data, sums):
         # the stores. With empty arrays LLVM's vectorised loop checked at run time that the stores'
         # ranges [m, m + n) and [v, v + n) overlap nothing, and two empty arrays' pointers are wherever
         # the allocator put them: 224 bytes apart, every bias of the pack took the scalar loop
-        # (fade_sgd_all 6% slower; a layout of the process, not of the code).
+        # (fade_sgd_all 6% slower; a layout of the process, not of the code). In cpu_own's copy (OWN_STEP)
+        # always the arrays: the none branches are pruned before typing, where an own step's state would not type.
         stateful = m.shape[0] > 0
         acts = np.empty(n_in + units - n_out, dtype=params.dtype)  # each layer's input, concatenated
         z = np.empty(units, dtype=params.dtype)  # pre-activations of every layer
@@ -226,7 +228,7 @@ def run_segment(setup, hp, state, data, sums):
                 if general_fade if fade_on else general:
                     layer_args = (gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, la, shrink, th,
                                   bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, oh)
-                    if stateful:
+                    if stateful or OWN_STEP:
                         any_rank_one(p, m, v, *layer_args)
                     else:
                         any_rank_one(p, None, None, *layer_args)
@@ -255,7 +257,7 @@ def run_segment(setup, hp, state, data, sums):
                 bias = (gm[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else gm,
                         tr[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else tr, d_layer, factor, a, la,
                         shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac, oh)
-                if stateful:
+                if stateful or OWN_STEP:
                     update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out], v[b0 : b0 + fan_out] if v.shape[0] else v,
                                 *bias)
                 else:
