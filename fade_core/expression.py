@@ -141,6 +141,15 @@ def substitute(outputs: Sequence[Node], values: Mapping[str, Node]) -> tuple[Nod
     return tuple(done.get(id(out), out) for out in outputs)
 
 
+def use_counts(outputs: Iterable[Node]) -> dict[int, int]:
+    """How many operations of the graph read each node, by the node's id (an output read by none: absent)."""
+    uses: dict[int, int] = {}
+    for node in ssa(outputs):
+        for arg in node.args:
+            uses[id(arg)] = uses.get(id(arg), 0) + 1
+    return uses
+
+
 def contract(outputs: Sequence[Node]) -> tuple[Node, ...]:
     """`outputs` with every multiply-add written as an explicit fma, as a compiler that contracts
     (Triton's fp_fusion, NVRTC's --fmad) would fuse it: lerp(a, b, w) as fma(w, b - a, a), and
@@ -150,10 +159,7 @@ def contract(outputs: Sequence[Node]) -> tuple[Node, ...]:
     persistent engine): which products fuse is then the printed graph's choice, not the compiler's,
     and the registers follow it. Not for a bit-exact print: an fma rounds once where the rule
     rounds twice."""
-    uses: dict[int, int] = {}
-    for node in ssa(outputs):
-        for arg in node.args:
-            uses[id(arg)] = uses.get(id(arg), 0) + 1
+    uses = use_counts(outputs)
 
     def product(node: Node) -> bool:
         return node.op == "mul" and uses[id(node)] == 1

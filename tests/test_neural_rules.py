@@ -142,6 +142,7 @@ def _evaluate(outputs, values: dict) -> list:
            "sqrt": np.sqrt, "div_approx": np.divide, "where": np.where, "fma": lambda a, b, c: a * b + c,
            "maximum": lambda a, b: np.where(b > a, b, a), "minimum": lambda a, b: np.where(b < a, b, a),
            "lerp": lambda a, b, w: a + w * (b - a)}
+    ops["clamp"] = lambda x, lo, hi: ops["minimum"](ops["maximum"](x, lo), hi)  # (triton_rule.clamps' node)
     got: dict[int, object] = {}
     for node in ssa(outputs):
         got[id(node)] = (values[node.value] if node.op == "var" else node.value if node.op == "const"
@@ -174,6 +175,33 @@ def test_contract_writes_each_multiply_add_as_one_fma_on_the_same_operands(learn
                    for node in ssa(fused))
     if learner.base == "adam":  # m by lerp, v = beta2 * v + (v_weight * grad) * grad: the gradient's product fused
         assert after.count("fma") >= before.count("fma") + 2
+
+
+@pytest.mark.parametrize("learner", LEARNERS, ids=lambda learner: learner.name)
+def test_triton_printer_joins_each_clamp_into_one_op_with_the_same_values(learner):
+    """triton_rule.clamps: minimum(maximum(x, lo), hi), its maximum used nowhere else, becomes one
+    clamp node on the same operands (printed as _clamp, fewer spills): the same values, a NaN weight
+    still NaN; one per clip and one for FADE's gamma, no other maximum or minimum taken in."""
+    from fade_core.expression import ssa
+    from fade_core.neural import parts
+    from fade_core.neural.triton_rule import clamps
+
+    flags = learner.flags(learner.fade != "none")
+    graph = trace(parts.update, UPDATE_INPUTS, flags)
+    joined = clamps(graph)
+    rng = np.random.default_rng(1)
+    values = {n: rng.standard_normal(64) * 3 for n in UPDATE_INPUTS}
+    values |= {n: np.abs(values[n]) for n in UPDATE_INPUTS if n not in ("w", "grad", "m", "trace", "gamma")}
+    values |= {"gamma": -np.abs(values["gamma"]) * 8, "first_step": values["step"] > 1}
+    values["w"][::5] = np.nan
+    for want, got in zip(_evaluate(graph, values), _evaluate(joined, values)):
+        np.testing.assert_array_equal(got, want)
+    if learner.clip:
+        assert np.isnan(_evaluate(joined, values)[0][::5]).all()
+    before, after = [[node.op for node in ssa(g)] for g in (graph, joined)]
+    assert after.count("clamp") == learner.clip + (learner.fade != "none")
+    assert after.count("minimum") == before.count("minimum") - after.count("clamp") == 0
+    assert after.count("maximum") == before.count("maximum") - after.count("clamp")  # (FADE's max(..., 0) stays)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])

@@ -165,7 +165,7 @@ flags = dict(RULE=rule_for(learner, fade), ADAM=1, FADE=fade, WEIGHT=1, HEAD_FAC
 signature = {n: "constexpr" if n in flags else "*fp32" if n.endswith("_ptr") else "i32" for n in kernel.arg_names}
 source = ASTSource(kernel, signature, constexprs={(kernel.arg_names.index(n),): v for n, v in flags.items()})
 ptx = triton.compile(source, target=GPUTarget("cuda", 90, 32), options={"enable_fp_fusion": False}).asm["ptx"]
-ops = ("fma.rn.f32", "div.rn.f32", "sqrt.rn.f32", "div.full", "div.approx", "sqrt.approx")
+ops = ("fma.rn.f32", "div.rn.f32", "sqrt.rn.f32", "div.full", "div.approx", "sqrt.approx", "max.NaN.f32", "min.NaN.f32")
 print(json.dumps({op: ptx.count(op) for op in ops}))
 """
 
@@ -176,7 +176,8 @@ def test_the_kernel_compiles_for_hopper_with_exact_rounding(fade):
     """Without a GPU: Triton compiles the Adam (+FADE) variant for sm_90 with exactly the rule's
     rounding: per element, an IEEE division, square root and FMA for each the traced rule has
     (launched with fp_fusion off: no contracted multiply-add beside them; libdevice's expf uses
-    flush-to-zero ones of its own), and no approximate division or square root."""
+    flush-to-zero ones of its own), and no approximate division or square root; each clamp (the
+    clip, FADE's gamma) as one NaN-propagating max and min (triton_rule._clamp)."""
     import json
     import subprocess
     import sys
@@ -199,3 +200,6 @@ def test_the_kernel_compiles_for_hopper_with_exact_rounding(fade):
     assert counts["sqrt.rn.f32"] == per_thread * rule.count("sqrt"), counts
     assert counts["div.rn.f32"] == per_thread * rule.count("div"), counts
     assert counts["fma.rn.f32"] == per_thread * rule.count("fma"), counts
+    clamps = [node.op for node in ssa(triton_rule.clamps(triton_rule._graph(learner.flags(bool(fade)))))].count("clamp")
+    assert clamps == 1 + fade  # the clip, and FADE's clamp of gamma
+    assert counts["max.NaN.f32"] == counts["min.NaN.f32"] == per_thread * clamps, counts

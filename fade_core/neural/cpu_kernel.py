@@ -30,6 +30,7 @@ import numpy as np
 from fade_core.neural.cpu_elements import ERRORS, FASTMATH, adam_constants, clip_bound, fade_constants, null_adam
 from fade_core.neural.cpu_elements import shrink as shrink_factor
 from fade_core.neural.cpu_layers import (
+    OWN_STEP,
     activate,
     activation_backward,
     adam_rank_one,
@@ -123,6 +124,14 @@ def run_segment(setup, hp, state, data, sums):
         s = run_slot[r]
         p, m, v, gm, tr = params[r], adam_m[r], adam_v[r], gamma[r], trace[r]
         a, la, th, oh = alpha[r], lam[r], theta[r], hp.own[r]
+        # A base step without state (m, v empty) gets none for them in the loops that store to them
+        # under a run-time flag (update_bias, any_rank_one): numba then compiles those loops without
+        # the stores. With empty arrays LLVM's vectorised loop checked at run time that the stores'
+        # ranges [m, m + n) and [v, v + n) overlap nothing, and two empty arrays' pointers are wherever
+        # the allocator put them: 224 bytes apart, every bias of the pack took the scalar loop
+        # (fade_sgd_all 6% slower; a layout of the process, not of the code). In cpu_own's copy (OWN_STEP)
+        # always the arrays: the none branches are pruned before typing, where an own step's state would not type.
+        stateful = m.shape[0] > 0
         acts = np.empty(n_in + units - n_out, dtype=params.dtype)  # each layer's input, concatenated
         z = np.empty(units, dtype=params.dtype)  # pre-activations of every layer
         delta = np.empty(units, dtype=params.dtype)
@@ -217,8 +226,12 @@ def run_segment(setup, hp, state, data, sums):
                 fade_on = w0 >= fade_start
                 factor = head_factor if layer == layers - 1 and classification else ones[:fan_out]
                 if general_fade if fade_on else general:
-                    any_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, la, shrink,
-                                 th, bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, oh)
+                    layer_args = (gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, la, shrink, th,
+                                  bounds[layer], fc, first, ac, wd_mode, adam_base, clip, fade_on, back, d_in, oh)
+                    if stateful or OWN_STEP:
+                        any_rank_one(p, m, v, *layer_args)
+                    else:
+                        any_rank_one(p, None, None, *layer_args)
                 elif fade_on and (own or not adam_base):  # (own: cpu_own's copy, whose base step is own_step)
                     fade_sgd_rank_one(p, m, v, gm, tr, w0, w0 - fade_start, fan_in, fan_out, inp, d_layer, factor, a, th, fc,
                                       oh, back, d_in, row_buffer)
@@ -241,10 +254,12 @@ def run_segment(setup, hp, state, data, sums):
                     sgd_rank_one(p, w0, fan_in, fan_out, inp, d_layer, a, bounds[layer], back, d_in)
                 if back:  # through the activation below
                     activation_backward(z[below:z_off], d_in, slope)
-                update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out] if m.shape[0] else m,
-                            v[b0 : b0 + fan_out] if v.shape[0] else v,
-                            gm[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else gm,
-                            tr[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else tr,
-                            d_layer, factor, a, la, shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac,
-                            oh)
+                bias = (gm[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else gm,
+                        tr[b0 - fade_start : b0 - fade_start + fan_out] if fade_on else tr, d_layer, factor, a, la,
+                        shrink, th, fc, wd_mode, adam_base, clip, bounds[layer], fade_on, first, ac, oh)
+                if stateful or OWN_STEP:
+                    update_bias(p[b0 : b0 + fan_out], m[b0 : b0 + fan_out], v[b0 : b0 + fan_out] if v.shape[0] else v,
+                                *bias)
+                else:
+                    update_bias(p[b0 : b0 + fan_out], None, None, *bias)
                 z_off = below

@@ -232,6 +232,8 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
     """Any learner's parts on the layer whose W starts at p[w0] (`parts.update`'s order: FADE's
     decay, weight decay, base step, clipping), the parts chosen per call; `back` as in
     `sgd_rank_one`; with OWN_STEP, the base step is `own_step` (oh: its hyperparameters and constants).
+    m, v: the base step's state, or None where it keeps none (the kernel's `stateful`: numba then
+    compiles the loop without Adam's stores, whose run-time alias checks empty arrays could fail).
     The rows above are the faster special cases of the registered learners and of an own base step."""
     if back:
         delta_in[:] = 0
@@ -245,7 +247,7 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
             xi = inp[i]
             grad, w = dj * xi, p[row + i]
             if fade_on:
-                alpha_eff = adam_alpha_eff(v[row + i], alpha, first_step, ac) if adam_base else alpha
+                alpha_eff = adam_alpha_eff(v[row + i], alpha, first_step, ac) if v is not None and adam_base else alpha
                 gm[e + i], tr[e + i], w = fade(gm[e + i], tr[e + i], w, grad, xi * xi * fj, alpha_eff, theta, fc)
             if wd_mode == WD_COUPLED:
                 grad = coupled_decay(grad, w, lam)
@@ -253,7 +255,7 @@ def any_rank_one(p, m, v, gm, tr, w0, e0, fan_in, fan_out, inp, delta, factor, a
                 w = decoupled_decay(w, shrink)
             if OWN_STEP:
                 w = own_step(w, grad, m, v, row + i, alpha, oh, fc)
-            elif adam_base:
+            elif m is not None and adam_base:
                 m[row + i], v[row + i], w = adam(m[row + i], v[row + i], w, grad, ac)
             else:
                 w = sgd(w, grad, alpha)
@@ -267,14 +269,14 @@ def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, w
                 first_step, ac, oh):
     """Any learner on a bias (gradient delta[j], FADE curvature factor[j]): FADE decay (if on),
     weight decay (decoupled: times `shrink`, the run's 1 - alpha * lambda), base step (OWN_STEP: as
-    in `any_rank_one`), clipping;
+    in `any_rank_one`), clipping; m, v as in `any_rank_one` (None: no state);
     in the parameters' dtype (the decayed FADE value is stored before the base step: a float64
     value here would make numba type w, and with it the whole step, float64 in float32 runs).
     One loop with the rule inline: a call per element cost an NRT incref/decref of each array."""
     for j in range(p.shape[0]):
         grad = delta[j]
         if fade_on:
-            alpha_eff = adam_alpha_eff(v[j], alpha, first_step, ac) if adam_base else alpha
+            alpha_eff = adam_alpha_eff(v[j], alpha, first_step, ac) if v is not None and adam_base else alpha
             gm[j], tr[j], p[j] = fade(gm[j], tr[j], p[j], grad, factor[j], alpha_eff, theta, fc)
         w = p[j]
         if wd_mode == WD_COUPLED:
@@ -283,7 +285,7 @@ def update_bias(p, m, v, gm, tr, delta, factor, alpha, lam, shrink, theta, fc, w
             w = decoupled_decay(w, shrink)
         if OWN_STEP:
             w = own_step(w, grad, m, v, j, alpha, oh, fc)
-        elif adam_base:
+        elif m is not None and adam_base:
             m[j], v[j], w = adam(m[j], v[j], w, grad, ac)
         else:
             w = sgd(w, grad, alpha)

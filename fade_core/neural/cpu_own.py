@@ -8,8 +8,8 @@ float64 literal in a float32 rule). The kernel itself is the built-in one: `segm
 `cpu_kernel.run_segment` with `own_step` rebound, and `cpu_layers.OWN_STEP` set, in its copies of
 the rows that call it (OWN_ROWS: `own_rank_one` and `fade_sgd_rank_one`, the built-in learners'
 fast rows with the own step in place of theirs; `any_rank_one`, for coupled weight decay or FADE
-with weight decay or clipping; `update_bias`) (fade_core.rulebind.bind: the same code, other
-globals), compiled once per base step and cached by numba under a digest of the printed step and
+with weight decay or clipping; `update_bias`) and in the kernel (which then always passes the
+state arrays) (fade_core.rulebind.bind: the same code, other globals), compiled once per base step and cached by numba under a digest of the printed step and
 the kernel's sources.
 """
 
@@ -71,7 +71,7 @@ def segment(own: OwnBase) -> Callable:
         function = bind(getattr(cpu_layers, name).py_func, {"own_step": step, "OWN_STEP": True})
         function.__qualname__ = f"{name}_{own.name}_{digest}"  # its cache file's name
         layers[name] = dense(function)
-    run = bind(cpu_kernel.run_segment.py_func, layers)
+    run = bind(cpu_kernel.run_segment.py_func, {**layers, "OWN_STEP": True})
     run.__qualname__ = f"run_segment_{own.name}_{digest}"
     return numba.njit(fastmath=FASTMATH, error_model=ERRORS, parallel=True, cache=True)(run)
 

@@ -36,8 +36,10 @@ How the printed code keeps the rule's rounding (review's pitfalls):
   approximate) unless EXACT is False (the persistent engine's knob); div_approx is Triton's `/`;
 - maximum(a, b) is `_maximum`, where(b > a, b, a) (compiled: one PTX compare-and-select per
   element, see there): a NaN value stays NaN and the bound wins only strictly, as the C and
-  numba printers write it, so a diverging run is labelled the same on every engine; exp is
-  libdevice's (numpy's in the interpreter).
+  numba printers write it, so a diverging run is labelled the same on every engine; a clamp
+  (a minimum of a maximum used once, `clamps`) is `_clamp`, compiled in float32 as PTX max.NaN
+  then min.NaN (NaN stays NaN too; fewer spills, see there); exp is libdevice's (numpy's in the
+  interpreter).
 The statements are printed in PRINT_ORDER (registers, not bits: see there).
 """
 
@@ -51,7 +53,8 @@ from pathlib import Path
 import triton
 import triton.language as tl
 
-from fade_core.expression import INFIX, Node, RuleError, constants, contract, statements, substitute, trace
+from fade_core.expression import (INFIX, Node, RuleError, constants, contract, ssa, statements, substitute, trace,
+                                  use_counts)
 from fade_core.neural import parts
 from fade_core.neural.rules import NeuralLearner
 from fade_core.rulebind import parameters
@@ -84,6 +87,10 @@ if INTERPRET:  # numpy has no libdevice and rounds a*b+c twice
     @triton.jit
     def _minimum(a, b):
         return tl.where(b < a, b, a)
+
+    @triton.jit
+    def _clamp(x, lo, hi):
+        return _minimum(_maximum(x, lo), hi)
 
 else:
     from triton.language.extra.cuda import libdevice
@@ -120,6 +127,25 @@ else:
         return _select(a, b, "{ .reg .pred p; setp.lt.f32 p, $2, $1; selp.f32 $0, $2, $1, p; }",
                        "{ .reg .pred p; setp.lt.f64 p, $2, $1; selp.f64 $0, $2, $1, p; }")
 
+    # clamp(x, lo, hi) (minimum(maximum(x, lo), hi), see `clamps`) as one asm statement: in float32
+    # PTX max.NaN then min.NaN, one instruction each (a NaN x stays NaN and the bounds are never
+    # NaN, as with the selects above; only a zero tie's sign and a NaN's payload can differ); in
+    # float64, which has no max.NaN, the two selects. ptxas, sm_90, spill stores at 8 / 16 warps:
+    # sgd_wclip 472 / 652 B as the two selects (in one statement or two), 456 / 588 B so, 456 / 1184 B
+    # as tl.maximum/minimum with NaN propagation (the hand-written kernel's); adam_wclip 2772 / 1840
+    # B, against 2772 / 2672 B. Standalone maxima stay selects: max.NaN there spilled more for
+    # fade_adam at 8 warps and the clip learners at 16.
+    @triton.jit
+    def _clamp(x, lo, hi):
+        if x.dtype == tl.float32:
+            return tl.inline_asm_elementwise("{ .reg .f32 t; max.NaN.f32 t, $1, $2; min.NaN.f32 $0, t, $3; }",
+                                             "=r,r,r,r", [x, lo, hi], dtype=tl.float32, is_pure=True, pack=1)
+        else:
+            return tl.inline_asm_elementwise(
+                "{ .reg .pred p; .reg .f64 t; setp.gt.f64 p, $2, $1; selp.f64 t, $2, $1, p;"
+                " setp.lt.f64 p, $3, t; selp.f64 $0, $3, t, p; }", "=l,l,l,l", [x, lo, hi],
+                dtype=tl.float64, is_pure=True, pack=1)
+
 
 @triton.jit
 def _quotient(a, b, EXACT: tl.constexpr):
@@ -151,7 +177,22 @@ PRINT_ORDER = ("gamma", "trace", "m", "v", "w")
 _CALLS = {"neg": "-{0}", "exp": "_exp({0})", "sqrt": "_root({0}, EXACT)", "div": "_quotient({0}, {1}, EXACT)",
           "div_approx": "{0} / {1}", "fma": "_fma({0}, {1}, {2})", "where": "tl.where({0}, {1}, {2})",
           "maximum": "_maximum({0}, {1})", "minimum": "_minimum({0}, {1})",
-          "lerp": "{0} + {2} * ({1} - {0})"}
+          "lerp": "{0} + {2} * ({1} - {0})", "clamp": "_clamp({0}, {1}, {2})"}
+
+
+def clamps(outputs: tuple[Node, ...]) -> tuple[Node, ...]:
+    """The graph with each minimum(maximum(x, lo), hi) whose maximum has no other use as one
+    "clamp" node (x, lo, hi), a node of this printer's alone: printed as `_clamp`, one op (the
+    rule's clamp and clip, `rulebind.clamp`, trace to exactly this pair)."""
+    uses = use_counts(outputs)
+    done: dict[int, Node] = {}
+    for node in ssa(outputs):
+        args = tuple(done.get(id(arg), arg) for arg in node.args)
+        if node.op == "minimum" and node.args[0].op == "maximum" and uses[id(node.args[0])] == 1:
+            done[id(node)] = Node("clamp", (*args[0].args, args[1]))
+        elif any(new is not old for new, old in zip(args, node.args)):
+            done[id(node)] = Node(node.op, args, node.value)
+    return tuple(done.get(id(out), out) for out in outputs)
 
 
 def _graph(flags: dict[str, object]) -> tuple[Node, ...]:
@@ -172,7 +213,7 @@ def triton_source(learner: NeuralLearner, fade_on: bool, name: str = "rule", fus
     `fused`: its multiply-adds printed as fmas (`expression.contract`), for a kernel launched with
     fp_fusion on. RuleError (fade_core.expression) for a rule that reads an input no kernel has."""
     flags = learner.flags(fade_on)
-    graph = contract(_graph(flags)) if fused else _graph(flags)
+    graph = clamps(contract(_graph(flags)) if fused else _graph(flags))
     order = [parts.UPDATE_OUTPUTS.index(output) for output in PRINT_ORDER]
     outputs = [graph[k] for k in order]
     literals = constants(outputs)
@@ -195,7 +236,7 @@ def triton_source(learner: NeuralLearner, fade_on: bool, name: str = "rule", fus
         f'"""parts.update with {flags}, printed by fade_core/neural/triton_rule.py; do not edit."""',
         "import triton",
         "import triton.language as tl",
-        "from fade_core.neural.triton_rule import _exp, _fma, _maximum, _minimum, _quotient, _root",
+        "from fade_core.neural.triton_rule import _clamp, _exp, _fma, _maximum, _minimum, _quotient, _root",
         "",
         "",
         "@triton.jit",
