@@ -82,3 +82,42 @@ def test_a_released_embedded_ray_is_stopped_and_forgotten_by_the_exit(tmp_path):
         time.sleep(0.5)
     assert not left()
     assert not (RECORDS / f"driver-{record['driver']['pid']}.json").exists()
+
+
+STARTING = """
+import json, os, time
+import ray
+from cluster.connect import connect, start_meanwhile
+from cluster.embedded import RECORDS
+start_meanwhile(num_cpus=-1)
+try:
+    connect(None, -1)
+except Exception as err:  # Ray's own refusal, raised where connect is called
+    print("refused:", type(err).__name__, flush=True)
+start_meanwhile(num_cpus=1)
+import polars  # what the driver does meanwhile: its other imports
+print("url:", connect(None, 1), flush=True)
+time.sleep(2)  # Ray's processes outlive the thread that started them
+print("task:", ray.get(ray.remote(lambda: 6 * 7).remote()), flush=True)
+print(json.dumps(json.loads((RECORDS / f"driver-{os.getpid()}.json").read_text())), flush=True)
+"""
+
+
+def test_an_embedded_ray_started_meanwhile_is_the_one_connect_answers_with(tmp_path):
+    """start_meanwhile (Ray's start overlaps the driver's imports): connect answers with that Ray (its dashboard,
+    and its error when Ray refuses), the Ray keeps running after the starting thread's work is done (its
+    processes die with the thread that started them), and the exit stops it and drops its record."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-c", STARTING], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    refused, url, task, record_line = done.stdout.strip().splitlines()[-4:]
+    assert refused == "refused: ValueError" and url.startswith("url: http://127.0.0.1:") and task == "task: 42"
+    assert "SIGTERM handler" not in done.stderr and "Token authentication" not in done.stderr, done.stderr[-2000:]
+    record = json.loads(record_line)
+    deadline = time.monotonic() + 60
+    while cluster_pids(Path(record["session_dir"])) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not cluster_pids(Path(record["session_dir"]))
+    assert not (RECORDS / f"driver-{record['driver']['pid']}.json").exists()
