@@ -27,14 +27,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 TRACER = r'''
-import os, sys, time
+import importlib.abc, importlib.util, os, sys, time
 out = open(os.environ["TIMELINE_FILE"], "a", buffering=1)
 def event(name): out.write(f"{time.time():.3f} {name}\n")
 event("python started")
-import sweeps.cli as cli
-event("sweeps.cli imported")
-import ray
-from ray import tune
 def traced(owner, name, label):
     inner = getattr(owner, name)
     def call(*args, **kwargs):
@@ -44,23 +40,43 @@ def traced(owner, name, label):
         finally:
             event(f"{label} ends")
     setattr(owner, name, call)
-traced(ray, "init", "ray.init")
-traced(ray, "shutdown", "ray.shutdown")
-traced(tune.Tuner, "fit", "Tuner.fit")
-from sweeps.tune.progress import SweepProgress
-from sweeps.store.writer import SweepWriter
-import sweeps.cli.running as running
-traced(SweepWriter, "finish", "SweepWriter.finish")
-traced(running, "table_text", "closing table")
-started, complete = SweepProgress.on_trial_start, SweepProgress.on_trial_complete
-def on_start(self, iteration, trials, trial, **info):
-    event(f"trial starts {trial.config.get('pack_id')}")
-    return started(self, iteration, trials, trial, **info)
-def on_complete(self, iteration, trials, trial, **info):
-    seconds = (trial.last_result or {}).get("compute_seconds", float("nan"))
-    event(f"trial ends {trial.config.get('pack_id')} (pack compute {seconds:.1f} s)")
-    return complete(self, iteration, trials, trial, **info)
-SweepProgress.on_trial_start, SweepProgress.on_trial_complete = on_start, on_complete
+def trials(module):
+    progress = module.SweepProgress
+    started, complete = progress.on_trial_start, progress.on_trial_complete
+    def on_start(self, iteration, trials, trial, **info):
+        event(f"trial starts {trial.config.get('pack_id')}")
+        return started(self, iteration, trials, trial, **info)
+    def on_complete(self, iteration, trials, trial, **info):
+        seconds = (trial.last_result or {}).get("compute_seconds", float("nan"))
+        event(f"trial ends {trial.config.get('pack_id')} (pack compute {seconds:.1f} s)")
+        return complete(self, iteration, trials, trial, **info)
+    progress.on_trial_start, progress.on_trial_complete = on_start, on_complete
+# Each module is traced when the command imports it (importing it here would move its import's seconds)
+AFTER_IMPORT = {
+    "ray": lambda ray: (traced(ray, "init", "ray.init"), traced(ray, "shutdown", "ray.shutdown")),
+    "ray.tune": lambda tune: traced(tune.Tuner, "fit", "Tuner.fit"),
+    "sweeps.tune.progress": trials,
+    "sweeps.store.writer": lambda writer: traced(writer.SweepWriter, "finish", "SweepWriter.finish"),
+    "sweeps.cli.running": lambda running: traced(running, "table_text", "closing table"),
+}
+class Tracing(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in AFTER_IMPORT:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        execute = spec.loader.exec_module
+        def exec_module(module):
+            execute(module)
+            AFTER_IMPORT.pop(name)(module)
+        spec.loader.exec_module = exec_module
+        return spec
+sys.meta_path.insert(0, Tracing())
+import sweeps.cli as cli
+event("sweeps.cli imported")
 code = cli.main(sys.argv[1:])
 event("command returned")
 sys.exit(code)
