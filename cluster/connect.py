@@ -14,13 +14,10 @@ import functools
 import logging
 import os
 import re
-import signal
 import socket
-import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 import ray
@@ -82,93 +79,8 @@ def check_reachable(address: str, timeout: float = 5.0, what: str = "Ray cluster
         raise ClusterError(f"cannot reach a {what} at {host}:{port} ({err.strerror or err}); {fix}") from None
 
 
-@dataclass
-class _Start:
-    """An embedded Ray being started in a thread (start_meanwhile): connect's arguments, and its answer or error."""
-
-    arguments: tuple
-    thread: threading.Thread
-    outcome: list = field(default_factory=list)
-    done: threading.Event = field(default_factory=threading.Event)
-
-
-_starting: _Start | None = None
-
-
-def start_meanwhile(num_cpus: int | None = None, py_modules: tuple[str, ...] = ()) -> None:
-    """Start the embedded Ray that `connect(None, num_cpus, py_modules)` would, in a thread, while this process goes
-    on with what needs no Ray yet (its other imports: Ray Tune's alone take about a second, Ray's start 5-7 s); that
-    `connect` then waits for it and answers as it would have (the dashboard's URL, or its error). Nothing starts
-    where connect would attach ($RAY_ADDRESS) or Ray is connected.
-
-    The thread lives as long as the process: Ray's processes die with the thread that started them (the kernel's
-    parent-death signal is per thread), so it waits once Ray is up (a daemon: the exit never waits for it). An exit
-    waits for the start to be done, then Ray's at-exit shutdown stops what it started. Ray sets its SIGTERM handler
-    (exit, through that shutdown) only from the main thread: the same handler is set here."""
-    global _starting
-    if address_from_environment() or connected() or _starting is not None:
-        return
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    arguments, outcome, done = (None, num_cpus, tuple(py_modules)), [], threading.Event()
-
-    def run() -> None:
-        logging.getLogger("ray._private.worker").addFilter(_SIGTERM_SET_HERE)
-        try:
-            outcome.append(_connect(*arguments))
-        except BaseException as err:  # noqa: BLE001 - handed to the connect that waits for it
-            outcome.append(err)
-        done.set()
-        threading.Event().wait()  # the parent of Ray's processes, until the process ends
-
-    _starting = _Start(arguments, threading.Thread(target=run, name="fade-ray-start", daemon=True), outcome, done)
-    atexit.register(done.wait)  # before Ray's at-exit shutdown (registered when Ray was imported: it runs after)
-    _starting.thread.start()
-
-
-def _exit_on_sigterm(signum: int, frame) -> None:
-    sys.exit(signum)
-
-
-class _SigtermSetHere(logging.Filter):
-    """Ray's warning that it set no SIGTERM handler from a thread: start_meanwhile set it."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "SIGTERM handler is not set" not in record.getMessage()
-
-
-_SIGTERM_SET_HERE = _SigtermSetHere()
-TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-class _DropTokenNotice(logging.Filter):
-    """Ray's notice that token authentication is on (it stays on; the notice says nothing to act on)."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Token authentication is enabled" not in record.getMessage()
-
-
-_TOKEN_NOTICE = _DropTokenNotice()
-
-
-def _started(arguments: tuple) -> tuple[bool, str | None]:
-    """(True, its answer) once the start_meanwhile begun for these arguments is done (its error raised here);
-    (False, None) if none was (one for other arguments is waited for: then Ray is connected, as after a connect)."""
-    global _starting
-    start, _starting = _starting, None
-    if start is None:
-        return False, None
-    start.done.wait()
-    if start.arguments != arguments:
-        return False, None
-    if isinstance(start.outcome[0], BaseException):
-        raise start.outcome[0]
-    return True, start.outcome[0]
-
-
 def connect(address: str | None = None, num_cpus: int | None = None, py_modules: tuple[str, ...] = ()) -> str | None:
-    """Attach to the cluster at `address`, or start an embedded local Ray when it is None (or wait for the one
-    `start_meanwhile` began with the same arguments).
+    """Attach to the cluster at `address`, or start an embedded local Ray when it is None.
 
     With `address` None and RAY_ADDRESS set, attaches to $RAY_ADDRESS and says so (callers
     that print their own first line resolve it first with `address_from_environment`).
@@ -184,14 +96,8 @@ def connect(address: str | None = None, num_cpus: int | None = None, py_modules:
     so Ray binds its servers (GCS, raylet, object manager, workers, agents) there instead of
     every interface, and the dashboard is on 127.0.0.1; token authentication stays on (Ray's default).
     """
-    began, url = _started((address, num_cpus, tuple(py_modules)))
-    return url if began else _connect(address, num_cpus, py_modules)
-
-
-def _connect(address: str | None, num_cpus: int | None, py_modules: tuple[str, ...]) -> str | None:
     if connected():
         return None
-    logging.getLogger(TOKEN_AUTH_LOGGER).addFilter(_TOKEN_NOTICE)
     embedded.reap_orphans()  # what is left of an embedded Ray whose driver was killed (-9): only those recorded
     source = "--address"
     if address is None and address_from_environment():
@@ -256,13 +162,6 @@ def release_meanwhile() -> None:
 
     _releasing = threading.Thread(target=release, name="fade-ray-release")
     _releasing.start()
-
-
-def settled() -> None:
-    """Return once a start or a release under way (start_meanwhile, release_meanwhile) is done."""
-    if _starting is not None:
-        _starting.done.wait()  # (its answer stays for the connect that asks)
-    wait_released()
 
 
 def wait_released() -> None:

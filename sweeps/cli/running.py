@@ -55,11 +55,10 @@ def cmd_run(args: argparse.Namespace) -> None:
         _dry_run_stages(args, sweep, store, options)
         return
     compiling = _before_ray(sweep, store, options, args.resume)
-    release = _releaser()
-    _start_ray(options, sweep)
     from sweeps.cli.live import final_report, reporting
     from sweeps.tune.stages import confirm_sweep, run_sweep
 
+    release = _releaser()
     with reporting(args, store):  # the live report's path first; an interrupted live page is made static
         outcome = run_sweep(sweep, store, resume=args.resume, options=options)
         if not sweep.confirm_seeds:  # Ray stops while the tables and the report are written
@@ -111,16 +110,6 @@ def _releaser() -> Callable[[], None]:
     from cluster.connect import connected, release_meanwhile
 
     return (lambda: None) if connected() else release_meanwhile
-
-
-def _start_ray(options: ExecutionOptions, sweep: Sweep) -> None:
-    """An embedded Ray starts now, in a thread, while the driver's modules load (Ray Tune's, the store's: 1-2 s
-    of a 5-7 s start); the driver's connect waits for it (cluster.connect.start_meanwhile). Every refusal that
-    needs no cluster came before (resolve, check, the lock asked)."""
-    if not options.address:
-        from cluster.connect import start_meanwhile
-
-        start_meanwhile(options.num_cpus, sweep.module_files)
 
 
 def race_line(sweep) -> str:
@@ -224,7 +213,6 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     dtype = store.record.dtype if store.record is not None else options.dtype
     compiling = _compile_own(sweep, dataclasses.replace(options, dtype=dtype))
     release = _releaser()
-    _start_ray(options, sweep)
     outcome = confirm_sweep(store, seeds, stat=args.stat, options=options)
     release()  # Ray stops while the table is written
     _summary(outcome, "every confirmation run already has a score", compiling)

@@ -98,11 +98,6 @@ class Sweep:
     def run_steps(self) -> int:
         return sum(e.size * e.settings.steps for e in self.experiments) * len(self.seeds)
 
-    @property
-    def module_files(self) -> tuple[str, ...]:
-        """The module files of its own learners (beside the sweep file): every worker imports them, Ray ships them."""
-        return tuple(sorted({d.module_file for d in self.learners if d.module_file}))
-
     @cached_property
     def pairs(self) -> frozenset[tuple[str, int]]:
         """(config_id, seed) of every run the sweep asks for: what readers of its store count."""

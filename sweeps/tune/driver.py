@@ -57,7 +57,8 @@ def connect_cluster(store: Store, options: ExecutionOptions, resources: PackReso
     The sweep's own learners' module files travel to the workers (Ray's runtime environment)."""
     quiet_tune()  # before Ray starts: its banners and hints do not apply to a sweep's output
     started = time.perf_counter()
-    dashboard_url = connect(options.address, options.num_cpus, sweep.module_files)  # (or the start_meanwhile begun)
+    modules = tuple(sorted({d.module_file for d in sweep.learners if d.module_file}))
+    dashboard_url = connect(options.address, options.num_cpus, modules)
     ray_start = time.perf_counter() - started
     if options.display is not None and dashboard_url:  # a run a person follows: how to open its dashboard
         for line in dashboard_notice(dashboard_url):

@@ -35,7 +35,15 @@ if TYPE_CHECKING:
     from sweeps.tune.options import ProgressDisplay
 
 WRITE_EVERY_SECONDS = HEARTBEAT_SECONDS
+TOKEN_AUTH_LOGGER = "ray._private.authentication.authentication_token_setup"
 TUNE_LOGGER = "ray.tune.tune"  # tune.run's module logger: its SIGINT handler warns there
+
+
+class _DropTokenNotice(logging.Filter):
+    """Ray's notice that token authentication is on (it stays on; the notice says nothing to act on)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Token authentication is enabled" not in record.getMessage()
 
 
 class _DropSkipHint(logging.Filter):
@@ -53,14 +61,16 @@ def quiet_tune() -> None:
     Tune's new output engine prints a configuration box, "View detailed results here" and a
     TensorBoard hint even at verbose=0: RAY_AIR_NEW_OUTPUT=0 selects the legacy engine, which
     at verbose=0 prints nothing. TUNE_DISABLE_AUTO_CALLBACK_LOGGERS=1: Tune's own CSV / JSON /
-    TensorBoard result files are not written (the results are the store). Tune's "Press CTRL+C ...
-    to skip" on an interrupt is dropped (a logging filter; Ray's notice that token authentication is
-    enabled is dropped where Ray starts, cluster.connect). A value the user set in the environment is kept."""
+    TensorBoard result files are not written (the results are the store). Ray's notice that
+    token authentication is enabled is dropped (the authentication itself is untouched), and so is
+    Tune's "Press CTRL+C ... to skip" on an interrupt (logging filters). A value the user set in
+    the environment is kept."""
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
     os.environ.setdefault("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
-    logger = logging.getLogger(TUNE_LOGGER)  # (Ray's token notice: cluster.connect drops it)
-    if not any(isinstance(f, _DropSkipHint) for f in logger.filters):
-        logger.addFilter(_DropSkipHint())
+    for name, drop in ((TOKEN_AUTH_LOGGER, _DropTokenNotice), (TUNE_LOGGER, _DropSkipHint)):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, drop) for f in logger.filters):
+            logger.addFilter(drop())
 
 
 class SweepProgress(Callback):
