@@ -2,11 +2,11 @@
 time, where its seconds go, run-steps, and whether the race selects what the full grid selects.
 
     python benchmarks/bench_race.py [--steps 2000000] [--repeats 2] [--base /tmp/race-base] [--num-cpus 2]
-                                    [--stream-cache-mb 4096]
+                                    [--stream-cache-mb 4096] [--report]
 
 The sweep is a held-out linear grid (not a preset: 4 methods, 80 configurations, 10 seeds, noise 1.0),
 cut to `--steps` steps. Each variant is `fade-sweep run` in a fresh subprocess into a fresh store (no
-report), the variants alternated, `--repeats` times: "full" (this checkout, no race), "race" (this
+report; with `--report`, the closing report as a user's run writes it), the variants alternated, `--repeats` times: "full" (this checkout, no race), "race" (this
 checkout, --race) and, with `--base DIR`, "base full" and "base race" (the checkout at DIR, e.g. `git worktree add
 /tmp/race-base main`; a base race's wall ratio is against the base full grid). For each: the command's wall time; from its Done line, Ray's start and
 the packs' time (the rest of the wall is the command's own: imports, the store's checks, Tune's start
@@ -47,11 +47,12 @@ def sweep_file(steps: int, folder: Path) -> Path:
     return path
 
 
-def run(tree: Path, args: list[str], storage: Path, cache_mb: str | None = None) -> dict:
+def run(tree: Path, args: list[str], storage: Path, cache_mb: str | None = None, report: bool = False) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree), **({"FADE_STREAM_CACHE_MB": cache_mb} if cache_mb else {})}
     env.pop("RAY_ADDRESS", None)
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "sweeps.cli", "run", *args, "--storage", str(storage), "--no-report"],
+    done = subprocess.run([sys.executable, "-m", "sweeps.cli", "run", *args, "--storage", str(storage),
+                           *([] if report else ["--no-report"])],
                           env=env, cwd=tree, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if done.returncode != 0:
@@ -81,6 +82,7 @@ def main() -> None:
     parser.add_argument("--base", type=Path, help="another checkout whose runs alternate with this one's")
     parser.add_argument("--stream-cache-mb", help="also full and race with this FADE_STREAM_CACHE_MB (a worker's stream "
                         "cache: where a sweep's streams do not fit, every pack draws its seeds' streams again)")
+    parser.add_argument("--report", action="store_true", help="each command writes its closing report too")
     args = parser.parse_args()
     scratch = Path(tempfile.mkdtemp(prefix="bench-race-"))
     path = sweep_file(args.steps, scratch)
@@ -94,7 +96,7 @@ def main() -> None:
     results: dict[str, list[dict]] = {name: [] for name, *_ in variants}
     for repeat in range(args.repeats):
         for name, tree, argv, cache_mb in (variants if repeat % 2 == 0 else variants[::-1]):
-            sample = run(tree, argv, scratch / f"{name.replace(' ', '-')}-{repeat}", cache_mb)
+            sample = run(tree, argv, scratch / f"{name.replace(' ', '-')}-{repeat}", cache_mb, args.report)
             results[name].append(sample)
             print(f"{name:>10} #{repeat}: wall {sample['wall']:6.1f} s (Ray start {sample['ray']:.1f} s, packs "
                   f"{sample['packs_seconds']:.1f} s, the rest {sample['wall'] - sample['ray'] - sample['packs_seconds']:.1f} s), "
