@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import functools
-import gc
 import logging
 import os
 import re
@@ -156,11 +155,6 @@ def release_meanwhile() -> None:
     wait_released()
     if not ray.is_initialized():
         return
-    # A precaution: garbage in reference cycles that holds Ray objects (a finished Tune experiment's handles and
-    # references) goes now, while Ray is up. Collected after the shutdown, it could call into Ray's stopped core
-    # worker, which ends the process ("The core worker has already been shutdown", exit 1; seen when Ray had also been
-    # started from a thread).
-    gc.collect()
 
     def release() -> None:
         ray.shutdown()
