@@ -15,7 +15,6 @@ import logging
 import os
 import re
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from urllib.parse import urlparse
@@ -96,7 +95,7 @@ def connect(address: str | None = None, num_cpus: int | None = None, py_modules:
     so Ray binds its servers (GCS, raylet, object manager, workers, agents) there instead of
     every interface, and the dashboard is on 127.0.0.1; token authentication stays on (Ray's default).
     """
-    if connected():
+    if ray.is_initialized():
         return None
     embedded.reap_orphans()  # what is left of an embedded Ray whose driver was killed (-9): only those recorded
     source = "--address"
@@ -132,44 +131,6 @@ def connect(address: str | None = None, num_cpus: int | None = None, py_modules:
     atexit.register(embedded.forget)
     _node_deaths_in_one_line()
     return _dashboard_url(context)
-
-
-_releasing: threading.Thread | None = None  # release_meanwhile's thread, until joined
-
-
-def connected() -> bool:
-    """Whether this process is connected to Ray (a release under way is waited for first)."""
-    wait_released()
-    return ray.is_initialized()
-
-
-def release_meanwhile() -> None:
-    """Let go of Ray (disconnect; an embedded Ray is stopped and its record dropped) in a thread, while this process
-    finishes what needs no Ray (a command's closing tables and report). The interpreter joins the thread before it
-    exits (it is no daemon), and so does the next `connect` or `connected`. Call it only once nothing more runs on
-    Ray, and only for a Ray this caller connected (a Ray its own caller holds stays up).
-
-    Why: stopping an embedded Ray takes 1.5-3 s (Ray stops its processes one by one and waits for each), and Ray's
-    own at-exit shutdown first sleeps 0.5 s; a command's closing work and this overlap, and the sleep goes."""
-    global _releasing
-    wait_released()
-    if not ray.is_initialized():
-        return
-
-    def release() -> None:
-        ray.shutdown()
-        embedded.forget()
-
-    _releasing = threading.Thread(target=release, name="fade-ray-release")
-    _releasing.start()
-
-
-def wait_released() -> None:
-    """Return once a release under way (release_meanwhile) is done."""
-    global _releasing
-    if _releasing is not None:
-        _releasing.join()
-        _releasing = None
 
 
 SHIPPED_MODULES = "FADE_SWEEP_SHIPPED_MODULES"  # set by `fade-sweep submit`: the job's runtime environment has them

@@ -16,8 +16,6 @@ import pytest
 def _no_ray_left_to_the_next_file():
     yield
     ray = sys.modules.get("ray")  # never imported here for a file that did not
-    if "cluster.connect" in sys.modules:  # a command's release of its Ray, under way (release_meanwhile)
-        sys.modules["cluster.connect"].wait_released()
     if ray is not None and ray.is_initialized():
         ray.shutdown()
 

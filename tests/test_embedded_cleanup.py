@@ -48,37 +48,3 @@ def test_the_next_embedded_connect_stops_what_a_killed_driver_left(tmp_path):
     assert not cluster_pids(session)
     assert not record_file.exists()
     assert set(RECORDS.glob(f"driver-{os.getpid()}*")) == mine  # (this test recorded no Ray of its own)
-
-
-RELEASING = """
-import json, os
-from cluster.connect import connect, connected, release_meanwhile
-from cluster.embedded import RECORDS
-connect(num_cpus=1)
-print(json.dumps(json.loads((RECORDS / f"driver-{os.getpid()}.json").read_text())), flush=True)
-release_meanwhile()
-print("closing work", flush=True)
-print("connected after the release:", connected(), flush=True)
-"""
-
-
-def test_a_released_embedded_ray_is_stopped_and_forgotten_by_the_exit(tmp_path):
-    """release_meanwhile (a command's closing tables overlap Ray's stop): the process still exits with every
-    process of its Ray stopped and its record gone, and a release under way is waited for by `connected`."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
-    done = subprocess.run([sys.executable, "-c", RELEASING], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=300)
-    assert done.returncode == 0, done.stderr[-2000:]
-    record_line, closing, after = done.stdout.strip().splitlines()[-3:]
-    record = json.loads(record_line)
-    assert closing == "closing work" and after == "connected after the release: False"
-    def left() -> set:  # what Ray sent SIGTERM and has not exited yet (an at-exit shutdown does not wait either)
-        return ({p["pid"] for p in record["processes"] if same_process(p["pid"], p["started_at"])}
-                | cluster_pids(Path(record["session_dir"])))
-
-    deadline = time.monotonic() + 60
-    while left() and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert not left()
-    assert not (RECORDS / f"driver-{record['driver']['pid']}.json").exists()

@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import os
 import sys
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 from sweeps.cli.parser import UserError
 from sweeps.cli.reading import open_results, table_text
@@ -58,18 +58,14 @@ def cmd_run(args: argparse.Namespace) -> None:
     from sweeps.cli.live import final_report, reporting
     from sweeps.tune.stages import confirm_sweep, run_sweep
 
-    release = _releaser()
     with reporting(args, store):  # the live report's path first; an interrupted live page is made static
         outcome = run_sweep(sweep, store, resume=args.resume, options=options)
-        if not sweep.confirm_seeds:  # Ray stops while the tables and the report are written
-            release()
         _summary(outcome, "every (config, seed) already has a score", compiling)
         print(f"Results: {outcome.results_dir}\n")
         print(table_text(outcome.store, "best", args.table_format).rstrip("\n"))
         if sweep.confirm_seeds:  # the sweep file's confirm: block, after the grid
             print(f"\nConfirmation: each method's selected configuration on {len(sweep.confirm_seeds)} fresh seeds")
             outcome = confirm_sweep(outcome.store, sweep.confirm_seeds, options=options)
-            release()
             _summary(outcome, "every confirmation run already has a score")
             print(table_text(outcome.store, "confirm", args.table_format).rstrip("\n"))
     if not args.no_report:  # after the confirmation stage: the report reads both
@@ -101,15 +97,6 @@ def _before_ray(sweep: Sweep, store: Store, options: ExecutionOptions, resume: b
     ask_lock(store, sweep, options.dtype, resume)
     _check_stream_cache()  # before Ray starts
     return _compile_own(sweep, options)
-
-
-def _releaser() -> Callable[[], None]:
-    """What lets go of the Ray this command connects, once nothing more of the command runs on it (the closing
-    tables and report then overlap Ray's stop: cluster.connect.release_meanwhile); a Ray this process held before
-    the command (a library caller's, a test's) is left as it is."""
-    from cluster.connect import connected, release_meanwhile
-
-    return (lambda: None) if connected() else release_meanwhile
 
 
 def race_line(sweep) -> str:
@@ -212,9 +199,7 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     _check_stream_cache()  # before Ray starts
     dtype = store.record.dtype if store.record is not None else options.dtype
     compiling = _compile_own(sweep, dataclasses.replace(options, dtype=dtype))
-    release = _releaser()
     outcome = confirm_sweep(store, seeds, stat=args.stat, options=options)
-    release()  # Ray stops while the table is written
     _summary(outcome, "every confirmation run already has a score", compiling)
     print(f"Results: {outcome.results_dir}\n")
     print(table_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
