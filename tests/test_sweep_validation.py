@@ -46,6 +46,11 @@ CASES = [
     (_with(optimizers={"adam": {"alpha": 0.1}}), "optimizers.adam: unknown optimizer for task linear_tracking; choose one of sgd"),
     (_with(optimizers__fade__theta=0.1), "optimizers.fade.theta: fade does not take theta; it takes alpha, theta_lambda, gamma0"),
     (_with(optimizers__fade__gamma0=None), "optimizers.fade: missing hyperparameter(s) gamma0"),
+    # a misspelt hyperparameter is missing under its name and unknown under the typo: the typo is named
+    (_with(optimizers={"fade": {"alpha": [0.1], "theta_lamda": 0.01, "gamma0": [-1.2]}}),
+     "optimizers.fade.theta_lamda: fade does not take theta_lamda; it takes alpha, theta_lambda, gamma0"),
+    (_with(variants=[{"optimizers": {"sgd": {"alpah": 0.1}}}]),
+     "variants[0].optimizers.sgd.alpah: sgd does not take alpah; it takes alpha"),
     (_with(optimizers__fade__alpha=[-0.1]), "optimizers.fade.alpha: -0.1 is out of range; alpha (step size) must be > 0"),
     (_with(optimizers__fade__alpha="fast"), "optimizers.fade.alpha: 'fast' is not a number; alpha (step size) must be > 0"),
     (_with(seeds=0), "seeds: must be a positive int"),

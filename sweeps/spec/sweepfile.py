@@ -106,10 +106,14 @@ def _path_of(loc: tuple) -> str:
 def describe(error: ValidationError, model: type[Block] = SweepFile) -> str:
     """The first problem of a sweep file's validation as one line: "key.path: what is wrong; the fix"."""
     errors = error.errors()
-    loc, kind = errors[0]["loc"], errors[0]["type"]
+    first = errors[0]
+    if first["type"] == "missing":  # a misspelt key is a missing key and an unknown one: the unknown one names the typo
+        first = next((e for e in errors if e["type"] == "extra_forbidden" and e["loc"][:-1] == first["loc"][:-1]),
+                     first)
+    loc, kind = first["loc"], first["type"]
     if kind == "sweep":
-        at = errors[0]["ctx"]["at"] or _path_of(loc)
-        return f"{at}: {errors[0]['msg']}" if at else errors[0]["msg"]
+        at = first["ctx"]["at"] or _path_of(loc)
+        return f"{at}: {first['msg']}" if at else first["msg"]
     if kind in ("extra_forbidden", "invalid_key", "missing"):  # invalid_key: a key that is no string (YAML `1: 2`)
         block, path = _walk(loc[:-1], model)
         key = str(loc[-1])
@@ -121,8 +125,8 @@ def describe(error: ValidationError, model: type[Block] = SweepFile) -> str:
     if kind in ("model_type", "dict_type", "list_type") and path == _path_of(loc):  # a block's value has the wrong shape
         phrase = block.phrase(block.NOT_A_LIST if kind == "list_type" else block.NOT_A_MAPPING)
         return f"{path}: {phrase}" if path else phrase
-    message = errors[0]["msg"]
-    return f"{_path_of(loc)}: {message[0].lower()}{message[1:]}, got {short(errors[0].get('input'))}"
+    message = first["msg"]
+    return f"{_path_of(loc)}: {message[0].lower()}{message[1:]}, got {short(first.get('input'))}"
 
 
 def check_task_data(sweep: Sweep) -> None:
