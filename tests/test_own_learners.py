@@ -73,6 +73,14 @@ def test_readers_never_import_the_rule(finished, capsys):
     assert sum("fade_leaky, alpha=0.02, rho=" in t for t in titles) == len(GRID["rho"])
 
 
+def test_the_resume_command_does_not_name_the_recorded_copy_away_from_the_module(finished):
+    """The store's sweep.yaml has no my_rules.py beside it, so `run` of it could not find the rule: `status`
+    (and an interrupt's hint from it) names SWEEP, the researcher's file, instead."""
+    root, sweep, results = finished
+    command = Store.open(results).resume_command()
+    assert command.startswith("fade-sweep run SWEEP --storage ") and command.endswith(" --resume"), command
+
+
 def test_resume_and_confirm_take_the_recorded_rule(finished, capsys):
     root, sweep, results = finished
     changed = RULE.replace("rho * g *", "rho * (g *").replace("max(1 - l - alpha * x * x, 0) -",

@@ -39,7 +39,8 @@ from sweeps.store.location import StoreLocation
 from sweeps.store.manifests import Damaged, DamagedFile, ManifestsRead, Selection, damaged_files, damaged_files_notice
 from sweeps.store.manifests import manifest_entries, read_manifests, runs_of, select
 from sweeps.store.race import race_damage, read_race, wanted_pairs, was_raced
-from sweeps.store.sweep_record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_sweep
+from sweeps.store.sweep_record import SWEEP_RECORD, check_and_record, check_change, read_store_record, recorded_learners
+from sweeps.store.sweep_record import recorded_sweep
 from sweeps.store.records import (
     CONFIRMATION_FILE,
     RACE_FILE,
@@ -169,8 +170,10 @@ class Store:
             record = self.record
         except RecordError:
             record = None
-        try:  # `run` reads a sweep file of this machine: an object store's sweep.yaml is no argument
-            readable = where.local_path is not None and recorded_sweep(where, record) is not None
+        try:  # `run` reads a sweep file of this machine: an object store's sweep.yaml is no argument, nor the
+            # recorded copy of a sweep whose own learners' modules sit beside the researcher's file, not beside it
+            readable = (where.local_path is not None and recorded_sweep(where, record) is not None
+                        and not any(learner.module_file for learner in recorded_learners(record)))
         except SweepError:
             readable = False
         sweep = where.url(SWEEP_RECORD) if readable else "SWEEP"
