@@ -127,6 +127,19 @@ def test_sigterm_stops_the_sweep_like_ctrl_c(sweep_file, tmp_path):
     _assert_interrupted(run, out, results_dir, sweep_file, tmp_path)
 
 
+def test_sigterm_while_ray_starts_is_an_interrupt_too(sweep_file, tmp_path):
+    """SIGTERM before the packs (the store open, Ray starting: ours, then Ray's own handler, which exits 15) means
+    what Ctrl-C means: exit 130 and the resume hint, not a silent 15."""
+    results_dir = tmp_path / SWEEP["name"]
+    run = _cli("run", str(sweep_file), "--storage", str(tmp_path), *RUN_OPTIONS)
+    _wait_for(lambda: results_dir.is_dir(), 120, "the store opened", run)
+    os.kill(run.pid, signal.SIGTERM)
+    out, _ = run.communicate(timeout=120)
+    assert run.returncode == 130, out
+    assert out.strip().splitlines()[-1].startswith("fade-sweep: interrupted; continue with `fade-sweep run "), out
+    assert "Done:" not in out
+
+
 def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scores, tmp_path):
     """Ctrl-C: an honest interrupt. --resume, then kill -9: status says the driver is gone. A copy of
     the folder, with Tune's experiment state deleted and a booby-trapped packs.pkl, resumes from

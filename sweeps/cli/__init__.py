@@ -12,9 +12,12 @@ library's data and notices read; this module dispatches and turns errors into ex
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
+import signal
 import sys
+import threading
 
 from cluster.errors import ClusterError
 from sweeps.cli import reading, running, schema
@@ -96,6 +99,20 @@ def _redact(text: str) -> str:
     return redact(text)
 
 
+@contextlib.contextmanager
+def _sigterm_as_ctrl_c():
+    """SIGTERM (a scheduler's, `kill`'s) stops a command as Ctrl-C does, exit 130 with the resume hint, from its
+    first line: Python's default would end the process at once, mid-write. Restored after (a caller's own)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGTERM, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # `submit ... -- RUN OPTIONS`: what follows -- is passed to `fade-sweep run` on the cluster.
@@ -105,12 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     args.run_args = passthrough
     show_notices()  # the library's notices (a stale lock taken over, runs outside the sweep): one line each on stderr
     try:
-        status = _run_command(args)
+        with _sigterm_as_ctrl_c():
+            status = _run_command(args)
     except (SweepError, UserError, ClusterError) as err:
         print(f"fade-sweep: error: {_redact(str(err))}", file=sys.stderr)
         return BAD_INPUT
     except KeyboardInterrupt as err:  # Ctrl-C / SIGTERM; a stopped sweep raises SweepInterrupted (a KeyboardInterrupt)
         print(f"fade-sweep: {_interrupted_message(args, err)}", file=sys.stderr)
+        return INTERRUPTED
+    except SystemExit as err:
+        if err.code != signal.SIGTERM:
+            raise
+        # Ray's SIGTERM handler (ray.init sets it, replacing ours) exits with the signal's number: outside the
+        # packs (Ray's start, the closing tables and report) SIGTERM still means what Ctrl-C means
+        print(f"fade-sweep: {_interrupted_message(args, KeyboardInterrupt())}", file=sys.stderr)
         return INTERRUPTED
     except Exception as err:  # noqa: BLE001 - one line for the user; FADE_SWEEP_DEBUG=1 shows the traceback
         if os.environ.get("FADE_SWEEP_DEBUG"):

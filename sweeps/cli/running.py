@@ -68,8 +68,8 @@ def cmd_run(args: argparse.Namespace) -> None:
             outcome = confirm_sweep(outcome.store, sweep.confirm_seeds, options=options)
             _summary(outcome, "every confirmation run already has a score")
             print(table_text(outcome.store, "confirm", args.table_format).rstrip("\n"))
-    if not args.no_report:  # after the confirmation stage: the report reads both
-        print(f"\n{final_report(outcome.store)}")
+        if not args.no_report:  # after the confirmation stage: the report reads both (an interrupt: made static)
+            print(f"\n{final_report(outcome.store)}")
 
 
 def _dry_run_stages(args: argparse.Namespace, sweep: Sweep, store: Store, options: ExecutionOptions) -> None:
