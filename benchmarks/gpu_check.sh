@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The round's GPU check: ONE device call whose whole run, cold compiles included, stays inside
 # GPU_CHECK_BUDGET seconds (default 500: with a start, about 9 of the 15 minutes of device time; the rest reruns the parts that
-# machine's starts. Parts, in order of value, each under its own budget (env GPU_CHECK_<PART>_S), cut
+# failed). Parts, in order of value, each under its own budget (env GPU_CHECK_<PART>_S), cut
 # to what is left of the whole; each step under its own limit, cut to what is left of its part:
 #
 #   nonlinear (220 s, issue 39)
