@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import zlib
 
 import numpy as np
 import pytest
@@ -31,7 +32,9 @@ if triton_rule.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported
     importlib.reload(triton_rule)
     importlib.reload(triton_update)
 
-MAX_ULPS = 4
+# Measured in the interpreter over 300 random states of adamw (squared error, 3 Adam steps before): 1-4 ulps in
+# 299, 6 in one; the whole suite once drew 8. The two paths round the same terms in different orders.
+MAX_ULPS = 8
 ARCH = Architecture((5, 7, 6, 4), negative_slope=0.01)
 RUNS = 3
 HP = {"alpha": [0.01, 0.003, 0.05], "lambda": [0.01, 0.1, 0.001], "kappa": [0.3, 1.0, 2.0],
@@ -106,7 +109,7 @@ def test_the_engine_name_alone_chooses_the_fused_kernels(monkeypatch):
 @pytest.mark.parametrize("loss", ["cross_entropy", "squared_error"])
 @pytest.mark.parametrize("learner", FUSED)
 def test_one_fused_update_matches_the_torch_ops(learner, loss, adam_steps):
-    gen = torch.Generator().manual_seed(hash((learner, loss, adam_steps)) % 2**31)
+    gen = torch.Generator().manual_seed(zlib.crc32(f"{learner}/{loss}/{adam_steps}".encode()))  # (hash(): per process)
     fused, plain = _runs(learner, loss, True), _runs(learner, loss, False)
     assert fused.engine.fused_params and not plain.engine.fused_params
     state = _random_state(plain, gen, adam_steps)
