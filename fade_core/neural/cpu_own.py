@@ -9,8 +9,8 @@ float64 literal in a float32 rule). The kernel itself is the built-in one: `segm
 the rows that call it (OWN_ROWS: `own_rank_one` and `fade_sgd_rank_one`, the built-in learners'
 fast rows with the own step in place of theirs; `any_rank_one`, for coupled weight decay or FADE
 with weight decay or clipping; `update_bias`) and in the kernel (which then always passes the
-state arrays) (fade_core.rulebind.bind: the same code, other globals), compiled once per base step and cached by numba under a digest of the printed step and
-the kernel's sources.
+state arrays) (fade_core.rulebind.bind: the same code, other globals), compiled once per base step
+and cached by numba under a digest of the printed step and the kernel's sources.
 """
 
 from __future__ import annotations
