@@ -140,6 +140,27 @@ def test_sigterm_while_ray_starts_is_an_interrupt_too(sweep_file, tmp_path):
     assert "Done:" not in out
 
 
+def test_an_interrupt_that_lands_where_python_cannot_raise_it_is_delivered_again():
+    """CI saw SIGTERM land in logging's at-fork hook while Ray started: Python printed "Exception ignored"
+    and the command ran on to Done with exit 0. Here it lands in a finalizer, the same kind of place: the
+    command's handler must deliver it again (and restore the interpreter's hook after)."""
+    from sweeps.cli import _sigterm_as_ctrl_c
+
+    class SignalledWhileCollected:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100_000):  # the handler runs here, inside the finalizer, where it cannot raise
+                pass
+
+    hook = sys.unraisablehook
+    with pytest.raises(KeyboardInterrupt):
+        with _sigterm_as_ctrl_c():
+            SignalledWhileCollected()
+            time.sleep(10)  # without the redelivery the interrupt is lost and this returns
+    assert sys.unraisablehook is hook
+    assert signal.getsignal(signal.SIGTERM) is not signal.default_int_handler
+
+
 def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scores, tmp_path):
     """Ctrl-C: an honest interrupt. --resume, then kill -9: status says the driver is gone. A copy of
     the folder, with Tune's experiment state deleted and a booby-trapped packs.pkl, resumes from
