@@ -104,10 +104,21 @@ def confirmed(tmp_path_factory) -> tuple[Path, dict]:
     """KNOWN tuned in-process, its tables as they were, then `fade-sweep confirm --seeds 2`."""
     results_dir = _tuned_store(tmp_path_factory.mktemp("known"), KNOWN)
     before = {kind: kinds.table_text(Analysis.of(Store.open(results_dir), "mean"), kind, "csv") for kind in ("best", "compare", "sensitivity", "importance")}
+    assert main(["report", str(results_dir)]) == 0  # the report of the tuning stage, before the confirmation
+    report = (results_dir / "report.html").read_text()
     run = _cli("confirm", str(results_dir), "--seeds", "2", *CONFIRM_OPTIONS)
     out, _ = run.communicate(timeout=400)
     assert run.returncode == 0, out
-    return results_dir, {"before": before, "out": out}
+    return results_dir, {"before": before, "report": report, "out": out}
+
+
+def test_confirm_rewrites_the_report_with_its_table(confirmed):
+    """The report's "How sure are we?" said how to get a confirmation; after `confirm` it shows it."""
+    results_dir, seen = confirmed
+    assert "No confirmation stage" in seen["report"]
+    report = (results_dir / "report.html").read_text()
+    assert "No confirmation stage" not in report and "Confirmation on fresh seeds" in report
+    assert seen["out"].rstrip().splitlines()[-1].startswith(f"Report: {results_dir / 'report.html'} (")
 
 
 def test_the_known_selection_is_confirmed_on_fresh_disjoint_seeds(confirmed):

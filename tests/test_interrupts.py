@@ -140,25 +140,34 @@ def test_sigterm_while_ray_starts_is_an_interrupt_too(sweep_file, tmp_path):
     assert "Done:" not in out
 
 
+LOST_INTERRUPT = """
+import os, signal, sys, time
+from sweeps.cli import _sigterm_as_ctrl_c
+
+class SignalledWhileCollected:
+    def __del__(self):
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100_000):  # the handler runs here, inside the finalizer, where it cannot raise
+            pass
+
+hook = sys.unraisablehook
+try:
+    with _sigterm_as_ctrl_c():
+        SignalledWhileCollected()
+        time.sleep(30)  # without the redelivery the interrupt is lost and this returns
+    print("lost")
+except KeyboardInterrupt:
+    print("interrupted", sys.unraisablehook is hook, signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+"""
+
+
 def test_an_interrupt_that_lands_where_python_cannot_raise_it_is_delivered_again():
     """CI saw SIGTERM land in logging's at-fork hook while Ray started: Python printed "Exception ignored"
     and the command ran on to Done with exit 0. Here it lands in a finalizer, the same kind of place: the
-    command's handler must deliver it again (and restore the interpreter's hook after)."""
-    from sweeps.cli import _sigterm_as_ctrl_c
-
-    class SignalledWhileCollected:
-        def __del__(self):
-            os.kill(os.getpid(), signal.SIGTERM)
-            for _ in range(100_000):  # the handler runs here, inside the finalizer, where it cannot raise
-                pass
-
-    hook = sys.unraisablehook
-    with pytest.raises(KeyboardInterrupt):
-        with _sigterm_as_ctrl_c():
-            SignalledWhileCollected()
-            time.sleep(10)  # without the redelivery the interrupt is lost and this returns
-    assert sys.unraisablehook is hook
-    assert signal.getsignal(signal.SIGTERM) is not signal.default_int_handler
+    command's handler must deliver it again, and restore the interpreter's hook and handler after (in a
+    process of its own: the handler is installed only on a main thread, which a test worker's may not be)."""
+    done = subprocess.run([sys.executable, "-c", LOST_INTERRUPT], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["interrupted", "True", "True"], done.stdout + done.stderr
 
 
 def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scores, tmp_path):

@@ -48,9 +48,10 @@ def _static_if_live(store) -> None:
         write_report(store.reopened(), location / REPORT_FILE)
 
 
-def final_report(store) -> str:
-    """Write the static report of `store` (what `fade-sweep report RESULTS_DIR` writes); its line for the output."""
+def final_report(store, stat: str = "mean") -> str:
+    """Write the static report of `store` (what `fade-sweep report RESULTS_DIR` writes; atomically, so an
+    interrupt leaves the page before it); its line for the output."""
     from sweeps.analysis.report import write_report
 
-    figures = write_report(store, store.location / REPORT_FILE)
+    figures = write_report(store, store.location / REPORT_FILE, stat=stat)
     return f"Report: {store.location / REPORT_FILE} ({len(figures)} figures, opens offline in any browser)"

@@ -148,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
                               "not tuning seeds (default: the sweep file's confirm: block, else as many as the tuning seeds)")
     confirm.add_argument("--stat", choices=("mean", "median", "iqm"), default="mean",
                          help="statistic over the tuning seeds that selects the configuration to confirm (default: mean)")
+    confirm.add_argument("--no-report", action="store_true",
+                         help="leave RESULTS_DIR/report.html as it was (by default it is rewritten with the confirmation)")
 
     report = commands.add_parser("report", help="write the figures and tables as one offline HTML file")
     report.add_argument("results_dir", nargs="+", help="STORAGE/<sweep name>; several: sweeps of the same task settings compared")

@@ -185,7 +185,8 @@ def _summary(outcome, nothing: str, compiling: float = 0.0) -> None:
 
 
 def cmd_confirm(args: argparse.Namespace) -> None:
-    """The confirmation stage of a finished sweep; run again after an interrupt, it resumes."""
+    """The confirmation stage of a finished sweep, then its report rewritten; run again after an interrupt, it
+    resumes."""
     _say_if_attaching(args)
     store = open_results(args.results_dir)
     ask_lock(store)  # a sweep still being written: refused before Ray loads
@@ -203,6 +204,10 @@ def cmd_confirm(args: argparse.Namespace) -> None:
     _summary(outcome, "every confirmation run already has a score", compiling)
     print(f"Results: {outcome.results_dir}\n")
     print(table_text(outcome.store, "confirm", "md", args.stat).rstrip("\n"))
+    if not args.no_report:  # the report's "How sure are we?" now has the confirmation table
+        from sweeps.cli.live import final_report
+
+        print(f"\n{final_report(outcome.store, args.stat)}")
 
 
 def _dry_run(sweep, options: ExecutionOptions, done: set[tuple[str, int]] = frozenset(), calibrate: bool = False,
