@@ -30,7 +30,9 @@ if triton_rule.INTERPRET != (os.environ["TRITON_INTERPRET"] == "1"):  # imported
     for module in (triton_rule, triton_update, triton_fused_step, persistent):
         importlib.reload(module)
 
-STEPS = 300 if DEVICE == "cuda" else 25
+# In Triton's interpreter every launch costs ~20 ms of Python per program: 12 steps there (each part of every
+# rule runs from the first step; FADE's trace and Adam's moments carry over the other 11), 300 compiled.
+STEPS = 300 if DEVICE == "cuda" else 12
 # "triton" and "triton_step" on a two-hidden-layer classifier (the head's p(1-p) in FADE's
 # curvature); "persistent" runs one hidden layer under the regression loss only.
 NETWORKS = {"triton": (Architecture((5, 7, 6, 4), negative_slope=0.01), "cross_entropy"),
