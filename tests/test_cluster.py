@@ -429,9 +429,10 @@ def test_a_node_death_is_one_line_of_output(tmp_path, monkeypatch, capsys):
 
 
 def test_dry_run_on_16_declared_cpus_plans_a_pack_per_cpu(tmp_path):
-    """On a loopback two-node cluster of 16 declared CPUs (8 a node), nonlinear-sensitivity's dry run
-    plans at least 16 packs: every CPU gets work (9fdfec8 planned 2 packs whatever the cluster)."""
-    local = start_local_cluster(worker_nodes=1, cpus_per_node=8, port=6393, dashboard_port=8278, token_path=tmp_path / "auth_token",
+    """On a loopback cluster of 16 declared CPUs (one node: the plan reads the cluster's total, and the two-node
+    tests run trials across nodes), nonlinear-sensitivity's dry run plans at least 16 packs: every CPU gets
+    work (9fdfec8 planned 2 packs whatever the cluster, from this 2-core machine)."""
+    local = start_local_cluster(worker_nodes=0, cpus_per_node=16, port=6393, dashboard_port=8278, token_path=tmp_path / "auth_token",
                                 temp_dir=Path(tempfile.mkdtemp(prefix="fade-ray-")), ports_from=30000)  # beside two_nodes
     try:
         dry = _cli("run", "nonlinear-sensitivity", "--dry-run", "--address", local.address, env={**os.environ, **local.env})

@@ -144,6 +144,8 @@ LOST_INTERRUPT = """
 import os, signal, sys, time
 from sweeps.cli import _sigterm_as_ctrl_c
 
+signal.signal(signal.SIGINT, signal.SIG_IGN)  # as in a command a shell started in the background
+
 class SignalledWhileCollected:
     def __del__(self):
         os.kill(os.getpid(), signal.SIGTERM)

@@ -104,18 +104,21 @@ def _sigterm_as_ctrl_c():
     """SIGTERM (a scheduler's, `kill`'s) stops a command as Ctrl-C does, exit 130 with the resume hint, from its
     first line: Python's default would end the process at once, mid-write. An interrupt that lands where Python
     cannot raise it (an at-fork hook while Ray starts its processes, a finalizer: "Exception ignored in ...";
-    ours, or Ray's SIGTERM handler's exit) is delivered again rather than lost, so the command never runs on to a Done line. Both restored after."""
+    ours, or Ray's SIGTERM handler's exit) is delivered again rather than lost, so the command never runs on to
+    a Done line. Both restored after."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before, hook = signal.signal(signal.SIGTERM, signal.default_int_handler), sys.unraisablehook
+    before, hook, pending = signal.signal(signal.SIGTERM, signal.default_int_handler), sys.unraisablehook, []
 
     def redeliver_lost_interrupt(unraisable) -> None:
         lost = unraisable.exc_value
         if isinstance(lost, KeyboardInterrupt) or (isinstance(lost, SystemExit) and lost.code == signal.SIGTERM):
             # a moment later, from another thread: raised in this hook it would be lost again (lost again
-            # elsewhere, it comes back here)
-            threading.Timer(0.01, signal.pthread_kill, (threading.main_thread().ident, signal.SIGINT)).start()
+            # elsewhere, it comes back here). As SIGTERM, whose handler is always Python's here (a command
+            # started in the background by a shell ignores SIGINT, and would ignore it)
+            pending.append(threading.Timer(0.01, signal.pthread_kill, (threading.main_thread().ident, signal.SIGTERM)))
+            pending[-1].start()
         else:
             hook(unraisable)
 
@@ -123,6 +126,8 @@ def _sigterm_as_ctrl_c():
     try:
         yield
     finally:
+        for timer in pending:  # none may fire once SIGTERM's own action is back
+            timer.cancel()
         signal.signal(signal.SIGTERM, before)
         sys.unraisablehook = hook
 
