@@ -139,3 +139,28 @@ def test_no_report_turns_the_live_report_off_too():
     assert with_report.report_every == callback.every == 20.0
     without = _execution_options(parser.parse_args(["run", "linear-demo", "--no-report"]), sweep)
     assert without.report_every is None and live_reports(where, without) == []
+
+
+def test_a_refused_run_leaves_the_writers_live_page_and_an_interrupted_one_makes_its_page_static(tmp_path):
+    """`reporting` turns a live page static when its own run stops; a run refused because another process
+    writes the store never touches that process's page (an open tab of it would stop reloading)."""
+    import argparse
+
+    import pytest
+
+    from sweeps.analysis.report import write_report
+    from sweeps.cli.live import reporting
+    from sweeps.store import Store
+    from sweeps.store.holder import StoreLocked
+    from tests.test_analysis import SCORES
+    from tests.test_analysis import SWEEP as KNOWN
+    from tests.helpers import write_known_store
+
+    store = Store.open(write_known_store(tmp_path / "known", KNOWN, SCORES))
+    page = store.location / "report.html"
+    args = argparse.Namespace(no_report=False, report_every=10.0)
+    for stopped, stays_live in ((StoreLocked("held by another process"), True), (KeyboardInterrupt(), False)):
+        write_report(store, page, live_every=10.0)
+        with pytest.raises(type(stopped)), reporting(args, store):
+            raise stopped
+        assert is_live((tmp_path / "known" / "report.html").read_text()) == stays_live, type(stopped).__name__

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from sweeps.store.holder import StoreLocked
+
 REPORT_FILE = "report.html"
 
 
@@ -26,6 +28,8 @@ def reporting(args: argparse.Namespace, store) -> Iterator[None]:
           "browser, it reloads itself until the sweep ends)", flush=True)
     try:
         yield
+    except StoreLocked:  # another process writes this store: its live page is its own
+        raise
     except BaseException:  # interrupted, or failed: an open tab stops reloading a page that will not change
         try:
             _static_if_live(store)
