@@ -1,7 +1,5 @@
 """`python -m sweeps.cli ...`: the `fade-sweep` command."""
 
-import sys
+from sweeps.cli import console
 
-from sweeps.cli import main
-
-sys.exit(main())
+console()
