@@ -172,24 +172,6 @@ def test_an_interrupt_that_lands_where_python_cannot_raise_it_is_delivered_again
     assert done.stdout.split() == ["interrupted", "True", "True"], done.stdout + done.stderr
 
 
-LATE_SIGTERM = """
-import atexit, os, signal, sys, time
-import sweeps.cli
-
-sweeps.cli.main = lambda: int(sys.argv[1])  # the command's work, done: its exit code
-atexit.register(lambda: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.5)))  # as Ray's stop at exit
-sweeps.cli.console()
-"""
-
-
-@pytest.mark.parametrize("code", [0, 130])
-def test_a_sigterm_once_the_command_is_done_keeps_its_exit_code(code):
-    """A scheduler's SIGTERM while the finished command exits (Ray stops at exit, a few seconds) killed it with
-    143 after its Done line; the command's own code stands."""
-    done = subprocess.run([sys.executable, "-c", LATE_SIGTERM, str(code)], capture_output=True, text=True, timeout=60)
-    assert done.returncode == code, done.stderr
-
-
 def test_ctrl_c_then_kill_then_resume_a_copy_is_exact(sweep_file, reference_scores, tmp_path):
     """Ctrl-C: an honest interrupt. --resume, then kill -9: status says the driver is gone. A copy of
     the folder, with Tune's experiment state deleted and a booby-trapped packs.pkl, resumes from

@@ -163,15 +163,3 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return FAILURE
     return status
-
-
-def console() -> None:
-    """The `fade-sweep` command (and `python -m sweeps.cli`): `main`, then the process exits with its code. A SIGTERM
-    that comes once the command is done (while Ray stops at exit, a few seconds) is ignored: what the command said,
-    a Done line or the interrupt's hint, is what happened, and a scheduler's late signal does not turn a finished
-    run into a killed one (143). Not done in `main`: a caller that runs it inside its own process (a test, a
-    notebook) keeps its SIGTERM handling."""
-    code = main()
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    sys.exit(code)

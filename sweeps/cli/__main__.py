@@ -1,5 +1,7 @@
 """`python -m sweeps.cli ...`: the `fade-sweep` command."""
 
-from sweeps.cli import console
+import sys
 
-console()
+from sweeps.cli import main
+
+sys.exit(main())
